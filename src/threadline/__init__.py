@@ -1,0 +1,1 @@
+"""threadline: async LLM agent conversations that never overflow the context window."""

@@ -1,0 +1,279 @@
+"""The transcript's value types: messages, tool calls, reasoning and usage.
+
+Everything here is data only: frozen, slotted, keyword-only attrs classes whose
+sequences are tuples, so a message can be shared, hashed and cached without
+anyone changing it under you. Serialization lives in ``_serialization``;
+wire formats live in the drivers.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Iterable
+from typing import Any, TypeAlias
+
+import attrs
+
+from ._errors import InvalidRequestError, ToolArgumentsError
+
+__all__ = [
+    "ContentPart",
+    "ImagePart",
+    "Message",
+    "Origin",
+    "Reasoning",
+    "Role",
+    "TextPart",
+    "ToolCall",
+    "Usage",
+]
+
+
+class Role(enum.StrEnum):
+    """Who speaks a message."""
+
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL = "tool"
+
+
+class Origin(enum.StrEnum):
+    """Where a message came from, which decides whether it is persisted.
+
+    ``SEED``: history the caller passed in (already theirs).
+    ``TURN``: this run's output: the submitted prompt, replies, tool results.
+    ``INJECTION``: ephemeral context added during a run; never persisted.
+    """
+
+    SEED = "seed"
+    TURN = "turn"
+    INJECTION = "injection"
+
+
+@attrs.frozen(kw_only=True, cache_hash=True)
+class TextPart:
+    """A piece of text inside a multi-part message."""
+
+    text: str = attrs.field(validator=attrs.validators.instance_of(str))
+
+
+@attrs.frozen(kw_only=True, cache_hash=True)
+class ImagePart:
+    """An image, by URL (``https://`` or a ``data:`` URL)."""
+
+    url: str = attrs.field(validator=attrs.validators.instance_of(str))
+    detail: str | None = None
+
+
+ContentPart: TypeAlias = TextPart | ImagePart
+Content: TypeAlias = str | tuple[ContentPart, ...]
+
+
+@attrs.frozen(kw_only=True, cache_hash=True)
+class ToolCall:
+    """A tool call the model made.
+
+    ``arguments`` is the raw JSON text the model sent, kept exactly; call
+    :meth:`parsed` to decode it.
+    """
+
+    id: str = attrs.field(validator=attrs.validators.instance_of(str))
+    name: str = attrs.field(validator=attrs.validators.instance_of(str))
+    arguments: str = attrs.field(default="{}", validator=attrs.validators.instance_of(str))
+
+    def parsed(self) -> Any:
+        """Decode ``arguments``.
+
+        Raises:
+            ToolArgumentsError: the arguments are not valid JSON.
+        """
+        try:
+            return json.loads(self.arguments) if self.arguments.strip() else {}
+        except json.JSONDecodeError as exc:
+            raise ToolArgumentsError(
+                f"tool call {self.id!r} to {self.name!r} has arguments that are not valid "
+                f"JSON ({exc.msg} at position {exc.pos}): {self.arguments[:200]!r}"
+            ) from None
+
+
+def _to_bytes(value: bytes | str | None) -> bytes:
+    if value is None:
+        return b""
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    raise TypeError(f"provider_reasoning must be bytes or str, not {type(value).__name__}")
+
+
+@attrs.frozen(kw_only=True, cache_hash=True)
+class Reasoning:
+    """The model's reasoning attached to an assistant message.
+
+    ``text`` is what a person may be shown. ``provider_reasoning`` is the
+    provider's opaque replay state as JSON bytes, kept byte for byte and never
+    displayed, interpreted or rewritten. ``provider`` names the driver and
+    model that produced it (``"anthropic:claude-sonnet-4-5"``), so a replay to
+    another provider can drop it.
+    """
+
+    text: str = ""
+    provider_reasoning: bytes = attrs.field(default=b"", converter=_to_bytes)
+    provider: str | None = None
+
+    def has_provider_reasoning(self) -> bool:
+        """True when ``provider_reasoning`` holds something: not empty, blank or ``null``."""
+        return has_provider_reasoning(self.provider_reasoning)
+
+
+def has_provider_reasoning(raw: bytes) -> bool:
+    """Apply the "empty, blank or ``null`` means no reasoning" rule to raw bytes."""
+    stripped = raw.strip()
+    return bool(stripped) and stripped != b"null"
+
+
+def _to_content(value: str | Iterable[ContentPart]) -> Content:
+    if isinstance(value, str):
+        return value
+    parts = tuple(value)
+    for index, part in enumerate(parts):
+        if not isinstance(part, TextPart | ImagePart):
+            raise InvalidRequestError(
+                f"content part {index} is a {type(part).__name__}; "
+                "use threadline.TextPart or threadline.ImagePart"
+            )
+    return parts
+
+
+def _validate_message(message: Message) -> None:
+    role = message.role
+    if message.tool_calls and role is not Role.ASSISTANT:
+        raise InvalidRequestError(f"only assistant messages carry tool calls, not {role}")
+    if role is Role.TOOL and not message.tool_call_id:
+        raise InvalidRequestError("a tool message needs the tool_call_id it answers")
+    if role is not Role.TOOL and message.tool_call_id is not None:
+        raise InvalidRequestError(f"only tool messages carry a tool_call_id, not {role}")
+    if message.reasoning is not None and role is not Role.ASSISTANT:
+        raise InvalidRequestError(f"only assistant messages carry reasoning, not {role}")
+
+
+@attrs.frozen(kw_only=True, cache_hash=True)
+class Message:
+    """One message of a transcript.
+
+    Build them with the constructors::
+
+        Message.system("You are terse.")
+        Message.user("What is 2 + 2?")
+        Message.assistant("4")
+        Message.tool("call_1", '{"temp": 21}')
+
+    Raises:
+        InvalidRequestError: a field that does not fit the role (tool calls on
+            a user message, a tool result without the call id it answers).
+    """
+
+    role: Role = attrs.field(converter=Role)
+    content: Content = attrs.field(default="", converter=_to_content)
+    tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=tuple)
+    tool_call_id: str | None = None
+    name: str | None = None
+    reasoning: Reasoning | None = None
+    origin: Origin = attrs.field(default=Origin.SEED, converter=Origin)
+
+    def __attrs_post_init__(self) -> None:
+        _validate_message(self)
+
+    @classmethod
+    def system(cls, content: str, *, origin: Origin = Origin.SEED) -> Message:
+        """A system (instructions) message."""
+        return cls(role=Role.SYSTEM, content=content, origin=origin)
+
+    @classmethod
+    def user(
+        cls,
+        content: str | Iterable[ContentPart],
+        *,
+        name: str | None = None,
+        origin: Origin = Origin.SEED,
+    ) -> Message:
+        """A user message: text, or a sequence of text and image parts."""
+        return cls(role=Role.USER, content=_to_content(content), name=name, origin=origin)
+
+    @classmethod
+    def assistant(
+        cls,
+        content: str = "",
+        *,
+        tool_calls: Iterable[ToolCall] = (),
+        reasoning: Reasoning | None = None,
+        name: str | None = None,
+        origin: Origin = Origin.SEED,
+    ) -> Message:
+        """An assistant reply, possibly carrying tool calls and reasoning."""
+        return cls(
+            role=Role.ASSISTANT,
+            content=content,
+            tool_calls=tuple(tool_calls),
+            reasoning=reasoning,
+            name=name,
+            origin=origin,
+        )
+
+    @classmethod
+    def tool(
+        cls,
+        tool_call_id: str,
+        content: str,
+        *,
+        name: str | None = None,
+        origin: Origin = Origin.SEED,
+    ) -> Message:
+        """The result of the tool call ``tool_call_id``."""
+        return cls(
+            role=Role.TOOL,
+            content=content,
+            tool_call_id=tool_call_id,
+            name=name,
+            origin=origin,
+        )
+
+    @property
+    def text(self) -> str:
+        """The message's text: the content, or its text parts joined."""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(part.text for part in self.content if isinstance(part, TextPart))
+
+    def with_origin(self, origin: Origin) -> Message:
+        """The same message with another origin."""
+        if origin is self.origin:
+            return self
+        return attrs.evolve(self, origin=origin)
+
+
+@attrs.frozen(kw_only=True)
+class Usage:
+    """Tokens a provider reported for one call, or a sum of calls (``+``)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_input_tokens: int = 0
+    reasoning_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        if not isinstance(other, Usage):
+            return NotImplemented
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
+            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
+        )
+
+    @property
+    def total_tokens(self) -> int:
+        """Input plus output tokens."""
+        return self.input_tokens + self.output_tokens

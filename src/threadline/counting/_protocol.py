@@ -1,0 +1,67 @@
+"""The counting protocols every tier of the resolution chain speaks."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from .._messages import Message, Reasoning
+    from .._models import Model
+    from .._tools import Tool
+
+__all__ = [
+    "IncrementalTokenCounter",
+    "ModelTokenCounter",
+    "ReplayProjection",
+    "TokenCounter",
+]
+
+
+@runtime_checkable
+class TokenCounter(Protocol):
+    """Counts the prompt tokens of a transcript plus the tool schemas sent with it."""
+
+    def count(self, messages: Sequence[Message], tools: Sequence[Tool] = ()) -> int:
+        """The estimated prompt tokens of ``messages`` and ``tools``."""
+        ...
+
+
+@runtime_checkable
+class ModelTokenCounter(TokenCounter, Protocol):
+    """A counter that binds itself to the model a request resolved to."""
+
+    def for_model(self, model: Model) -> TokenCounter:
+        """The counter to use for ``model`` (e.g. with that model's replay projection)."""
+        ...
+
+
+@runtime_checkable
+class IncrementalTokenCounter(TokenCounter, Protocol):
+    """A counter whose total is a sum of per-message costs plus a fixed overhead.
+
+    For such a counter ``count(messages, tools) ==
+    sum(message_tokens(m) for m in messages) + overhead_tokens(tools)``, which
+    lets limiting price every message once and drop units by prefix sums.
+    """
+
+    def message_tokens(self, message: Message) -> int:
+        """What ``message`` adds to a transcript's count."""
+        ...
+
+    def overhead_tokens(self, tools: Sequence[Tool] = ()) -> int:
+        """What a transcript costs besides its messages: tool schemas and reply priming."""
+        ...
+
+
+@runtime_checkable
+class ReplayProjection(Protocol):
+    """How a driver replays an assistant message's reasoning to its model.
+
+    A counter counts a message as its driver will send it: the pieces returned
+    here are counted, and nothing else of the reasoning is.
+    """
+
+    def replayed_reasoning(self, reasoning: Reasoning) -> Sequence[str]:
+        """The texts of ``reasoning`` that go back to the model (and cost tokens)."""
+        ...

@@ -1,0 +1,143 @@
+"""The ``Driver`` protocol: what the run loop asks of every provider.
+
+A driver translates one wire protocol. It takes a ``ProviderCall`` (threadline's
+own messages and tools, already limited to the budget) and gives back a
+``ProviderResponse``, or a stream of ``StreamChunk`` values ending in a
+``ResponseDone`` that carries the same ``ProviderResponse``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Protocol, TypeAlias, runtime_checkable
+
+import attrs
+
+from .._messages import Message, Usage
+from .._models import Model
+from .._tools import Tool
+from ..counting._protocol import ReplayProjection, TokenCounter
+
+__all__ = [
+    "Driver",
+    "FinishReason",
+    "ProviderCall",
+    "ProviderResponse",
+    "ReasoningChunk",
+    "ResponseDone",
+    "SamplingSettings",
+    "StreamChunk",
+    "TextChunk",
+    "ToolCallChunk",
+]
+
+FinishReason: TypeAlias = str
+"""``"stop"``, ``"length"``, ``"tool_calls"``, ``"content_filter"``, or what the provider said."""
+
+
+@attrs.frozen(kw_only=True)
+class SamplingSettings:
+    """Sampling options passed through to the provider; ``None`` leaves its default."""
+
+    temperature: float | None = None
+    top_p: float | None = None
+    stop: tuple[str, ...] | None = None
+    seed: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ProviderCall:
+    """One call to a provider: what the run loop sends in one round."""
+
+    model: Model
+    messages: tuple[Message, ...]
+    tools: tuple[Tool, ...] = ()
+    tool_choice: str | None = None
+    """``"auto"``, ``"none"``, ``"required"`` or the name of one tool; ``None`` omits it."""
+    max_output_tokens: int | None = None
+    sampling: SamplingSettings = SamplingSettings()
+    extra_body: Mapping[str, Any] = attrs.field(factory=dict)
+    """Provider-specific fields merged into the request body as given."""
+
+
+@attrs.frozen(kw_only=True)
+class ProviderResponse:
+    """The provider's answer to one call."""
+
+    message: Message
+    """The assistant message (origin ``TURN``), with any tool calls and reasoning."""
+    finish_reason: FinishReason
+    usage: Usage
+    model: str
+    """The model name the provider says answered."""
+    request_id: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class TextChunk:
+    """A piece of the reply's text."""
+
+    text: str
+
+
+@attrs.frozen(kw_only=True)
+class ReasoningChunk:
+    """A piece of the reply's display reasoning."""
+
+    text: str
+
+
+@attrs.frozen(kw_only=True)
+class ToolCallChunk:
+    """A piece of a tool call: ``index`` says which call it belongs to."""
+
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class ResponseDone:
+    """The end of a stream: the whole response, assembled."""
+
+    response: ProviderResponse
+
+
+StreamChunk: TypeAlias = TextChunk | ReasoningChunk | ToolCallChunk | ResponseDone
+
+
+@runtime_checkable
+class Driver(Protocol):
+    """What the run loop needs from a provider."""
+
+    @property
+    def name(self) -> str:
+        """A short name for logs and ``Reasoning.provider`` (``"openai-chat"``)."""
+        ...
+
+    async def complete(self, call: ProviderCall) -> ProviderResponse:
+        """Send ``call`` and wait for the whole response.
+
+        Raises:
+            ProviderError: or one of its subclasses, mapped from the provider's answer.
+        """
+        ...
+
+    def stream(self, call: ProviderCall) -> AbstractAsyncContextManager[AsyncIterator[StreamChunk]]:
+        """Send ``call`` and yield the response as it arrives, ending with ``ResponseDone``.
+
+        Leaving the context manager early closes the connection.
+        """
+        ...
+
+    def token_counter(self) -> TokenCounter | None:
+        """A provider-specific counter for the driver tier, or ``None``."""
+        ...
+
+    def replay_projection(self, model: Model) -> ReplayProjection:
+        """How this driver replays reasoning to ``model`` (what counting must count)."""
+        ...
