@@ -15,7 +15,7 @@ from typing import Any, TypeAlias
 
 import attrs
 
-from ._errors import InvalidRequestError, ToolArgumentsError
+from threadline._errors import InvalidRequestError, ToolArgumentsError
 
 __all__ = [
     "ContentPart",
@@ -147,6 +147,16 @@ def _to_content(value: str | Iterable[ContentPart]) -> Content:
     return parts
 
 
+def _to_tool_calls(value: Iterable[ToolCall]) -> tuple[ToolCall, ...]:
+    calls = tuple(value)
+    for index, call in enumerate(calls):
+        if not isinstance(call, ToolCall):
+            raise InvalidRequestError(
+                f"tool call {index} is a {type(call).__name__}; use threadline.ToolCall"
+            )
+    return calls
+
+
 def _validate_message(message: Message) -> None:
     role = message.role
     if message.tool_calls and role is not Role.ASSISTANT:
@@ -177,7 +187,7 @@ class Message:
 
     role: Role = attrs.field(converter=Role)
     content: Content = attrs.field(default="", converter=_to_content)
-    tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=tuple)
+    tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=_to_tool_calls)
     tool_call_id: str | None = None
     name: str | None = None
     reasoning: Reasoning | None = None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import attrs
 
-from ._errors import InvalidRequestError
+from threadline._errors import InvalidRequestError
 
 __all__ = ["Model"]
 

@@ -14,10 +14,10 @@ from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 import attrs
 
-from .._messages import Message, Usage
-from .._models import Model
-from .._tools import Tool
-from ..counting._protocol import ReplayProjection, TokenCounter
+from threadline._messages import Message, Usage
+from threadline._models import Model
+from threadline._tools import Tool
+from threadline.counting._protocol import ReplayProjection, TokenCounter
 
 __all__ = [
     "Driver",
