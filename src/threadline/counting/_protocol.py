@@ -6,9 +6,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from .._messages import Message, Reasoning
-    from .._models import Model
-    from .._tools import Tool
+    from threadline._messages import Message, Reasoning
+    from threadline._models import Model
+    from threadline._tools import Tool
 
 __all__ = [
     "IncrementalTokenCounter",
