@@ -1,0 +1,40 @@
+"""Token counting: the protocols, the built-in counters and the resolution chain.
+
+See docs/counting.md for what each counter counts and why.
+"""
+
+from threadline.counting._approximate import (
+    ApproximateCounter,
+    estimate_content_tokens,
+    estimate_message_tokens,
+)
+from threadline.counting._builtin import BuiltinTokenCounter
+from threadline.counting._encoding import o200k_base_encoding
+from threadline.counting._projection import DefaultReplayProjection
+from threadline.counting._protocol import (
+    IncrementalTokenCounter,
+    ModelTokenCounter,
+    ReplayProjection,
+    TokenCounter,
+)
+from threadline.counting._resolution import (
+    default_token_counter,
+    resolve_token_counter,
+    set_default_token_counter,
+)
+
+__all__ = [
+    "ApproximateCounter",
+    "BuiltinTokenCounter",
+    "DefaultReplayProjection",
+    "IncrementalTokenCounter",
+    "ModelTokenCounter",
+    "ReplayProjection",
+    "TokenCounter",
+    "default_token_counter",
+    "estimate_content_tokens",
+    "estimate_message_tokens",
+    "o200k_base_encoding",
+    "resolve_token_counter",
+    "set_default_token_counter",
+]
