@@ -1,28 +1,616 @@
-"""Tools the model may call: ``Tool``, the ``@tool`` decorator and ``ToolResult``."""
+"""Tools the model may call: ``Tool``, the ``@tool`` decorator and ``ToolResult``.
+
+A ``Tool`` pairs a name, a description and a JSON schema with the function
+that runs when the model calls it. ``@tool`` builds one from a typed
+signature and its docstring. ``Tool.invoke`` runs one ``ToolCall`` and always
+gives back a ``ToolOutcome``: bad arguments or a failing function become an
+error tool message the model can read and recover from, never an exception in
+the run loop. ``Toolset`` holds the tools of a request and finds the one a
+call names.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+import functools
+import inspect
+import json
+import logging
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, NoReturn, overload
 
+import anyio
+import anyio.to_thread
 import attrs
 
-__all__ = ["Tool"]
+from threadline._errors import InvalidRequestError, ToolArgumentsError
+from threadline._messages import Message, Origin, Role, ToolCall
+from threadline._schema import (
+    check,
+    convert,
+    json_default,
+    json_value,
+    object_schema,
+    parse_docstring,
+    schema_for,
+    type_hints,
+)
+
+__all__ = ["Tool", "ToolOutcome", "ToolResult", "Toolset", "tool", "unknown_tool_outcome"]
+
+logger = logging.getLogger("threadline.tools")
+
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+# ---------------------------------------------------------------------------
+# Read-only JSON containers, so a tool's schema cannot change under a request
+# that has already counted its tokens. They stay a dict and a list, so
+# ``json.dumps`` and ``==`` work on them as on any schema.
+
+
+def _read_only(*args: Any, **kwargs: Any) -> NoReturn:
+    raise TypeError(
+        "a tool's parameters are read-only; call Tool.json_schema() for a mutable copy "
+        "and build a new Tool from it"
+    )
+
+
+class _FrozenDict(dict[str, Any]):
+    __slots__ = ()
+    __setitem__ = __delitem__ = __ior__ = _read_only
+    clear = pop = popitem = setdefault = update = _read_only
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_FrozenDict, (dict(self),))
+
+    def __copy__(self) -> _FrozenDict:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _FrozenDict:
+        return self
+
+
+class _FrozenList(list[Any]):
+    __slots__ = ()
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _read_only
+    append = extend = insert = pop = remove = clear = sort = reverse = _read_only
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_FrozenList, (list(self),))
+
+    def __copy__(self) -> _FrozenList:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _FrozenList:
+        return self
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return _FrozenDict({key: _freeze(item) for key, item in value.items()})
+    if isinstance(value, list | tuple):
+        return _FrozenList(_freeze(item) for item in value)
+    return value
+
+
+def _thaw(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {key: _thaw(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_thaw(item) for item in value]
+    return value
+
+
+def _to_parameters(value: Mapping[str, Any]) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise InvalidRequestError(
+            f"a tool's parameters must be a JSON schema mapping, not {type(value).__name__}"
+        )
+    if value.get("type") != "object":
+        raise InvalidRequestError(
+            'a tool\'s parameters must be an object schema ({"type": "object", ...}); '
+            "providers pass tool arguments as one JSON object"
+        )
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError) as exc:
+        raise InvalidRequestError(f"a tool's parameters must be plain JSON: {exc}") from None
+    return _freeze(value)  # type: ignore[no-any-return]
+
+
+def _check_name(instance: Any, attribute: Any, value: Any) -> None:
+    if not isinstance(value, str) or not _NAME.fullmatch(value):
+        raise InvalidRequestError(
+            f"tool name {value!r} is not allowed: providers accept 1 to 64 characters, "
+            "each a letter, a digit, '_' or '-' (pass name=... to @tool to choose another)"
+        )
+
+
+def _empty_parameters() -> Mapping[str, Any]:
+    return {"type": "object", "properties": {}}
+
+
+# ---------------------------------------------------------------------------
+# Binding checked JSON arguments to a Python signature
+
+
+@attrs.frozen
+class _Binder:
+    """How to call a function built into a tool from its checked arguments."""
+
+    hints: Mapping[str, Any]
+    positional_only: tuple[inspect.Parameter, ...]
+
+    def bind(self, arguments: Mapping[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+        values = {name: convert(value, self.hints[name]) for name, value in arguments.items()}
+        given = [p.name in values for p in self.positional_only]
+        last = max((i for i, present in enumerate(given) if present), default=-1)
+        args = [values.pop(p.name, p.default) for p in self.positional_only[: last + 1]]
+        return args, values
+
+
+def _signature_parameters(
+    function: Callable[..., Any], where: str
+) -> tuple[dict[str, Any], _Binder]:
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError) as exc:
+        raise InvalidRequestError(f"{where}: cannot read its signature ({exc})") from None
+    target = function.func if isinstance(function, functools.partial) else function
+    hints = type_hints(target, where=where) or type_hints(_call_method(target), where=where)
+    _, documented = parse_docstring(_docstring(function))
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    parameter_hints: dict[str, Any] = {}
+    for parameter in signature.parameters.values():
+        parameter_where = f"parameter {parameter.name!r} of {where}"
+        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+            raise InvalidRequestError(
+                f"{parameter_where}: *args and **kwargs have no JSON schema; "
+                "name each argument the model may pass"
+            )
+        hint = hints.get(parameter.name, parameter.annotation)
+        if hint is parameter.empty or isinstance(hint, str):
+            raise InvalidRequestError(
+                f"{parameter_where}: annotate it with its type (typing.Any accepts any JSON)"
+            )
+        schema = schema_for(hint, where=parameter_where)
+        if documented.get(parameter.name):
+            schema["description"] = documented[parameter.name]
+        if parameter.default is parameter.empty:
+            required.append(parameter.name)
+        else:
+            default = json_value(parameter.default)
+            if default is not attrs.NOTHING:
+                schema["default"] = default
+        properties[parameter.name] = schema
+        parameter_hints[parameter.name] = hint
+    positional_only = tuple(p for p in signature.parameters.values() if p.kind is p.POSITIONAL_ONLY)
+    return object_schema(properties, required), _Binder(parameter_hints, positional_only)
+
+
+def _docstring(function: Callable[..., Any]) -> str | None:
+    if isinstance(function, functools.partial):
+        function = function.func
+    return inspect.getdoc(function)
+
+
+def _call_method(function: object) -> Any:
+    """The ``__call__`` of a callable object, whose annotations describe it."""
+    return getattr(type(function), "__call__", None)  # noqa: B004 (not a callable() test)
+
+
+def _is_async(function: Callable[..., Any]) -> bool:
+    # A callable object with ``async def __call__`` is async too.
+    return inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(
+        _call_method(function)
+    )
+
+
+# ---------------------------------------------------------------------------
+# Results
+
+
+def _to_injected(value: str | Message | Iterable[str | Message]) -> tuple[Message, ...]:
+    items: Iterable[str | Message] = [value] if isinstance(value, str | Message) else value
+    injected = []
+    for index, item in enumerate(items):
+        if isinstance(item, str):
+            injected.append(Message.user(item, origin=Origin.INJECTION))
+        elif isinstance(item, Message):
+            if item.role is Role.TOOL or item.tool_calls:
+                raise InvalidRequestError(
+                    f"injected message {index} is a tool exchange; inject user or system "
+                    "messages (the tool's own answer is the result's content)"
+                )
+            injected.append(item.with_origin(Origin.INJECTION))
+        else:
+            raise InvalidRequestError(
+                f"injected message {index} is a {type(item).__name__}; use a str or a Message"
+            )
+    return tuple(injected)
+
+
+@attrs.frozen
+class ToolResult:
+    """What a tool returns when it also has context to add to the run.
+
+    ``content`` is the tool's answer, turned into text like any return value.
+    Each ``inject`` item is added to the transcript after the tool results
+    with origin ``Origin.INJECTION``: pinned until the model answers, never
+    persisted. A ``str`` becomes a user message; a ``Message`` keeps its role
+    and gets the injection origin.
+
+    Example::
+
+        @tool
+        def open_ticket(ticket_id: str) -> ToolResult:
+            ticket = tickets.load(ticket_id)
+            return ToolResult(ticket.summary, inject=[f"Ticket body:\\n{ticket.body}"])
+
+    Raises:
+        InvalidRequestError: an injected item that is not a str or a Message,
+            or a tool message or a message with tool calls (which would break
+            the transcript's tool exchanges).
+    """
+
+    content: Any = None
+    inject: tuple[Message, ...] = attrs.field(default=(), converter=_to_injected, kw_only=True)
+
+
+def result_text(value: Any) -> str:
+    """A tool's return value as the text of its tool message.
+
+    A ``str`` is kept as it is, ``None`` is empty, anything else is JSON
+    (Enum members as their values, attrs and dataclass instances as objects,
+    dates in ISO form).
+
+    Raises:
+        TypeError: a value with no JSON form.
+    """
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, default=json_default, ensure_ascii=False)
+
+
+@attrs.frozen(kw_only=True)
+class ToolOutcome:
+    """What running one tool call produced.
+
+    ``message`` is the tool message for the transcript (origin ``TURN``);
+    ``is_error`` tells whether its text reports a failure (bad arguments, an
+    unknown tool, the function raised), in which case ``exception`` holds the
+    cause. ``injected`` are the messages the tool added (origin
+    ``INJECTION``).
+    """
+
+    call: ToolCall
+    message: Message
+    is_error: bool = False
+    exception: BaseException | None = attrs.field(default=None, eq=False)
+    injected: tuple[Message, ...] = ()
+
+    @property
+    def text(self) -> str:
+        """The tool message's text."""
+        return self.message.text
+
+    @classmethod
+    def failure(
+        cls, call: ToolCall, reason: str, exception: BaseException, *, name: str | None = None
+    ) -> ToolOutcome:
+        """An error outcome whose message reads ``error: <reason>``."""
+        message = Message.tool(
+            call.id, f"error: {reason}", name=name or call.name, origin=Origin.TURN
+        )
+        return cls(call=call, message=message, is_error=True, exception=exception)
+
+
+def unknown_tool_outcome(call: ToolCall, available: Iterable[str]) -> ToolOutcome:
+    """The error outcome for a call to a tool that is not offered."""
+    names = ", ".join(available) or "none"
+    reason = f"unknown tool {call.name!r}; available: {names}"
+    return ToolOutcome.failure(call, reason, ToolArgumentsError(reason))
+
+
+# ---------------------------------------------------------------------------
+# Tool
 
 
 @attrs.frozen(kw_only=True, eq=False)
 class Tool:
     """A function the model may call.
 
-    ``parameters`` is the JSON schema (an object schema) of its arguments;
-    ``function`` (sync or async) is called with the decoded arguments as
-    keyword arguments. A tool without a function is declared to the model
-    but executed by the caller.
+    ``parameters`` is the JSON schema (an object schema) of its arguments,
+    read-only (``json_schema()`` gives a mutable copy); ``function`` (sync or
+    async) is called with the decoded arguments as keyword arguments. A tool
+    without a function is declared to the model but executed by the caller.
+
+    A sync function runs in a worker thread (``anyio.to_thread.run_sync``) so
+    a blocking call does not stall other tools and the event loop; pass
+    ``in_thread=False`` for a quick pure function. Build tools with
+    :func:`tool`, or directly for a hand-written schema.
+
+    Raises:
+        InvalidRequestError: a name providers refuse (they accept
+            ``^[a-zA-Z0-9_-]{1,64}$``), or parameters that are not a JSON
+            object schema.
     """
 
-    name: str
-    description: str = ""
-    parameters: Mapping[str, Any] = attrs.field(
-        factory=lambda: {"type": "object", "properties": {}}
+    name: str = attrs.field(validator=_check_name)
+    description: str = attrs.field(default="", validator=attrs.validators.instance_of(str))
+    parameters: Mapping[str, Any] = attrs.field(factory=_empty_parameters, converter=_to_parameters)
+    function: Callable[..., Any] | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.is_callable())
     )
-    function: Callable[..., Any] | None = None
+    in_thread: bool = True
+    _binder: _Binder | None = attrs.field(default=None, alias="_binder", repr=False)
+
+    @classmethod
+    def from_function(
+        cls,
+        function: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        in_thread: bool = True,
+    ) -> Tool:
+        """Build a tool from a typed function; :func:`tool` as a plain call.
+
+        Raises:
+            InvalidRequestError: a parameter without a type, of a type with no
+                JSON schema, ``*args``/``**kwargs``, or an unusable name.
+        """
+        if not callable(function):
+            raise InvalidRequestError(f"a tool needs a function, not {type(function).__name__}")
+        qualname = getattr(function, "__qualname__", None) or repr(function)
+        if name is None:
+            name = getattr(function, "__name__", None)
+            if name is None:
+                raise InvalidRequestError(f"{qualname} has no __name__; pass name=... to @tool")
+        parameters, binder = _signature_parameters(function, qualname)
+        if description is None:
+            description, _ = parse_docstring(_docstring(function))
+        return cls(
+            name=name,
+            description=description,
+            parameters=parameters,
+            function=function,
+            in_thread=in_thread,
+            _binder=binder,
+        )
+
+    def json_schema(self) -> dict[str, Any]:
+        """A mutable deep copy of ``parameters``."""
+        return _thaw(self.parameters)  # type: ignore[no-any-return]
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the function directly, as if it were not a tool.
+
+        Raises:
+            InvalidRequestError: the tool has no function.
+        """
+        return self._require_function()(*args, **kwargs)
+
+    async def invoke(self, call: ToolCall) -> ToolOutcome:
+        """Run ``call`` and return its outcome.
+
+        Arguments that are not JSON or do not fit the schema, and exceptions
+        from the function, give an error outcome whose text tells the model
+        what went wrong; they are never raised. Cancellation propagates.
+
+        Raises:
+            InvalidRequestError: the tool has no function (the caller runs it).
+        """
+        function = self._require_function()
+        try:
+            arguments = call.parsed()
+        except ToolArgumentsError as exc:
+            return self._failure(call, f"{exc}; send the arguments as one JSON object", exc)
+        problems = check(arguments, self.parameters)
+        if problems:
+            reason = "; ".join(problems)
+            return self._failure(call, reason, ToolArgumentsError(reason))
+        try:
+            args, kwargs = self._binder.bind(arguments) if self._binder else ([], arguments)
+            value = await self._run(function, args, kwargs)
+        except anyio.get_cancelled_exc_class():
+            raise
+        except Exception as exc:
+            logger.info("tool %r raised on call %r", self.name, call.id, exc_info=True)
+            detail = f": {exc}" if str(exc) else ""
+            return self._failure(call, f"the tool raised {type(exc).__name__}{detail}", exc)
+        content, injected = (
+            (value.content, value.inject) if isinstance(value, ToolResult) else (value, ())
+        )
+        try:
+            text = result_text(content)
+        except (TypeError, ValueError) as exc:
+            return self._failure(
+                call, f"the tool's result could not be turned into text: {exc}", exc
+            )
+        message = Message.tool(call.id, text, name=self.name, origin=Origin.TURN)
+        return ToolOutcome(call=call, message=message, injected=injected)
+
+    async def _run(
+        self, function: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> Any:
+        if _is_async(function):
+            result = await function(*args, **kwargs)
+        elif self.in_thread:
+            result = await anyio.to_thread.run_sync(functools.partial(function, *args, **kwargs))
+        else:
+            result = function(*args, **kwargs)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+    def _failure(self, call: ToolCall, reason: str, exception: BaseException) -> ToolOutcome:
+        return ToolOutcome.failure(call, reason, exception, name=self.name)
+
+    def _require_function(self) -> Callable[..., Any]:
+        if self.function is None:
+            raise InvalidRequestError(
+                f"tool {self.name!r} has no function: it is declared to the model and "
+                "its calls are for the caller to run"
+            )
+        return self.function
+
+
+@overload
+def tool(
+    function: Callable[..., Any],
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    in_thread: bool = True,
+) -> Tool: ...
+
+
+@overload
+def tool(
+    function: None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    in_thread: bool = True,
+) -> Callable[[Callable[..., Any]], Tool]: ...
+
+
+def tool(
+    function: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    in_thread: bool = True,
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
+    """Make a function a :class:`Tool`, bare (``@tool``) or with options.
+
+    The parameters' types give the JSON schema: ``str``, ``int``, ``float``,
+    ``bool``, ``list[X]``, ``tuple[X, ...]``, ``dict[str, X]``, ``Literal``,
+    ``Enum``, attrs classes, ``X | None`` and ``Any``; a default makes a
+    parameter optional. The docstring gives the description (its text before
+    the first section) and each argument's description (Google ``Args:``,
+    reST ``:param x:`` or NumPy ``Parameters``). The function stays callable
+    through the tool.
+
+    Example::
+
+        @tool
+        async def get_weather(city: str, unit: Literal["c", "f"] = "c") -> str:
+            \"\"\"The current weather in a city.
+
+            Args:
+                city: The city's name, like "Lisbon".
+                unit: Celsius or Fahrenheit.
+            \"\"\"
+
+    Raises:
+        InvalidRequestError: see :meth:`Tool.from_function`.
+    """
+
+    def decorate(function: Callable[..., Any]) -> Tool:
+        if isinstance(function, Tool):
+            changes: dict[str, Any] = {"in_thread": in_thread}
+            if name is not None:
+                changes["name"] = name
+            if description is not None:
+                changes["description"] = description
+            return attrs.evolve(function, **changes)
+        return Tool.from_function(function, name=name, description=description, in_thread=in_thread)
+
+    return decorate if function is None else decorate(function)
+
+
+# ---------------------------------------------------------------------------
+# Toolset
+
+
+def _to_tools(values: Iterable[Tool | Callable[..., Any]]) -> tuple[Tool, ...]:
+    tools = tuple(value if isinstance(value, Tool) else tool(value) for value in values)
+    seen: set[str] = set()
+    for each in tools:
+        if each.name in seen:
+            raise InvalidRequestError(
+                f"tool name {each.name!r} appears twice; names must be unique"
+            )
+        seen.add(each.name)
+    return tools
+
+
+@attrs.frozen(eq=False)
+class Toolset:
+    """The tools of a request, by name.
+
+    Plain functions are made tools with :func:`tool`.
+
+    Raises:
+        InvalidRequestError: two tools with one name, or a function that
+            cannot be a tool.
+    """
+
+    tools: tuple[Tool, ...] = attrs.field(default=(), converter=_to_tools)
+    _by_name: Mapping[str, Tool] = attrs.field(init=False, repr=False)
+
+    @_by_name.default
+    def _index(self) -> Mapping[str, Tool]:
+        return {each.name: each for each in self.tools}
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The tools' names, in order."""
+        return tuple(self._by_name)
+
+    def get(self, name: str) -> Tool | None:
+        """The tool called ``name``, or ``None``."""
+        return self._by_name.get(name)
+
+    def __getitem__(self, name: str) -> Tool:
+        return self._by_name[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._by_name
+
+    def __iter__(self) -> Iterator[Tool]:
+        return iter(self.tools)
+
+    def __len__(self) -> int:
+        return len(self.tools)
+
+    async def invoke(self, call: ToolCall) -> ToolOutcome:
+        """Run ``call`` with the tool it names; an unknown name is an error outcome.
+
+        Raises:
+            InvalidRequestError: the named tool has no function.
+        """
+        found = self._by_name.get(call.name)
+        if found is None:
+            return unknown_tool_outcome(call, self.names)
+        return await found.invoke(call)
+
+    async def invoke_all(self, calls: Sequence[ToolCall]) -> list[ToolOutcome]:
+        """Run ``calls`` concurrently; the outcomes come back in the calls' order.
+
+        Raises:
+            InvalidRequestError: a named tool has no function (checked before
+                anything runs).
+        """
+        for call in calls:
+            found = self._by_name.get(call.name)
+            if found is not None:
+                found._require_function()
+        outcomes: list[ToolOutcome | None] = [None] * len(calls)
+
+        async def run(index: int, call: ToolCall) -> None:
+            outcomes[index] = await self.invoke(call)
+
+        async with anyio.create_task_group() as group:
+            for index, call in enumerate(calls):
+                group.start_soon(run, index, call)
+        return [outcome for outcome in outcomes if outcome is not None]
