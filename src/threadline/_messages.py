@@ -52,6 +52,11 @@ class Origin(enum.StrEnum):
     INJECTION = "injection"
 
 
+# A saved transcript must load again: a field of the wrong type is refused here.
+_optional_str = attrs.validators.optional(attrs.validators.instance_of(str))
+_int = attrs.validators.instance_of(int)
+
+
 @attrs.frozen(kw_only=True, cache_hash=True)
 class TextPart:
     """A piece of text inside a multi-part message."""
@@ -64,7 +69,7 @@ class ImagePart:
     """An image, by URL (``https://`` or a ``data:`` URL)."""
 
     url: str = attrs.field(validator=attrs.validators.instance_of(str))
-    detail: str | None = None
+    detail: str | None = attrs.field(default=None, validator=_optional_str)
 
 
 ContentPart: TypeAlias = TextPart | ImagePart
@@ -119,9 +124,9 @@ class Reasoning:
     another provider can drop it.
     """
 
-    text: str = ""
+    text: str = attrs.field(default="", validator=attrs.validators.instance_of(str))
     provider_reasoning: bytes = attrs.field(default=b"", converter=_to_bytes)
-    provider: str | None = None
+    provider: str | None = attrs.field(default=None, validator=_optional_str)
 
     def has_provider_reasoning(self) -> bool:
         """True when ``provider_reasoning`` holds something: not empty, blank or ``null``."""
@@ -188,9 +193,11 @@ class Message:
     role: Role = attrs.field(converter=Role)
     content: Content = attrs.field(default="", converter=_to_content)
     tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=_to_tool_calls)
-    tool_call_id: str | None = None
-    name: str | None = None
-    reasoning: Reasoning | None = None
+    tool_call_id: str | None = attrs.field(default=None, validator=_optional_str)
+    name: str | None = attrs.field(default=None, validator=_optional_str)
+    reasoning: Reasoning | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.instance_of(Reasoning))
+    )
     origin: Origin = attrs.field(default=Origin.SEED, converter=Origin)
 
     def __attrs_post_init__(self) -> None:
@@ -268,10 +275,10 @@ class Message:
 class Usage:
     """Tokens a provider reported for one call, or a sum of calls (``+``)."""
 
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cached_input_tokens: int = 0
-    reasoning_tokens: int = 0
+    input_tokens: int = attrs.field(default=0, validator=_int)
+    output_tokens: int = attrs.field(default=0, validator=_int)
+    cached_input_tokens: int = attrs.field(default=0, validator=_int)
+    reasoning_tokens: int = attrs.field(default=0, validator=_int)
 
     def __add__(self, other: Usage) -> Usage:
         if not isinstance(other, Usage):
