@@ -256,7 +256,7 @@ def json_default(value: Any) -> Any:
         return dict(value)
     if isinstance(value, set | frozenset):
         return list(value)
-    raise TypeError(f"a {type(value).__name__} has no JSON form")
+    raise TypeError(f"a value of type {type(value).__qualname__} has no JSON form")
 
 
 def json_value(value: Any) -> Any:

@@ -227,7 +227,7 @@ def _to_injected(value: str | Message | Iterable[str | Message]) -> tuple[Messag
             injected.append(item.with_origin(Origin.INJECTION))
         else:
             raise InvalidRequestError(
-                f"injected message {index} is a {type(item).__name__}; use a str or a Message"
+                f"injected message {index} has type {type(item).__name__}; use a str or a Message"
             )
     return tuple(injected)
 
