@@ -1,0 +1,642 @@
+"""Limiting: fit a transcript to its prompt budget without ever breaking it.
+
+One limiting step (:func:`apply_limits`) per round:
+
+1. check the transcript's integrity and count it;
+2. over budget: run the Pre handler (unset: ``drop_oldest_units(None)``);
+3. recount; still over budget: run the Post handler (no default);
+4. recount; still over budget: send it anyway, with a warning on the
+   ``threadline.limiting`` logger. A too-big transcript is better than a
+   malformed one; the provider has the last word.
+
+A handler gets a :class:`TokenLimitEvent` whose ``messages`` is a copy; what
+it leaves there is what is sent. The engine adopts a rewrite only when the
+handler returns normally, the rewrite passes
+:func:`~threadline._units.check_integrity`, and every pinned message is still
+there, by value and in order; otherwise it raises :class:`HandlerError` and
+keeps its own transcript. A handler that raises aborts with its own error.
+"""
+
+from __future__ import annotations
+
+import bisect
+import inspect
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Literal, TypeAlias
+
+import attrs
+
+from threadline._budget import Budget, BudgetReport, budget_report, message_costs
+from threadline._errors import HandlerError, TranscriptIntegrityError
+from threadline._messages import Message, Role
+from threadline._tools import Tool
+from threadline._units import (
+    PinReason,
+    Unit,
+    UnitKind,
+    check_integrity,
+    current_prompt_index,
+    pinned_messages,
+    units_for,
+)
+from threadline.counting._protocol import IncrementalTokenCounter, TokenCounter
+
+__all__ = [
+    "DroppedUnit",
+    "HandlerRun",
+    "LimitingOutcome",
+    "LimitingRecord",
+    "TokenLimitEvent",
+    "TokenLimitHandler",
+    "apply_limits",
+    "drop_oldest_units",
+]
+
+logger = logging.getLogger("threadline.limiting")
+
+Phase: TypeAlias = Literal["pre", "post"]
+
+
+class TokenLimitEvent:
+    """What a limiting handler is given when the transcript is over budget.
+
+    ``messages`` is a copy of the transcript: rewrite it in place or assign a
+    new list; whatever is left is what is sent. ``tools``, ``budget_tokens``
+    (the prompt budget), ``round`` and ``counter`` are read-only.
+    ``estimated_tokens`` is the count when the handler was called;
+    :meth:`is_over_budget` recounts and refreshes it.
+
+    Build one yourself to test a handler::
+
+        event = TokenLimitEvent(messages, budget_tokens=1_000, counter=my_counter)
+        await my_handler(event)
+
+    ``prompt_index`` marks the current prompt as in
+    :func:`~threadline._units.split_units`; the engine passes ``pinned``
+    instead, which wins when given.
+    """
+
+    __slots__ = (
+        "_budget_tokens",
+        "_counter",
+        "_drop_notes",
+        "_pinned",
+        "_round",
+        "_snapshot",
+        "_tools",
+        "_units",
+        "estimated_tokens",
+        "messages",
+    )
+
+    def __init__(
+        self,
+        messages: Iterable[Message],
+        *,
+        budget_tokens: int,
+        counter: TokenCounter,
+        tools: Iterable[Tool] = (),
+        round: int = 0,
+        estimated_tokens: int | None = None,
+        prompt_index: int | None = None,
+        pinned: Mapping[int, PinReason] | None = None,
+    ) -> None:
+        self.messages: list[Message] = list(messages)
+        self._snapshot = tuple(self.messages)
+        self._tools = tuple(tools)
+        self._budget_tokens = budget_tokens
+        self._counter = counter
+        self._round = round
+        if pinned is None:
+            pinned = pinned_messages(self._snapshot, prompt_index=prompt_index)
+        self._pinned: Mapping[int, PinReason] = dict(pinned)
+        self._units: list[Unit] | None = None
+        self._drop_notes: dict[int, str] = {}
+        if estimated_tokens is None:
+            estimated_tokens = counter.count(self.messages, self._tools)
+        self.estimated_tokens: int = estimated_tokens
+
+    @property
+    def tools(self) -> tuple[Tool, ...]:
+        """The tools sent with the transcript (their schemas count)."""
+        return self._tools
+
+    @property
+    def budget_tokens(self) -> int:
+        """The prompt budget: the most the transcript and tools may take."""
+        return self._budget_tokens
+
+    @property
+    def round(self) -> int:
+        """The round of the run (0 for the first provider call)."""
+        return self._round
+
+    @property
+    def counter(self) -> TokenCounter:
+        """The request's token counter."""
+        return self._counter
+
+    def is_over_budget(self) -> bool:
+        """Recount ``messages`` and ``tools``, refresh ``estimated_tokens``, compare."""
+        self.estimated_tokens = self._counter.count(self.messages, self._tools)
+        return self.estimated_tokens > self._budget_tokens
+
+    def units(self) -> list[Unit]:
+        """The units of ``messages`` as they are now, each marked pinned or droppable.
+
+        A message stays pinned while it is still there (the same object, or
+        an equal one in the same order).
+
+        Raises:
+            TranscriptIntegrityError: the current ``messages`` are broken.
+        """
+        if self._unchanged():
+            if self._units is None:
+                check_integrity(self._snapshot)
+                self._units = units_for(self._snapshot, self._pinned)
+            return list(self._units)
+        check_integrity(self.messages)
+        sources = match_messages(self._snapshot, self.messages)
+        pinned = {
+            at: self._pinned[source]
+            for at, source in enumerate(sources)
+            if source is not None and source in self._pinned
+        }
+        return units_for(self.messages, pinned)
+
+    def _unchanged(self) -> bool:
+        return len(self.messages) == len(self._snapshot) and all(
+            a is b for a, b in zip(self.messages, self._snapshot, strict=True)
+        )
+
+    def _drop_note(self, index: int) -> str | None:
+        return self._drop_notes.get(index)
+
+    def note_drop(self, index: int, reason: str) -> None:
+        """Say why the message at ``index`` (of ``messages`` as handed over) was dropped.
+
+        The engine puts the reason in the limiting ledger next to the unit.
+        """
+        self._drop_notes[index] = reason
+
+    def __repr__(self) -> str:
+        return (
+            f"TokenLimitEvent(round={self._round}, messages={len(self.messages)}, "
+            f"estimated_tokens={self.estimated_tokens}, budget_tokens={self._budget_tokens})"
+        )
+
+
+TokenLimitHandler: TypeAlias = Callable[[TokenLimitEvent], Awaitable[None] | None]
+"""A limiting handler: ``async def handler(event) -> None`` or a plain function."""
+
+
+def match_messages(before: Sequence[Message], after: Sequence[Message]) -> list[int | None]:
+    """For each message of ``after``, its index in ``before``, or ``None`` when it is new.
+
+    The matches keep their order (a subsequence of ``before``). The same
+    object wins over an equal one, and the match runs from the end, so when
+    equal messages repeat, the newest are the ones kept.
+    """
+    if len(before) == len(after) and all(a is b for a, b in zip(before, after, strict=True)):
+        return list(range(len(before)))
+    by_identity: dict[int, list[int]] = {}
+    by_value: dict[Message, list[int]] = {}
+    for index, message in enumerate(before):
+        by_identity.setdefault(id(message), []).append(index)
+        by_value.setdefault(message, []).append(index)
+    sources: list[int | None] = [None] * len(after)
+    bound = len(before)
+    for at in range(len(after) - 1, -1, -1):
+        message = after[at]
+        source = _last_below(by_identity.get(id(message)), bound)
+        if source is None:
+            source = _last_below(by_value.get(message), bound)
+        if source is not None:
+            sources[at] = bound = source
+    return sources
+
+
+def _last_below(indices: list[int] | None, bound: int) -> int | None:
+    if not indices:
+        return None
+    position = bisect.bisect_left(indices, bound)
+    return indices[position - 1] if position else None
+
+
+def handler_name(handler: object) -> str:
+    """How the ledger and errors name a handler: its qualified name, else its type's."""
+    name = getattr(handler, "__qualname__", None)
+    if isinstance(name, str):
+        return name
+    return type(handler).__qualname__
+
+
+# -- the built-in handler --------------------------------------------------------------
+
+
+def drop_oldest_units(counter: TokenCounter | None = None) -> TokenLimitHandler:
+    """Build the built-in handler: drop droppable units, oldest first, until it fits.
+
+    ``counter`` prices the messages; ``None`` uses the event's counter (the
+    request's), which is what you want unless you price with another one.
+
+    The handler drops whole units only, and never a pinned one. Once it has
+    dropped anything, it goes on until the transcript after the first system
+    message opens with a user message. A transcript that already fits is left
+    as it is (the very same list). Each message is priced once and the
+    savings are summed, so the cost is linear in the transcript's length;
+    with a counter that is not an :class:`IncrementalTokenCounter`, per-message
+    costs are estimated and the result is verified with a real count.
+
+    Example::
+
+        request.pre_max_tokens_reached(summarize).post_max_tokens_reached(
+            drop_oldest_units(None)
+        )
+    """
+
+    async def handler(event: TokenLimitEvent) -> None:
+        _drop_oldest(event, counter if counter is not None else event.counter)
+
+    handler.__name__ = handler.__qualname__ = "drop_oldest_units"
+    return handler
+
+
+def _drop_oldest(event: TokenLimitEvent, counter: TokenCounter) -> None:
+    messages = event.messages
+    tools = event.tools
+    budget = event.budget_tokens
+    costs, overhead = message_costs(counter, messages, tools)
+    exact = isinstance(counter, IncrementalTokenCounter)
+    if exact:
+        total = sum(costs) + overhead
+    elif counter is event.counter and event._unchanged():
+        total = event.estimated_tokens  # the engine's own count of this very list
+    else:
+        total = counter.count(messages, tools)
+    if total <= budget:
+        return
+
+    units = event.units()
+    unit_costs = [sum(costs[u.start : u.end]) for u in units]
+    droppable = [k for k, unit in enumerate(units) if not unit.pinned]
+    dropped = [False] * len(units)
+    taken = 0  # droppable[:taken] are dropped: always the oldest ones
+    front = 0  # no unit before this one can open the kept transcript
+    excess = total - budget
+    while True:
+        freed = 0
+        while freed < excess and taken < len(droppable):
+            k = droppable[taken]
+            dropped[k] = True
+            freed += unit_costs[k]
+            taken += 1
+            event.note_drop(
+                units[k].start, f"oldest droppable unit while {total} > {budget} tokens"
+            )
+        front, taken = _open_at_user(event, units, dropped, droppable, front, taken)
+        kept = [m for k, unit in enumerate(units) if not dropped[k] for m in _slice(messages, unit)]
+        if exact:
+            break
+        total = counter.count(kept, tools)
+        if total <= budget or taken == len(droppable):
+            break
+        excess = total - budget
+    event.messages = kept
+
+
+def _open_at_user(
+    event: TokenLimitEvent,
+    units: list[Unit],
+    dropped: list[bool],
+    droppable: list[int],
+    front: int,
+    taken: int,
+) -> tuple[int, int]:
+    # The first kept unit besides the first system message must be a user
+    # message; droppable units in the way go too, pinned ones stop the walk.
+    while front < len(units):
+        unit = units[front]
+        if dropped[front] or unit.reason is PinReason.FIRST_SYSTEM:
+            front += 1
+            continue
+        if unit.pinned or unit.kind is UnitKind.USER:
+            break
+        # Units are dropped oldest first, so this is the next droppable one.
+        dropped[front] = True
+        taken += 1
+        event.note_drop(unit.start, "dropped so that the transcript opens with a user message")
+        front += 1
+    return front, taken
+
+
+def _slice(messages: Sequence[Message], unit: Unit) -> Sequence[Message]:
+    return messages[unit.start : unit.end]
+
+
+# -- the ledger ------------------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class DroppedUnit:
+    """A unit of the round's input transcript that a handler removed.
+
+    ``start`` and ``end`` index the transcript given to :func:`apply_limits`
+    (``messages[start:end]``); ``roles`` are its messages' roles; ``handler``
+    names the handler and ``phase`` says whether it ran as Pre or Post;
+    ``reason`` is what the handler noted, or the budget it was fighting.
+    """
+
+    handler: str
+    phase: Phase
+    kind: UnitKind
+    start: int
+    end: int
+    roles: tuple[Role, ...]
+    reason: str
+
+
+@attrs.frozen(kw_only=True)
+class HandlerRun:
+    """One handler call: the counts around it and how much it changed."""
+
+    handler: str
+    phase: Phase
+    tokens_before: int
+    tokens_after: int
+    dropped_messages: int
+    added_messages: int
+
+
+@attrs.frozen(kw_only=True)
+class LimitingRecord:
+    """What one limiting step did, for the run's ledger (``RunResult.limiting``).
+
+    ``tokens_before``/``tokens_after`` are the counts of the transcript given
+    and sent; ``budget_tokens`` the prompt budget (``None``: no budget, no
+    limiting); ``handlers`` the handlers that ran, in order; ``dropped`` the
+    units they removed, oldest first within each handler;
+    ``sent_over_budget`` whether what is sent is still over the budget;
+    ``report`` where the tokens of what is sent went.
+    """
+
+    round: int
+    budget_tokens: int | None
+    tokens_before: int
+    tokens_after: int
+    handlers: tuple[HandlerRun, ...]
+    dropped: tuple[DroppedUnit, ...]
+    sent_over_budget: bool
+    report: BudgetReport
+
+    @property
+    def limited(self) -> bool:
+        """True when any handler ran."""
+        return bool(self.handlers)
+
+
+@attrs.frozen(kw_only=True)
+class LimitingOutcome:
+    """The transcript to send and the record of how it was made.
+
+    ``sources[i]`` is the index in the input of ``messages[i]`` (``None`` for
+    a message a handler added, such as a summary); ``prompt_index`` is where
+    the current prompt now sits (``None`` when there is none).
+    """
+
+    messages: tuple[Message, ...]
+    record: LimitingRecord
+    sources: tuple[int | None, ...]
+    prompt_index: int | None
+
+
+# -- the engine ------------------------------------------------------------------------
+
+
+async def apply_limits(
+    messages: Sequence[Message],
+    *,
+    tools: Sequence[Tool] = (),
+    counter: TokenCounter,
+    budget: Budget | None,
+    pre: TokenLimitHandler | None = None,
+    post: TokenLimitHandler | None = None,
+    round: int = 0,
+    prompt_index: int | None = None,
+) -> LimitingOutcome:
+    """Run one limiting step: count, Pre, recount, Post, recount.
+
+    ``budget`` ``None`` sends the transcript as it is. ``pre`` unset is
+    ``drop_oldest_units(None)``; a ``pre`` given replaces it outright.
+    ``post`` has no default. ``prompt_index`` is the position of the current
+    prompt (see :func:`~threadline._units.split_units` for what it pins).
+    ``messages`` is never modified.
+
+    Raises:
+        TranscriptIntegrityError: ``messages`` itself is broken.
+        HandlerError: a handler left a broken transcript, or dropped or
+            changed a pinned message.
+        Exception: whatever a handler raised, unchanged.
+    """
+    state = _Limiting(tuple(messages), tuple(tools), counter, budget, round, prompt_index)
+    if budget is not None:
+        handlers: tuple[tuple[Phase, TokenLimitHandler | None], ...] = (
+            ("pre", pre if pre is not None else drop_oldest_units(None)),
+            ("post", post),
+        )
+        for phase, handler in handlers:
+            if handler is not None and state.tokens > budget.prompt_tokens:
+                await state.run(phase, handler, budget)
+    return state.outcome()
+
+
+class _Limiting:
+    """The engine's own transcript through one limiting step."""
+
+    def __init__(
+        self,
+        messages: tuple[Message, ...],
+        tools: tuple[Tool, ...],
+        counter: TokenCounter,
+        budget: Budget | None,
+        round: int,
+        prompt_index: int | None,
+    ) -> None:
+        check_integrity(messages)
+        self.original = messages
+        self.tools = tools
+        self.counter = counter
+        self.budget = budget
+        self.round = round
+        self.prompt_index = current_prompt_index(messages, prompt_index)
+        self.pinned: dict[int, PinReason] = pinned_messages(messages, prompt_index=prompt_index)
+        self.original_units = units_for(messages, self.pinned)
+        self.current: list[Message] = list(messages)
+        self.sources: list[int | None] = list(range(len(messages)))
+        self.tokens_before = self.tokens = counter.count(messages, tools)
+        self.runs: list[HandlerRun] = []
+        self.dropped: list[DroppedUnit] = []
+
+    async def run(self, phase: Phase, handler: TokenLimitHandler, budget: Budget) -> None:
+        name = handler_name(handler)
+        event = TokenLimitEvent(
+            self.current,
+            budget_tokens=budget.prompt_tokens,
+            counter=self.counter,
+            tools=self.tools,
+            round=self.round,
+            estimated_tokens=self.tokens,
+            pinned=self.pinned,
+        )
+        result = handler(event)
+        if inspect.isawaitable(result):
+            await result
+        rewrite, matches = self._checked_rewrite(event, name)
+        kept = {m for m in matches if m is not None}
+        removed = [index for index in range(len(self.current)) if index not in kept]
+        reason = f"over budget: {self.tokens} > {budget.prompt_tokens} tokens"
+        self._record_drops(name, phase, removed, event, reason)
+        self.pinned = {
+            at: self.pinned[source]
+            for at, source in enumerate(matches)
+            if source is not None and source in self.pinned
+        }
+        self.sources = [self.sources[m] if m is not None else None for m in matches]
+        self.current = rewrite
+        before, self.tokens = self.tokens, self.counter.count(rewrite, self.tools)
+        self.runs.append(
+            HandlerRun(
+                handler=name,
+                phase=phase,
+                tokens_before=before,
+                tokens_after=self.tokens,
+                dropped_messages=len(removed),
+                added_messages=matches.count(None),
+            )
+        )
+
+    def _checked_rewrite(
+        self, event: TokenLimitEvent, name: str
+    ) -> tuple[list[Message], list[int | None]]:
+        output: object = event.messages
+        if not isinstance(output, list | tuple):
+            raise HandlerError(
+                f"limiting handler {name!r} left event.messages as a "
+                f"{type(output).__name__}; it must be a list of Message",
+                handler=name,
+            )
+        rewrite = list(output)
+        for index, message in enumerate(rewrite):
+            if not isinstance(message, Message):
+                raise HandlerError(
+                    f"limiting handler {name!r} left a {type(message).__name__} at message "
+                    f"{index}; only Message objects can be sent",
+                    handler=name,
+                    index=index,
+                )
+        try:
+            check_integrity(rewrite)
+        except TranscriptIntegrityError as exc:
+            raise HandlerError(
+                f"limiting handler {name!r} left a broken transcript: message {exc.index}: "
+                f"{exc.reason}",
+                handler=name,
+                index=exc.index,
+            ) from exc
+        matches = match_messages(self.current, rewrite)
+        kept = {m for m in matches if m is not None}
+        for index, reason in sorted(self.pinned.items()):
+            if index not in kept:
+                message = self.current[index]
+                raise HandlerError(
+                    f"limiting handler {name!r} dropped or changed the {reason.value} "
+                    f"(message {index} of the transcript it was given, {message.role.value}); "
+                    "pinned messages must be kept as they are",
+                    handler=name,
+                )
+        return rewrite, matches
+
+    def _record_drops(
+        self,
+        name: str,
+        phase: Phase,
+        removed: list[int],
+        event: TokenLimitEvent,
+        default_reason: str,
+    ) -> None:
+        # Attribute removed messages to units of the round's input; a message
+        # an earlier handler added has no unit there and is left out.
+        unit_of = _unit_lookup(self.original_units, len(self.original))
+        reasons: dict[int, str | None] = {}
+        for index in removed:
+            source = self.sources[index]
+            if source is not None:
+                k = unit_of[source]
+                reasons[k] = reasons.get(k) or event._drop_note(index)
+        for k in sorted(reasons):
+            unit = self.original_units[k]
+            self.dropped.append(
+                DroppedUnit(
+                    handler=name,
+                    phase=phase,
+                    kind=unit.kind,
+                    start=unit.start,
+                    end=unit.end,
+                    roles=tuple(m.role for m in self.original[unit.start : unit.end]),
+                    reason=reasons[k] or default_reason,
+                )
+            )
+
+    def outcome(self) -> LimitingOutcome:
+        budget = self.budget
+        over = budget is not None and self.tokens > budget.prompt_tokens
+        if over and budget is not None:
+            only_pinned = all(u.pinned for u in units_for(self.current, self.pinned))
+            logger.warning(
+                "round %d: sending %d tokens over the prompt budget of %d tokens (%s); "
+                "the provider may refuse it",
+                self.round,
+                self.tokens,
+                budget.prompt_tokens,
+                "only pinned messages are left"
+                if only_pinned
+                else "the limiting handlers left droppable units in place",
+            )
+        report = budget_report(
+            self.current,
+            tools=self.tools,
+            counter=self.counter,
+            pinned=self.pinned,
+            budget=budget,
+            total_tokens=self.tokens,
+        )
+        record = LimitingRecord(
+            round=self.round,
+            budget_tokens=budget.prompt_tokens if budget is not None else None,
+            tokens_before=self.tokens_before,
+            tokens_after=self.tokens,
+            handlers=tuple(self.runs),
+            dropped=tuple(self.dropped),
+            sent_over_budget=over,
+            report=report,
+        )
+        prompt_at = None
+        if self.prompt_index is not None:
+            prompt_at = next(
+                (at for at, src in enumerate(self.sources) if src == self.prompt_index), None
+            )
+        return LimitingOutcome(
+            messages=tuple(self.current),
+            record=record,
+            sources=tuple(self.sources),
+            prompt_index=prompt_at,
+        )
+
+
+def _unit_lookup(units: list[Unit], size: int) -> list[int]:
+    lookup = [0] * size
+    for k, unit in enumerate(units):
+        for index in unit.indices:
+            lookup[index] = k
+    return lookup

@@ -1,0 +1,294 @@
+"""The transcript as units: what limiting may drop, what it must keep, and whether it is whole.
+
+A transcript is cut only at unit borders. A unit is one of:
+
+- a system message;
+- a user message;
+- an assistant message without tool calls;
+- a *tool exchange*: an assistant message with tool calls plus the ``tool``
+  results that follow it, one per call.
+
+Some units are **pinned**: always counted, never dropped.
+
+- The first system message.
+- The current prompt: the message at ``prompt_index`` (the user message this
+  run answers). Left out, it is the last user message that is not an
+  injection.
+- The live tool exchange: the last tool exchange after the current prompt,
+  when no assistant message follows it yet (the model has not seen its
+  results). Earlier exchanges of the same run are complete: the model has
+  answered them with its next message, so they are droppable, oldest first.
+- Every unanswered injection: a message of origin ``INJECTION`` with no
+  assistant message after it.
+
+Everything else is droppable: older user and assistant messages, completed
+tool exchanges, later system messages.
+
+:func:`check_integrity` refuses a transcript that cannot be sent: a result
+answering no call, a call with no result, a result separated from its call,
+a call id used twice. A trailing assistant message whose results have not
+been appended yet is refused too: the run loop appends every result before
+the next send, so a transcript about to be sent never has a pending call.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+
+import attrs
+
+from threadline._errors import InvalidRequestError, TranscriptIntegrityError
+from threadline._messages import Message, Origin, Role
+
+__all__ = [
+    "PinReason",
+    "Unit",
+    "UnitKind",
+    "check_integrity",
+    "current_prompt_index",
+    "pinned_messages",
+    "split_units",
+    "units_for",
+]
+
+
+class UnitKind(enum.StrEnum):
+    """What a unit is made of."""
+
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT = "assistant"
+    """An assistant message without tool calls."""
+    TOOL_EXCHANGE = "tool_exchange"
+    """An assistant message with tool calls plus all their results."""
+
+
+class PinReason(enum.StrEnum):
+    """Why a unit may not be dropped."""
+
+    FIRST_SYSTEM = "first system message"
+    CURRENT_PROMPT = "current prompt"
+    LIVE_TOOL_EXCHANGE = "live tool exchange"
+    UNANSWERED_INJECTION = "unanswered injection"
+
+
+@attrs.frozen(kw_only=True)
+class Unit:
+    """A run of messages that is kept or dropped as a whole: ``messages[start:end]``.
+
+    ``reason`` says why a pinned unit is pinned, and is ``None`` for a
+    droppable one.
+    """
+
+    kind: UnitKind
+    start: int
+    end: int
+    reason: PinReason | None = None
+
+    @property
+    def pinned(self) -> bool:
+        """True when the unit is always kept."""
+        return self.reason is not None
+
+    @property
+    def indices(self) -> range:
+        """The positions of the unit's messages in the transcript."""
+        return range(self.start, self.end)
+
+    def __len__(self) -> int:
+        return self.end - self.start
+
+
+def check_integrity(messages: Sequence[Message]) -> None:
+    """Raise when the transcript's tool units are not whole.
+
+    Checks, in transcript order, that every ``tool`` result directly follows
+    the assistant message that made its call (possibly after that call's
+    other results), that every call has exactly one result, and that no call
+    id is used twice. A trailing call whose result is not there yet is
+    refused too (see the module docstring).
+
+    Raises:
+        TranscriptIntegrityError: naming the first broken message (``index``)
+            and what is wrong with it (``reason``).
+    """
+    calls_at: dict[str, int] = {}  # call id -> index of the assistant message that made it
+    open_calls: dict[str, str] = {}  # call id -> tool name, for the exchange being read
+    exchange_start = -1
+    for index, message in enumerate(messages):
+        if message.role is Role.TOOL:
+            _check_result(message, index, calls_at, open_calls, exchange_start)
+            del open_calls[message.tool_call_id or ""]
+            continue
+        if open_calls:
+            _raise_missing_results(messages, exchange_start, open_calls)
+        if message.role is Role.ASSISTANT and message.tool_calls:
+            exchange_start = index
+            for call in message.tool_calls:
+                if call.id in calls_at:
+                    raise TranscriptIntegrityError(
+                        f"tool call id {call.id!r} is used twice "
+                        f"(first by message {calls_at[call.id]})",
+                        index=index,
+                    )
+                calls_at[call.id] = index
+                open_calls[call.id] = call.name
+    if open_calls:
+        _raise_missing_results(messages, exchange_start, open_calls)
+
+
+def _check_result(
+    message: Message,
+    index: int,
+    calls_at: Mapping[str, int],
+    open_calls: Mapping[str, str],
+    exchange_start: int,
+) -> None:
+    call_id = message.tool_call_id or ""
+    if call_id in open_calls:
+        return
+    if call_id not in calls_at:
+        raise TranscriptIntegrityError(
+            f"tool result for call {call_id!r} answers no call before it", index=index
+        )
+    made_by = calls_at[call_id]
+    if made_by == exchange_start:
+        raise TranscriptIntegrityError(
+            f"tool call {call_id!r} of message {made_by} is answered twice", index=index
+        )
+    raise TranscriptIntegrityError(
+        f"tool result for call {call_id!r} is separated from its call in message {made_by}",
+        index=index,
+    )
+
+
+def _raise_missing_results(
+    messages: Sequence[Message], exchange_start: int, open_calls: Mapping[str, str]
+) -> None:
+    call_id, name = next(iter(open_calls.items()))
+    later = next(
+        (
+            i
+            for i in range(exchange_start + 1, len(messages))
+            if messages[i].role is Role.TOOL and messages[i].tool_call_id == call_id
+        ),
+        None,
+    )
+    if later is None:
+        reason = f"tool call {call_id!r} ({name}) has no result"
+    else:
+        reason = (
+            f"tool call {call_id!r} ({name}) has its result at message {later}, separated from it"
+        )
+    raise TranscriptIntegrityError(reason, index=exchange_start)
+
+
+def pinned_messages(
+    messages: Sequence[Message], *, prompt_index: int | None = None
+) -> dict[int, PinReason]:
+    """Which messages are pinned, and why: ``{index: reason}``.
+
+    ``prompt_index`` is the position of the current prompt; ``None`` takes
+    the last user message that is not an injection. A pinned message pins the
+    whole unit it belongs to (see :func:`units_for`).
+
+    Raises:
+        InvalidRequestError: ``prompt_index`` is outside the transcript.
+    """
+    pinned: dict[int, PinReason] = {}
+    prompt_index = current_prompt_index(messages, prompt_index)
+
+    first_system = next((i for i, m in enumerate(messages) if m.role is Role.SYSTEM), None)
+    if first_system is not None:
+        pinned[first_system] = PinReason.FIRST_SYSTEM
+    if prompt_index is not None:
+        pinned.setdefault(prompt_index, PinReason.CURRENT_PROMPT)
+
+    # Read backwards up to the last assistant message: whatever sits after it
+    # is unanswered; if that assistant message made calls, its exchange is live.
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if message.role is Role.ASSISTANT:
+            after_prompt = prompt_index is None or index > prompt_index
+            if message.tool_calls and after_prompt:
+                pinned.setdefault(index, PinReason.LIVE_TOOL_EXCHANGE)
+            break
+        if message.origin is Origin.INJECTION:
+            pinned.setdefault(index, PinReason.UNANSWERED_INJECTION)
+    return pinned
+
+
+def current_prompt_index(
+    messages: Sequence[Message], prompt_index: int | None = None
+) -> int | None:
+    """The position of the current prompt: ``prompt_index`` checked, or the inferred one.
+
+    ``None`` takes the last user message that is not an injection (``None``
+    when there is none).
+
+    Raises:
+        InvalidRequestError: ``prompt_index`` is outside the transcript.
+    """
+    if prompt_index is not None:
+        if isinstance(prompt_index, bool) or not 0 <= prompt_index < len(messages):
+            raise InvalidRequestError(
+                f"prompt_index {prompt_index!r} is outside a transcript of {len(messages)} messages"
+            )
+        return prompt_index
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if message.role is Role.USER and message.origin is not Origin.INJECTION:
+            return index
+    return None
+
+
+def units_for(messages: Sequence[Message], pinned: Mapping[int, PinReason]) -> list[Unit]:
+    """Split ``messages`` into units, pinning each unit that holds a message in ``pinned``.
+
+    The lower-level form of :func:`split_units` for callers that already know
+    what is pinned (the limiting engine carries that across handlers). It
+    does not check integrity; a ``tool`` message with no exchange before it
+    forms a unit of its own.
+    """
+    units: list[Unit] = []
+    index = 0
+    total = len(messages)
+    while index < total:
+        message = messages[index]
+        start = index
+        index += 1
+        if message.role is Role.SYSTEM:
+            kind = UnitKind.SYSTEM
+        elif message.role is Role.USER:
+            kind = UnitKind.USER
+        elif message.role is Role.ASSISTANT and not message.tool_calls:
+            kind = UnitKind.ASSISTANT
+        else:
+            kind = UnitKind.TOOL_EXCHANGE
+            while index < total and messages[index].role is Role.TOOL:
+                index += 1
+        reason = next((pinned[i] for i in range(start, index) if i in pinned), None)
+        units.append(Unit(kind=kind, start=start, end=index, reason=reason))
+    return units
+
+
+def split_units(messages: Sequence[Message], *, prompt_index: int | None = None) -> list[Unit]:
+    """The transcript's units in order, each marked pinned or droppable.
+
+    ``prompt_index`` is the position of the current prompt (the run loop
+    passes it); ``None`` takes the last user message that is not an
+    injection. The units cover the transcript exactly, in order.
+
+    Raises:
+        TranscriptIntegrityError: the transcript's tool units are broken.
+        InvalidRequestError: ``prompt_index`` is outside the transcript.
+
+    Example::
+
+        >>> units = split_units([Message.system("Be terse."), Message.user("Hi")])
+        >>> [(u.kind.value, u.pinned) for u in units]
+        [('system', True), ('user', True)]
+    """
+    check_integrity(messages)
+    return units_for(messages, pinned_messages(messages, prompt_index=prompt_index))
