@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from threadline.drivers._sse import SSEDecoder, ServerSentEvent, aiter_sse
+from threadline.drivers._sse import ServerSentEvent, SSEDecoder, aiter_sse
 
 
 def decode_all(*chunks: bytes) -> list[ServerSentEvent]:
@@ -44,9 +44,7 @@ STREAM = (
 EXPECTED = [
     ServerSentEvent(data='{"a": 1}'),
     ServerSentEvent(data="first line\nsecond line", event="update", id="7"),
-    ServerSentEvent(
-        data='{"text": "café \u2028 line-separator kept"}', id="7", retry=1500
-    ),
+    ServerSentEvent(data='{"text": "café \u2028 line-separator kept"}', id="7", retry=1500),
     ServerSentEvent(data="[DONE]", id="7"),
 ]
 

@@ -1,0 +1,309 @@
+"""HTTP plumbing shared by every HTTP driver: the client, the retry policy, sending.
+
+One retry policy serves every driver, and it is small enough to read at once:
+
+- retried: HTTP 408, 409, 429 and 5xx, and failures that produced no response
+  (connection refused or reset, time-outs);
+- not retried: everything else (a 400 or a 401 will not get better), and a
+  5xx whose body says the prompt is too long for the context window;
+- the wait before retry ``n`` (1-based) is ``initial_delay * 2 ** (n - 1)``
+  capped at ``max_delay``, less up to ``jitter`` of it at random, so clients
+  that failed together do not return together;
+- a server's ``retry-after-ms`` or ``retry-after`` (seconds, or an HTTP date)
+  replaces that wait, clamped to ``[0, max_retry_after]``.
+
+A stream is retried only before any of its body has been read: once the first
+byte is consumed, a failure is raised, never replayed. Waiting goes through a
+:class:`Clock`, so tests pass a fake one and nothing really sleeps.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import logging
+import math
+import random
+import time
+from collections.abc import Callable, Mapping
+from typing import Protocol
+
+import anyio
+import attrs
+import httpx
+
+from threadline._errors import InvalidRequestError
+from threadline.drivers._http_errors import ErrorMapper, context_length_details, parse_error_body
+
+__all__ = [
+    "DEFAULT_LIMITS",
+    "DEFAULT_TIMEOUT",
+    "Clock",
+    "RetryPolicy",
+    "SystemClock",
+    "build_http_client",
+    "is_retryable_status",
+    "retry_after_seconds",
+    "send_with_retries",
+]
+
+logger = logging.getLogger("threadline.http")
+
+DEFAULT_TIMEOUT = httpx.Timeout(600.0, connect=5.0)
+"""A long read time-out (a model may think for minutes), a short connect time-out."""
+
+DEFAULT_LIMITS = httpx.Limits(max_connections=1000, max_keepalive_connections=100)
+"""A pool that does not become the bottleneck of many concurrent conversations."""
+
+_RETRYABLE_TRANSPORT_ERRORS = (
+    httpx.TimeoutException,
+    httpx.NetworkError,
+    httpx.RemoteProtocolError,
+)
+"""No response came back, and sending again may work. A bad URL scheme or a
+local protocol error will not improve, so those are raised at once."""
+
+
+def build_http_client(
+    *,
+    timeout: httpx.Timeout | float | None = DEFAULT_TIMEOUT,
+    limits: httpx.Limits = DEFAULT_LIMITS,
+    headers: Mapping[str, str] | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> httpx.AsyncClient:
+    """A pooled ``httpx.AsyncClient`` with timeouts and limits fit for model calls.
+
+    Redirects are not followed: an API endpoint that redirects is misconfigured,
+    and following it would resend the credentials elsewhere.
+    """
+    return httpx.AsyncClient(
+        timeout=timeout,
+        limits=limits,
+        headers=headers,
+        transport=transport,
+        follow_redirects=False,
+    )
+
+
+class Clock(Protocol):
+    """What retrying needs of time: the wall clock, and a way to wait."""
+
+    def now(self) -> float:
+        """Seconds since the epoch (to read ``retry-after`` HTTP dates)."""
+        ...
+
+    async def sleep(self, seconds: float) -> None:
+        """Wait ``seconds``."""
+        ...
+
+
+class SystemClock:
+    """The real clock: ``time.time`` and ``anyio.sleep``."""
+
+    def now(self) -> float:
+        return time.time()
+
+    async def sleep(self, seconds: float) -> None:
+        await anyio.sleep(seconds)
+
+    def __repr__(self) -> str:
+        return "SystemClock()"
+
+
+def is_retryable_status(status: int) -> bool:
+    """True for the statuses worth sending again: 408, 409, 429 and 5xx."""
+    return status in (408, 409, 429) or 500 <= status < 600
+
+
+def _parse_seconds(value: str) -> float | None:
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None
+    return seconds if math.isfinite(seconds) else None
+
+
+def retry_after_seconds(headers: Mapping[str, str], *, now: float) -> float | None:
+    """How long the server asked us to wait, or ``None`` when it did not say.
+
+    ``retry-after-ms`` (milliseconds) wins over ``retry-after`` (seconds, or an
+    HTTP date read against ``now``). The result may be negative (a date in the
+    past); :meth:`RetryPolicy.delay` clamps it.
+    """
+    millis = headers.get("retry-after-ms")
+    if millis is not None:
+        parsed = _parse_seconds(millis)
+        if parsed is not None:
+            return parsed / 1000.0
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    seconds = _parse_seconds(value)
+    if seconds is not None:
+        return seconds
+    try:
+        moment = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    return moment.timestamp() - now
+
+
+def _non_negative(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise InvalidRequestError(f"RetryPolicy.{attribute.name} must be >= 0, not {value!r}")
+
+
+def _fraction(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
+    _non_negative(instance, attribute, value)
+    if value > 1:
+        raise InvalidRequestError(f"RetryPolicy.{attribute.name} must be <= 1, not {value!r}")
+
+
+def _retry_count(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidRequestError(
+            f"RetryPolicy.{attribute.name} must be an int >= 0, not {value!r}"
+        )
+
+
+@attrs.frozen(kw_only=True)
+class RetryPolicy:
+    """When and how long to wait before sending a failed request again.
+
+    Example::
+
+        RetryPolicy(max_retries=5, max_delay=30.0)   # patient
+        RetryPolicy(max_retries=0)                   # fail at once
+
+    Raises:
+        InvalidRequestError: a negative count or delay, or a jitter above 1.
+    """
+
+    max_retries: int = attrs.field(default=2, validator=_retry_count)
+    """Retries after the first attempt (so ``max_retries + 1`` attempts at most)."""
+    initial_delay: float = attrs.field(default=0.5, validator=_non_negative)
+    """The wait before the first retry, in seconds."""
+    max_delay: float = attrs.field(default=8.0, validator=_non_negative)
+    """The longest computed wait, in seconds."""
+    jitter: float = attrs.field(default=0.25, validator=_fraction)
+    """The share of each computed wait taken off at random (0 for exact waits)."""
+    max_retry_after: float = attrs.field(default=60.0, validator=_non_negative)
+    """The longest wait a server's ``retry-after`` may impose, in seconds."""
+
+    def backoff(self, retry: int, *, random_value: float) -> float:
+        """The computed wait before retry number ``retry`` (1-based).
+
+        ``random_value`` in ``[0, 1)`` picks the jitter; the result lies in
+        ``[base * (1 - jitter), base]`` where ``base`` is the capped exponential.
+        """
+        base = min(self.initial_delay * 2.0 ** max(retry - 1, 0), self.max_delay)
+        return base * (1.0 - self.jitter * random_value)
+
+    def delay(
+        self,
+        retry: int,
+        *,
+        headers: Mapping[str, str] | None = None,
+        now: float,
+        random_value: float,
+    ) -> float:
+        """The wait before retry ``retry``: the server's ask if any, else :meth:`backoff`."""
+        if headers is not None:
+            asked = retry_after_seconds(headers, now=now)
+            if asked is not None:
+                return min(max(asked, 0.0), self.max_retry_after)
+        return self.backoff(retry, random_value=random_value)
+
+
+def _where(request: httpx.Request) -> str:
+    # Scheme, host and path only: a query string or user-info may carry a secret.
+    url = request.url
+    port = f":{url.port}" if url.port else ""
+    return f"{request.method} {url.scheme}://{url.host}{port}{url.path}"
+
+
+async def _read_error_body(response: httpx.Response) -> str:
+    try:
+        await response.aread()
+    except httpx.HTTPError:
+        return ""
+    finally:
+        await response.aclose()
+    return response.text
+
+
+async def send_with_retries(
+    client: httpx.AsyncClient,
+    request: httpx.Request,
+    *,
+    policy: RetryPolicy,
+    errors: ErrorMapper,
+    clock: Clock | None = None,
+    stream: bool = False,
+    random_value: Callable[[], float] = random.random,
+) -> httpx.Response:
+    """Send ``request`` until it succeeds or the policy gives up.
+
+    With ``stream=True`` the successful response is returned unread (the caller
+    must close it); only failures seen before its body was read are retried.
+
+    Returns:
+        A 2xx response.
+
+    Raises:
+        ProviderError: the mapped error of the last attempt (see ``ErrorMapper``).
+    """
+    clock = clock or SystemClock()
+    retry = 0
+    while True:
+        try:
+            response = await client.send(request, stream=stream)
+        except _RETRYABLE_TRANSPORT_ERRORS as exc:
+            if retry >= policy.max_retries:
+                raise errors.from_transport(exc) from exc
+            retry += 1
+            wait = policy.delay(retry, now=clock.now(), random_value=random_value())
+            _log_retry(request, retry, policy, wait, f"{type(exc).__name__}", None)
+            await clock.sleep(wait)
+            continue
+        except httpx.TransportError as exc:
+            raise errors.from_transport(exc) from exc
+
+        if response.is_success:
+            return response
+        body = await _read_error_body(response) if stream else response.text
+        request_id = response.headers.get("x-request-id")
+        status = response.status_code
+        if (
+            retry < policy.max_retries
+            and is_retryable_status(status)
+            and context_length_details(parse_error_body(body)) is None
+        ):
+            retry += 1
+            wait = policy.delay(
+                retry, headers=response.headers, now=clock.now(), random_value=random_value()
+            )
+            _log_retry(request, retry, policy, wait, f"status {status}", request_id)
+            await clock.sleep(wait)
+            continue
+        raise errors.from_response(
+            status, body, request_id=request_id, reason=response.reason_phrase
+        )
+
+
+def _log_retry(
+    request: httpx.Request,
+    retry: int,
+    policy: RetryPolicy,
+    wait: float,
+    cause: str,
+    request_id: str | None,
+) -> None:
+    logger.info(
+        "retrying %s in %.3fs (retry %d of %d) after %s%s",
+        _where(request),
+        wait,
+        retry,
+        policy.max_retries,
+        cause,
+        f", request id {request_id}" if request_id else "",
+    )

@@ -1,0 +1,286 @@
+"""Turning a provider's failure into threadline's error tree.
+
+Every HTTP driver maps failures the same way: the HTTP status picks the class,
+the provider's own message becomes the exception message, and a context-length
+refusal is recognised by its code or its wording, whichever server sent it, with
+the numbers it reported parsed out. The body, the message and the request id
+travel with the error; the API key never does, because errors are built from the
+response alone and any echo of a secret in the body is redacted.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import attrs
+import httpx
+
+from threadline._errors import (
+    AuthenticationError,
+    BadRequestError,
+    ContextLengthExceededError,
+    ProviderError,
+    ProviderResponseError,
+    ProviderUnavailableError,
+    RateLimitError,
+)
+
+__all__ = [
+    "MAX_BODY_CHARS",
+    "ContextLengthDetails",
+    "ErrorMapper",
+    "ProviderErrorDetails",
+    "context_length_details",
+    "parse_error_body",
+]
+
+MAX_BODY_CHARS = 4096
+"""How much of an error body an exception keeps; the rest is cut, with a note."""
+
+_REDACTED = "[redacted]"
+_MIN_SECRET_LENGTH = 8
+"""Shorter "keys" (``"x"``, ``"ollama"``) guard nothing and would garble bodies."""
+
+
+@attrs.frozen(kw_only=True)
+class ProviderErrorDetails:
+    """What an error body says, in the shapes OpenAI-compatible servers use.
+
+    ``{"error": {"message", "type", "code"}}`` (OpenAI, llama.cpp, newer vLLM),
+    ``{"object": "error", "message", ...}`` (older vLLM) and ``{"error": "text"}``
+    (Ollama) are all understood. ``extra`` keeps the error object's other fields
+    (llama.cpp's ``n_prompt_tokens`` and ``n_ctx``).
+    """
+
+    message: str | None = None
+    type: str | None = None
+    code: str | int | None = None
+    extra: Mapping[str, Any] = attrs.field(factory=dict)
+
+
+def parse_error_body(body: str) -> ProviderErrorDetails:
+    """Read the provider's message, type and code from an error body (any text)."""
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        return ProviderErrorDetails()
+    return details_from_payload(payload)
+
+
+def details_from_payload(payload: object) -> ProviderErrorDetails:
+    """Like :func:`parse_error_body`, for an already decoded JSON value."""
+    if not isinstance(payload, dict):
+        return ProviderErrorDetails()
+    error = payload.get("error")
+    if isinstance(error, str):
+        return ProviderErrorDetails(message=error)
+    if isinstance(error, dict):
+        obj: dict[str, Any] = error
+    elif isinstance(payload.get("message"), str):
+        obj = payload
+    else:
+        return ProviderErrorDetails()
+    message = obj.get("message")
+    kind = obj.get("type")
+    code = obj.get("code")
+    return ProviderErrorDetails(
+        message=message if isinstance(message, str) else None,
+        type=kind if isinstance(kind, str) else None,
+        code=code if isinstance(code, str | int) and not isinstance(code, bool) else None,
+        extra={k: v for k, v in obj.items() if k not in ("message", "type", "code")},
+    )
+
+
+@attrs.frozen(kw_only=True)
+class ContextLengthDetails:
+    """A context-length refusal and the numbers the provider gave, when it gave them."""
+
+    prompt_tokens: int | None = None
+    context_limit: int | None = None
+
+
+_NUMBER = r"(\d[\d,]*)"
+# Phrases that mean "the prompt does not fit", across OpenAI, vLLM, llama.cpp,
+# llama-cpp-python, LM Studio, TGI, Ollama and Anthropic-style servers.
+_CONTEXT_PHRASES = (
+    "context_length_exceeded",
+    "maximum context length",
+    "context length exceeded",
+    "exceeds the available context size",
+    "exceed context window",
+    "exceeds the context window",
+    "exceeds maximum context length",
+    "exceeds the maximum context length",
+    "context length of only",
+    "prompt is too long",
+    "input length exceeds",
+)
+_CONTEXT_CODES = frozenset({"context_length_exceeded", "exceed_context_size_error"})
+_LIMIT_PATTERNS = (
+    re.compile(r"maximum context length is " + _NUMBER),
+    re.compile(r"available context size \(" + _NUMBER + r" tokens\)"),
+    re.compile(r"exceed context window of " + _NUMBER),
+    re.compile(r"context length of only " + _NUMBER),
+    re.compile(r" tokens > " + _NUMBER + r" maximum"),
+    re.compile(r"must be <= " + _NUMBER),
+)
+_PROMPT_PATTERNS = (
+    re.compile(r"\(" + _NUMBER + r" in the messages"),
+    re.compile(r"\(" + _NUMBER + r" in your prompt"),
+    re.compile(r"messages resulted in " + _NUMBER + r" tokens"),
+    re.compile(r"request has " + _NUMBER + r" input tokens"),
+    re.compile(r"request \(" + _NUMBER + r" tokens\) exceeds"),
+    re.compile(r"requested tokens \(" + _NUMBER + r"\) exceed"),
+    re.compile(r"keep the first " + _NUMBER + r" tokens"),
+    re.compile(r"prompt is too long: " + _NUMBER + r" tokens"),
+    re.compile(r"given: " + _NUMBER + r" `inputs` tokens"),
+)
+
+
+def _first_number(patterns: Iterable[re.Pattern[str]], text: str) -> int | None:
+    for pattern in patterns:
+        match = pattern.search(text)
+        if match:
+            return int(match.group(1).replace(",", ""))
+    return None
+
+
+def _int_field(extra: Mapping[str, Any], name: str) -> int | None:
+    value = extra.get(name)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def context_length_details(details: ProviderErrorDetails) -> ContextLengthDetails | None:
+    """``None`` unless ``details`` describe a prompt too big for the context window."""
+    text = (details.message or "").lower()
+    code = details.code if isinstance(details.code, str) else None
+    by_code = code in _CONTEXT_CODES or details.type in _CONTEXT_CODES
+    if not by_code and not any(phrase in text for phrase in _CONTEXT_PHRASES):
+        return None
+    prompt_tokens = _int_field(details.extra, "n_prompt_tokens")
+    context_limit = _int_field(details.extra, "n_ctx")
+    if prompt_tokens is None:
+        prompt_tokens = _first_number(_PROMPT_PATTERNS, text)
+    if context_limit is None:
+        context_limit = _first_number(_LIMIT_PATTERNS, text)
+    return ContextLengthDetails(prompt_tokens=prompt_tokens, context_limit=context_limit)
+
+
+def _truncate(text: str) -> str:
+    if len(text) <= MAX_BODY_CHARS:
+        return text
+    return f"{text[:MAX_BODY_CHARS]}... [{len(text) - MAX_BODY_CHARS} more characters cut]"
+
+
+_STREAM_ERROR_KINDS: tuple[tuple[tuple[str, ...], type[ProviderError]], ...] = (
+    (("auth", "permission", "api_key"), AuthenticationError),
+    (("rate_limit", "quota", "too_many_requests"), RateLimitError),
+    (("invalid_request", "bad_request", "not_found", "validation"), BadRequestError),
+)
+
+
+class ErrorMapper:
+    """Builds threadline errors for one driver, scrubbing the secrets it is given.
+
+    ``provider`` names the driver in every error; ``secrets`` (the API key) are
+    replaced by ``[redacted]`` wherever a server echoes them back.
+    """
+
+    def __init__(self, provider: str, *, secrets: Iterable[str] = ()) -> None:
+        self.provider = provider
+        self._secrets = tuple(s for s in secrets if len(s) >= _MIN_SECRET_LENGTH)
+
+    def __repr__(self) -> str:
+        return f"ErrorMapper(provider={self.provider!r})"
+
+    def redact(self, text: str) -> str:
+        """``text`` with every secret replaced by ``[redacted]``."""
+        for secret in self._secrets:
+            if secret in text:
+                text = text.replace(secret, _REDACTED)
+        return text
+
+    def from_response(
+        self, status: int, body: str, *, request_id: str | None = None, reason: str = ""
+    ) -> ProviderError:
+        """The error for a non-success HTTP response, chosen by status and body."""
+        body = self.redact(body)
+        details = parse_error_body(body)
+        message = details.message or f"HTTP {status} {reason}".strip()
+        message = self.redact(message)
+        common: dict[str, Any] = {
+            "status": status,
+            "body": _truncate(body),
+            "request_id": request_id,
+            "provider": self.provider,
+        }
+        if status in (400, 404, 413, 422) or status >= 500:
+            context = context_length_details(details)
+            if context is not None:
+                return ContextLengthExceededError(
+                    message,
+                    prompt_tokens=context.prompt_tokens,
+                    context_limit=context.context_limit,
+                    **common,
+                )
+        cls: type[ProviderError]
+        if status in (401, 403):
+            cls = AuthenticationError
+        elif status == 429:
+            cls = RateLimitError
+        elif status in (408, 409) or status >= 500:
+            cls = ProviderUnavailableError
+        elif 400 <= status < 500:
+            cls = BadRequestError
+        else:
+            cls = ProviderResponseError
+        return cls(message, **common)
+
+    def from_payload(self, payload: object, *, request_id: str | None = None) -> ProviderError:
+        """The error for an ``{"error": ...}`` event that arrived inside a stream.
+
+        The HTTP status was already 200, so the class comes from the error's
+        numeric code or its type; an unrecognised kind is the provider failing
+        mid-answer (``ProviderUnavailableError``).
+        """
+        details = details_from_payload(payload)
+        raw = self.redact(json.dumps(payload, ensure_ascii=False, default=str))
+        if isinstance(details.code, int) and 400 <= details.code < 600:
+            return self.from_response(details.code, raw, request_id=request_id)
+        message = self.redact(details.message or "the provider reported an error mid-stream")
+        common: dict[str, Any] = {
+            "body": _truncate(raw),
+            "request_id": request_id,
+            "provider": self.provider,
+        }
+        context = context_length_details(details)
+        if context is not None:
+            return ContextLengthExceededError(
+                message,
+                prompt_tokens=context.prompt_tokens,
+                context_limit=context.context_limit,
+                **common,
+            )
+        kind = f"{details.type or ''} {details.code or ''}".lower()
+        for words, cls in _STREAM_ERROR_KINDS:
+            if any(word in kind for word in words):
+                return cls(message, **common)
+        return ProviderUnavailableError(message, **common)
+
+    def from_transport(self, exc: httpx.TransportError) -> ProviderError:
+        """The error for a request that got no response (connection, time-out)."""
+        detail = self.redact(str(exc)) or type(exc).__name__
+        if isinstance(exc, httpx.TimeoutException):
+            message = f"the request to the provider timed out ({type(exc).__name__}: {detail})"
+        else:
+            message = f"could not reach the provider ({type(exc).__name__}: {detail})"
+        return ProviderUnavailableError(message, provider=self.provider)
+
+    def malformed(self, reason: str, *, request_id: str | None = None) -> ProviderResponseError:
+        """The error for a response that breaks the protocol's promises."""
+        return ProviderResponseError(
+            self.redact(reason), request_id=request_id, provider=self.provider
+        )
