@@ -117,6 +117,7 @@ _CONTEXT_PHRASES = (
     "context length of only",
     "prompt is too long",
     "input length exceeds",
+    "`max_new_tokens` must be <=",
 )
 _CONTEXT_CODES = frozenset({"context_length_exceeded", "exceed_context_size_error"})
 _LIMIT_PATTERNS = (
