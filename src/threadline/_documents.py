@@ -1,0 +1,223 @@
+"""What a saved conversation holds: the document a ``Conversation`` saves and restores.
+
+Data only, like ``_messages``: frozen, keyword-only attrs classes. Turning them
+into JSON and back is ``_serialization``'s job. The document holds the
+transcript and the conversation's state, never the agent, API keys or tool
+handlers.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any, TypeAlias
+
+import attrs
+
+from threadline._errors import InvalidRequestError
+from threadline._messages import Message, Origin, Usage
+
+__all__ = [
+    "ConversationDocument",
+    "ConversationEvent",
+    "JsonValue",
+    "json_value_problem",
+]
+
+JsonValue: TypeAlias = "bool | int | float | str | list[JsonValue] | dict[str, JsonValue] | None"
+"""A value JSON can hold exactly: finite floats, string keys, lists not tuples."""
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def member_path(key: str) -> str:
+    """The JSONPath step to ``key``: ``.name``, or ``["odd key"]`` when it is not a name."""
+    if _IDENTIFIER.match(key):
+        return f".{key}"
+    return "[" + _quote(key) + "]"
+
+
+def _quote(key: str) -> str:
+    escaped = key.replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{escaped}"'
+
+
+def json_value_problem(value: object) -> tuple[str, str] | None:
+    """Where and why ``value`` is not a :data:`JsonValue`, or ``None`` when it is.
+
+    The place is a JSONPath suffix relative to ``value`` (``""``, ``.a[2]``).
+    """
+    if value is None or isinstance(value, bool | int | str):
+        return None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else ("", f"{value!r} is not a JSON number")
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            problem = json_value_problem(item)
+            if problem is not None:
+                return f"[{index}]{problem[0]}", problem[1]
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return "", f"the key {key!r} is not a string"
+            problem = json_value_problem(item)
+            if problem is not None:
+                return f"{member_path(key)}{problem[0]}", problem[1]
+        return None
+    return "", f"a {type(value).__name__} is not a JSON value"
+
+
+def _copy_json(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_copy_json(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _copy_json(item) for key, item in value.items()}
+    return value
+
+
+def _to_settings(value: Mapping[str, JsonValue]) -> dict[str, JsonValue]:
+    if not isinstance(value, Mapping):
+        raise InvalidRequestError(f"settings must be a mapping, not {type(value).__name__}")
+    settings = dict(value)
+    problem = json_value_problem(settings)
+    if problem is not None:
+        raise InvalidRequestError(f"settings{problem[0]}: {problem[1]}")
+    # A deep copy, so the caller's later edits cannot reach a frozen document.
+    copied: dict[str, JsonValue] = _copy_json(settings)
+    return copied
+
+
+def _to_metadata(value: Mapping[str, str]) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        raise InvalidRequestError(f"metadata must be a mapping, not {type(value).__name__}")
+    metadata = dict(value)
+    for key, item in metadata.items():
+        if not isinstance(key, str) or not isinstance(item, str):
+            raise InvalidRequestError(
+                f"metadata maps strings to strings; {key!r}: {item!r} does not"
+            )
+    return metadata
+
+
+def _to_events(value: Iterable[ConversationEvent]) -> tuple[ConversationEvent, ...]:
+    events = tuple(value)
+    for index, event in enumerate(events):
+        if not isinstance(event, ConversationEvent):
+            raise InvalidRequestError(
+                f"event {index} is a {type(event).__name__}, not a ConversationEvent"
+            )
+    return events
+
+
+def _check_count(name: str, value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise InvalidRequestError(f"{name} must be an int >= 0, not {value!r}")
+
+
+def _check_timestamp(name: str, value: object) -> None:
+    if value is None:
+        return
+    if not isinstance(value, datetime):
+        raise InvalidRequestError(f"{name} must be a datetime or None, not {value!r}")
+    if value.utcoffset() is None:
+        # A naive time means different instants on different machines.
+        raise InvalidRequestError(f"{name} must be timezone-aware, not {value.isoformat()}")
+
+
+@attrs.frozen(kw_only=True)
+class ConversationEvent:
+    """One message of a conversation's transcript, with the state around it.
+
+    ``message``: the message itself. Never of origin ``injection``: injected
+    context is not persisted.
+    ``turn_id``: the turn the message belongs to. A turn is one submitted
+    prompt and everything the run added for it (replies, tool calls, tool
+    results); ids are handed out by the conversation in increasing order.
+    ``usage``: what the provider reported for the call that produced this
+    message (assistant messages), ``None`` otherwise or when unknown.
+    ``pending``: a submitted user message persisted before the provider work
+    started and not yet committed with its turn.
+    ``model``: the model that produced an assistant message, when known.
+    ``finish_reason``: why the provider stopped (``"stop"``, ``"length"``,
+    ``"tool_calls"``...), when known.
+
+    Raises:
+        InvalidRequestError: a field of the wrong type, a negative turn id or
+            an injected message.
+    """
+
+    message: Message = attrs.field(validator=attrs.validators.instance_of(Message))
+    turn_id: int
+    usage: Usage | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.instance_of(Usage))
+    )
+    pending: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    model: str | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.instance_of(str))
+    )
+    finish_reason: str | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.instance_of(str))
+    )
+
+    def __attrs_post_init__(self) -> None:
+        _check_count("turn_id", self.turn_id)
+        if self.message.origin is Origin.INJECTION:
+            raise InvalidRequestError("injected messages are never persisted")
+
+
+@attrs.frozen(kw_only=True)
+class ConversationDocument:
+    """Everything a conversation saves: its transcript and state.
+
+    ``id``: the conversation's id, never empty.
+    ``events``: the whole transcript, oldest first, every turn kept (the
+    window sent to the model is computed from it and ``history_limit``).
+    ``history_limit``: how many messages the model-facing window holds at
+    least; 0 sends everything.
+    ``next_turn_id``: the id the next turn gets; greater than every event's
+    ``turn_id``, so ids keep counting forward after compaction or a reset.
+    ``total_usage``: what every provider call of this conversation reported,
+    summed.
+    ``settings``: the conversation's own options as JSON values
+    (``max_context_tokens``, ``output_reserve_tokens``, ...). The keys are the
+    conversation's business; this document only keeps them exactly.
+    ``metadata``: the caller's own labels, strings to strings.
+    ``created_at`` / ``updated_at``: timezone-aware times, or ``None`` when
+    unknown.
+
+    ``settings`` and ``metadata`` are copied on construction and do not take
+    part in the hash.
+
+    Raises:
+        InvalidRequestError: a field that does not fit (an empty id, a negative
+            count, an event whose ``turn_id`` is not below ``next_turn_id``, a
+            setting JSON cannot hold, a naive datetime).
+    """
+
+    id: str
+    history_limit: int = 0
+    next_turn_id: int = 0
+    total_usage: Usage = attrs.field(factory=Usage, validator=attrs.validators.instance_of(Usage))
+    settings: dict[str, JsonValue] = attrs.field(factory=dict, converter=_to_settings, hash=False)
+    metadata: dict[str, str] = attrs.field(factory=dict, converter=_to_metadata, hash=False)
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    # Last, so a saved document reads state first and the long transcript after.
+    events: tuple[ConversationEvent, ...] = attrs.field(default=(), converter=_to_events)
+
+    def __attrs_post_init__(self) -> None:
+        if not isinstance(self.id, str) or not self.id:
+            raise InvalidRequestError(f"a conversation id is a non-empty string, not {self.id!r}")
+        _check_count("history_limit", self.history_limit)
+        _check_count("next_turn_id", self.next_turn_id)
+        for index, event in enumerate(self.events):
+            if event.turn_id >= self.next_turn_id:
+                raise InvalidRequestError(
+                    f"event {index} has turn_id {event.turn_id}, which is not below "
+                    f"next_turn_id {self.next_turn_id}"
+                )
+        _check_timestamp("created_at", self.created_at)
+        _check_timestamp("updated_at", self.updated_at)
