@@ -134,13 +134,13 @@ def register_migration(from_version: int) -> Callable[[Migration], Migration]:
             return document
 
     Raises:
-        ValueError: ``from_version`` is not older than :data:`FORMAT_VERSION`,
-            or already has a migration.
+        ValueError: ``from_version`` is negative or not older than
+            :data:`FORMAT_VERSION`, or already has a migration.
     """
     if not 0 <= from_version < FORMAT_VERSION:
         raise ValueError(
-            f"a migration goes from an older version to the next one; {from_version} is "
-            f"not older than format version {FORMAT_VERSION}"
+            f"a migration goes from a version older than {FORMAT_VERSION} (and >= 0) to the "
+            f"next one, not from {from_version}"
         )
     if from_version in _MIGRATIONS:
         raise ValueError(f"format version {from_version} already has a migration")
