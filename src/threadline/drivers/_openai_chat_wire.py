@@ -1,0 +1,457 @@
+"""The Chat Completions wire format: threadline's types to JSON and back.
+
+Pure translation, no I/O: :func:`request_body` builds the body of a call,
+:func:`parse_completion` reads a whole response and :class:`StreamAssembler`
+reads a stream's events one at a time. Response JSON is untrusted: every
+shape is checked, and a wrong one raises :class:`MalformedResponse` naming
+where (``choices[0].message.tool_calls[1].function.name``), which the driver
+turns into a ``ProviderResponseError``.
+
+Request building is on the hot path of every round (a long history is a
+thousand messages), so it does one small dict per message and nothing more.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from threadline._errors import InvalidRequestError
+from threadline._messages import (
+    ImagePart,
+    Message,
+    Origin,
+    Reasoning,
+    Role,
+    TextPart,
+    ToolCall,
+    Usage,
+)
+from threadline._tools import Tool
+from threadline.drivers._replay import check_transcript_reasoning
+from threadline.drivers.base import (
+    ProviderCall,
+    ProviderResponse,
+    ReasoningChunk,
+    StreamChunk,
+    TextChunk,
+    ToolCallChunk,
+)
+
+__all__ = [
+    "MalformedResponse",
+    "StreamAssembler",
+    "encode_body",
+    "parse_completion",
+    "request_body",
+]
+
+_ROLE_NAMES = {role: role.value for role in Role}
+_TOOL_CHOICE_MODES = frozenset({"auto", "none", "required"})
+# The field servers use for the model's display reasoning: "reasoning_content"
+# (DeepSeek, vLLM, llama.cpp), "reasoning" (newer vLLM, Ollama, OpenRouter).
+_REASONING_FIELDS = ("reasoning_content", "reasoning")
+
+
+class MalformedResponse(Exception):
+    """A response that is not the shape the protocol promises (internal)."""
+
+
+# --- request -----------------------------------------------------------------
+
+
+def _encode_part(part: TextPart | ImagePart) -> dict[str, Any]:
+    if isinstance(part, TextPart):
+        return {"type": "text", "text": part.text}
+    image: dict[str, Any] = {"url": part.url}
+    if part.detail is not None:
+        image["detail"] = part.detail
+    return {"type": "image_url", "image_url": image}
+
+
+def _encode_message(message: Message) -> dict[str, Any]:
+    content = message.content
+    wire: dict[str, Any] = {
+        "role": _ROLE_NAMES[message.role],
+        "content": content if isinstance(content, str) else [_encode_part(p) for p in content],
+    }
+    if message.tool_calls:
+        if content == "":
+            # The form the API itself returns for a reply that only calls tools.
+            wire["content"] = None
+        wire["tool_calls"] = [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments},
+            }
+            for call in message.tool_calls
+        ]
+    if message.tool_call_id is not None:
+        wire["tool_call_id"] = message.tool_call_id
+    if message.name is not None:
+        wire["name"] = message.name
+    return wire
+
+
+def _encode_tool(tool: Tool) -> dict[str, Any]:
+    function: dict[str, Any] = {"name": tool.name}
+    if tool.description:
+        function["description"] = tool.description
+    function["parameters"] = tool.parameters
+    return {"type": "function", "function": function}
+
+
+def _encode_tool_choice(choice: str, tools: tuple[Tool, ...]) -> str | dict[str, Any]:
+    if choice in _TOOL_CHOICE_MODES:
+        return choice
+    if not any(tool.name == choice for tool in tools):
+        raise InvalidRequestError(
+            f"tool_choice {choice!r} is neither 'auto', 'none', 'required' nor the name "
+            "of a tool sent with the call"
+        )
+    return {"type": "function", "function": {"name": choice}}
+
+
+def request_body(
+    call: ProviderCall,
+    *,
+    stream: bool,
+    max_tokens_field: str = "max_tokens",
+    stream_usage: bool = True,
+) -> dict[str, Any]:
+    """The JSON body (as a dict) of ``call``; ``extra_body`` is merged last.
+
+    Raises:
+        InvalidRequestError: a message's reasoning replay state is refused
+            (see ``drivers._replay``), or ``tool_choice`` names no tool sent.
+    """
+    check_transcript_reasoning(call.messages)
+    body: dict[str, Any] = {
+        "model": call.model.name,
+        "messages": [_encode_message(message) for message in call.messages],
+    }
+    if call.tools:
+        body["tools"] = [_encode_tool(tool) for tool in call.tools]
+    if call.tool_choice is not None:
+        body["tool_choice"] = _encode_tool_choice(call.tool_choice, call.tools)
+    if call.max_output_tokens is not None:
+        body[max_tokens_field] = call.max_output_tokens
+    sampling = call.sampling
+    for field, value in (
+        ("temperature", sampling.temperature),
+        ("top_p", sampling.top_p),
+        ("stop", None if sampling.stop is None else list(sampling.stop)),
+        ("seed", sampling.seed),
+        ("presence_penalty", sampling.presence_penalty),
+        ("frequency_penalty", sampling.frequency_penalty),
+    ):
+        if value is not None:
+            body[field] = value
+    if stream:
+        body["stream"] = True
+        if stream_usage:
+            body["stream_options"] = {"include_usage": True}
+    body.update(call.extra_body)
+    return body
+
+
+def _json_default(value: object) -> object:
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, set | frozenset):
+        return sorted(value)
+    raise TypeError(f"a {type(value).__name__} cannot be sent as JSON")
+
+
+def encode_body(body: Mapping[str, Any]) -> bytes:
+    """``body`` as compact UTF-8 JSON.
+
+    Raises:
+        InvalidRequestError: a value JSON cannot carry (an object, NaN).
+    """
+    try:
+        text = json.dumps(
+            body, ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=_json_default
+        )
+    except (TypeError, ValueError) as exc:
+        raise InvalidRequestError(f"the request cannot be encoded as JSON: {exc}") from None
+    return text.encode("utf-8")
+
+
+# --- response ----------------------------------------------------------------
+
+
+def _kind(value: object) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _object(value: object, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise MalformedResponse(f"{where} should be a JSON object, not {_kind(value)}")
+    return value
+
+
+def _optional_str(obj: Mapping[str, Any], key: str, where: str) -> str | None:
+    value = obj.get(key)
+    if value is None or isinstance(value, str):
+        return value
+    raise MalformedResponse(f"{where}.{key} should be a string, not {_kind(value)}")
+
+
+def _count(obj: Mapping[str, Any] | None, key: str, where: str) -> int:
+    value = None if obj is None else obj.get(key)
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise MalformedResponse(f"{where}.{key} should be a token count, not {value!r}")
+    return value
+
+
+def _details(obj: Mapping[str, Any], key: str, where: str) -> dict[str, Any] | None:
+    value = obj.get(key)
+    return None if value is None else _object(value, f"{where}.{key}")
+
+
+def parse_usage(value: object, where: str = "usage") -> Usage:
+    """The ``usage`` object of a response or of a stream's last event."""
+    usage = _object(value, where)
+    prompt_details = _details(usage, "prompt_tokens_details", where)
+    output_details = _details(usage, "completion_tokens_details", where)
+    return Usage(
+        input_tokens=_count(usage, "prompt_tokens", where),
+        output_tokens=_count(usage, "completion_tokens", where),
+        cached_input_tokens=_count(
+            prompt_details, "cached_tokens", f"{where}.prompt_tokens_details"
+        ),
+        reasoning_tokens=_count(
+            output_details, "reasoning_tokens", f"{where}.completion_tokens_details"
+        ),
+    )
+
+
+def _text_content(obj: Mapping[str, Any], where: str) -> str:
+    value = obj.get("content")
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        # A few servers answer with content parts; keep their text.
+        texts = []
+        for index, part in enumerate(value):
+            part_obj = _object(part, f"{where}.content[{index}]")
+            text = _optional_str(part_obj, "text", f"{where}.content[{index}]")
+            texts.append(text or "")
+        return "".join(texts)
+    raise MalformedResponse(f"{where}.content should be a string, not {_kind(value)}")
+
+
+def _reasoning_text(obj: Mapping[str, Any], where: str) -> str:
+    for field in _REASONING_FIELDS:
+        value = _optional_str(obj, field, where)
+        if value:
+            return value
+    return ""
+
+
+def _arguments(function: Mapping[str, Any], where: str) -> str | None:
+    value = function.get("arguments")
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        # Some servers send the arguments decoded; re-encode them once, as sent.
+        return json.dumps(value, ensure_ascii=False)
+    raise MalformedResponse(f"{where}.arguments should be a string, not {_kind(value)}")
+
+
+def _parse_tool_calls(value: object, where: str) -> tuple[ToolCall, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise MalformedResponse(f"{where} should be a list, not {_kind(value)}")
+    calls = []
+    for index, item in enumerate(value):
+        item_where = f"{where}[{index}]"
+        call = _object(item, item_where)
+        function = _object(call.get("function"), f"{item_where}.function")
+        name = _optional_str(function, "name", f"{item_where}.function")
+        if not name:
+            raise MalformedResponse(f"{item_where}.function.name is missing")
+        arguments = _arguments(function, f"{item_where}.function")
+        call_id = _optional_str(call, "id", item_where) or f"call_{index}"
+        calls.append(ToolCall(id=call_id, name=name, arguments=arguments or "{}"))
+    return tuple(calls)
+
+
+def _reasoning(text: str, provider: str) -> Reasoning | None:
+    return Reasoning(text=text, provider=provider) if text else None
+
+
+def parse_completion(
+    payload: object, *, requested_model: str, provider: str, request_id: str | None
+) -> ProviderResponse:
+    """The ``ProviderResponse`` of a whole (non-streamed) Chat Completions answer.
+
+    ``provider`` labels display reasoning (``"openai-chat:<model>"``).
+
+    Raises:
+        MalformedResponse: the payload is not a chat completion.
+    """
+    body = _object(payload, "the response")
+    choices = body.get("choices")
+    if not isinstance(choices, list) or not choices:
+        raise MalformedResponse(f"the response has no choices (choices is {_kind(choices)})")
+    choice = _object(choices[0], "choices[0]")
+    message = _object(choice.get("message"), "choices[0].message")
+    tool_calls = _parse_tool_calls(message.get("tool_calls"), "choices[0].message.tool_calls")
+    finish_reason = _optional_str(choice, "finish_reason", "choices[0]")
+    usage = body.get("usage")
+    model = _optional_str(body, "model", "the response")
+    return ProviderResponse(
+        message=Message.assistant(
+            _text_content(message, "choices[0].message"),
+            tool_calls=tool_calls,
+            reasoning=_reasoning(_reasoning_text(message, "choices[0].message"), provider),
+            origin=Origin.TURN,
+        ),
+        finish_reason=finish_reason or ("tool_calls" if tool_calls else "stop"),
+        usage=Usage() if usage is None else parse_usage(usage),
+        model=model or requested_model,
+        request_id=request_id,
+    )
+
+
+class _PartialToolCall:
+    __slots__ = ("arguments", "id", "name")
+
+    def __init__(self) -> None:
+        self.id: str | None = None
+        self.name: str | None = None
+        self.arguments: list[str] = []
+
+
+class StreamAssembler:
+    """Reads a stream's decoded events, yields chunks, and assembles the response.
+
+    Tool calls arrive in pieces keyed by ``index``: the first piece carries
+    the id and name, later ones more of the arguments text.
+    """
+
+    def __init__(self, *, requested_model: str, provider: str) -> None:
+        self._requested_model = requested_model
+        self._provider = provider
+        self._text: list[str] = []
+        self._reasoning: list[str] = []
+        self._calls: dict[int, _PartialToolCall] = {}
+        self._last_call_index: int | None = None
+        self.finish_reason: str | None = None
+        self._usage: Usage | None = None
+        self._model: str | None = None
+
+    def add(self, payload: object) -> list[StreamChunk]:
+        """Take one event's JSON; return the chunks it carries.
+
+        Raises:
+            MalformedResponse: the event is not a chat completion chunk.
+        """
+        event = _object(payload, "a stream event")
+        model = event.get("model")
+        if isinstance(model, str) and model:
+            self._model = model
+        usage = event.get("usage")
+        if usage is not None:
+            self._usage = parse_usage(usage, "a stream event's usage")
+        choices = event.get("choices")
+        if choices is None:
+            return []
+        if not isinstance(choices, list):
+            raise MalformedResponse(f"a stream event's choices is {_kind(choices)}, not a list")
+        chunks: list[StreamChunk] = []
+        for position, item in enumerate(choices):
+            where = f"a stream event's choices[{position}]"
+            choice = _object(item, where)
+            if choice.get("index", 0) != 0:
+                continue  # only one choice is asked for; ignore any other
+            delta = choice.get("delta")
+            if delta is not None:
+                self._add_delta(_object(delta, f"{where}.delta"), f"{where}.delta", chunks)
+            finish_reason = _optional_str(choice, "finish_reason", where)
+            if finish_reason:
+                self.finish_reason = finish_reason
+        return chunks
+
+    def _add_delta(self, delta: dict[str, Any], where: str, chunks: list[StreamChunk]) -> None:
+        reasoning = _reasoning_text(delta, where)
+        if reasoning:
+            self._reasoning.append(reasoning)
+            chunks.append(ReasoningChunk(text=reasoning))
+        text = _optional_str(delta, "content", where)
+        if text:
+            self._text.append(text)
+            chunks.append(TextChunk(text=text))
+        tool_calls = delta.get("tool_calls")
+        if tool_calls is None:
+            return
+        if not isinstance(tool_calls, list):
+            raise MalformedResponse(f"{where}.tool_calls should be a list, not {_kind(tool_calls)}")
+        for position, item in enumerate(tool_calls):
+            chunks.append(self._add_tool_call(_object(item, f"{where}.tool_calls[{position}]")))
+
+    def _add_tool_call(self, piece: dict[str, Any]) -> ToolCallChunk:
+        where = "a stream event's tool call"
+        call_id = _optional_str(piece, "id", where)
+        index = piece.get("index")
+        if index is None:
+            # Servers that omit the index send each call whole, or continue the last.
+            new_call = call_id is not None or self._last_call_index is None
+            index = len(self._calls) if new_call else self._last_call_index
+        if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+            raise MalformedResponse(f"{where} has index {index!r}, not a non-negative int")
+        function_value = piece.get("function")
+        function = {} if function_value is None else _object(function_value, f"{where}.function")
+        name = _optional_str(function, "name", f"{where}.function")
+        arguments = _arguments(function, f"{where}.function") or ""
+        partial = self._calls.get(index)
+        if partial is None:
+            partial = self._calls[index] = _PartialToolCall()
+        self._last_call_index = index
+        if call_id and partial.id is None:
+            partial.id = call_id
+        if name and partial.name is None:
+            partial.name = name
+        if arguments:
+            partial.arguments.append(arguments)
+        return ToolCallChunk(index=index, id=call_id, name=name, arguments=arguments)
+
+    def finish(self, *, request_id: str | None) -> ProviderResponse:
+        """The assembled response, once the stream has ended.
+
+        Raises:
+            MalformedResponse: a tool call never got its name.
+        """
+        tool_calls = []
+        for index in sorted(self._calls):
+            partial = self._calls[index]
+            if not partial.name:
+                raise MalformedResponse(f"the stream's tool call {index} never got a name")
+            tool_calls.append(
+                ToolCall(
+                    id=partial.id or f"call_{index}",
+                    name=partial.name,
+                    arguments="".join(partial.arguments) or "{}",
+                )
+            )
+        return ProviderResponse(
+            message=Message.assistant(
+                "".join(self._text),
+                tool_calls=tool_calls,
+                reasoning=_reasoning("".join(self._reasoning), self._provider),
+                origin=Origin.TURN,
+            ),
+            finish_reason=self.finish_reason or ("tool_calls" if tool_calls else "stop"),
+            usage=self._usage or Usage(),
+            model=self._model or self._requested_model,
+            request_id=request_id,
+        )

@@ -1,0 +1,367 @@
+"""``OpenAIChatDriver``: the Chat Completions protocol, for OpenAI and every
+OpenAI-compatible server (llama.cpp, vLLM, Ollama, LM Studio, ...).
+
+The driver only translates (``_openai_chat_wire``) and sends (``_http``): one
+pooled ``httpx.AsyncClient``, the shared retry policy, errors mapped to
+threadline's tree. Display reasoning (``reasoning_content``) is read from
+answers and never sent back, as Chat Completions has no way to replay it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import json
+import os
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from types import TracebackType
+from typing import Literal
+
+import httpx
+
+from threadline._models import Model
+from threadline.counting._protocol import ReplayProjection, TokenCounter
+from threadline.drivers._http import (
+    DEFAULT_TIMEOUT,
+    Clock,
+    RetryPolicy,
+    SystemClock,
+    build_http_client,
+    send_with_retries,
+)
+from threadline.drivers._http_errors import ErrorMapper
+from threadline.drivers._openai_chat_wire import (
+    MalformedResponse,
+    StreamAssembler,
+    encode_body,
+    parse_completion,
+    request_body,
+)
+from threadline.drivers._replay import NO_REPLAY
+from threadline.drivers._sse import aiter_sse
+from threadline.drivers.base import ProviderCall, ProviderResponse, ResponseDone, StreamChunk
+
+__all__ = ["OpenAIChatDriver"]
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+_NAME = "openai-chat"
+_SNIPPET = 200
+_SECRET_HEADER_WORDS = ("auth", "key", "token", "secret")
+
+
+class _Unset(enum.Enum):
+    UNSET = enum.auto()
+
+
+_UNSET = _Unset.UNSET
+
+
+class _Secret:
+    """A credential that prints as ``'<hidden>'`` everywhere but the wire."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "'<hidden>'"
+
+    __str__ = __repr__
+
+
+def _snippet(text: str) -> str:
+    return text if len(text) <= _SNIPPET else f"{text[:_SNIPPET]}..."
+
+
+class OpenAIChatDriver:
+    """A driver for the Chat Completions API (``POST {base_url}/chat/completions``).
+
+    Args:
+        base_url: the API root, ``/v1`` included (``"http://127.0.0.1:8080/v1"``
+            for a local llama.cpp server).
+        api_key: the bearer token; ``None`` reads ``OPENAI_API_KEY``, and when
+            that is unset too no ``Authorization`` header is sent (fine for
+            most local servers). It never appears in a ``repr``, a log record
+            or an exception.
+        http_client: an ``httpx.AsyncClient`` to send with, on any transport.
+            The driver does not close a client it was given. ``None`` builds a
+            pooled one (``aclose()`` or ``async with`` closes it).
+        timeout: per-request time-out; when not given, the driver's own client
+            uses ``DEFAULT_TIMEOUT`` (600 s read, 5 s connect) and a given
+            client keeps its own.
+        max_retries: retries after the first attempt; overrides
+            ``retry_policy.max_retries`` (default 2).
+        retry_policy: the waits between retries (``RetryPolicy``).
+        organization, project: sent as ``OpenAI-Organization`` and
+            ``OpenAI-Project``.
+        default_headers: extra headers on every request.
+        max_tokens_field: the body field ``max_output_tokens`` goes to.
+            ``"max_tokens"`` is what OpenAI-compatible servers understand;
+            OpenAI's reasoning models (o-series, gpt-5) require
+            ``"max_completion_tokens"``.
+        stream_usage: ask for usage at the end of a stream
+            (``stream_options.include_usage``); turn off for servers that
+            reject ``stream_options``.
+        clock: what retries wait on; tests pass a fake one.
+
+    Example::
+
+        async with OpenAIChatDriver("http://127.0.0.1:8080/v1") as driver:
+            client = Client(driver, default_model=Model("local", context_size=8192))
+    """
+
+    def __init__(
+        self,
+        base_url: str = DEFAULT_BASE_URL,
+        *,
+        api_key: str | None = None,
+        http_client: httpx.AsyncClient | None = None,
+        timeout: float | httpx.Timeout | _Unset | None = _UNSET,
+        max_retries: int | None = None,
+        retry_policy: RetryPolicy | None = None,
+        organization: str | None = None,
+        project: str | None = None,
+        default_headers: Mapping[str, str] | None = None,
+        max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens",
+        stream_usage: bool = True,
+        clock: Clock | None = None,
+    ) -> None:
+        self._base_url = base_url.rstrip("/")
+        self._url = httpx.URL(f"{self._base_url}/chat/completions")
+        key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        self._api_key = _Secret(key) if key else None
+        policy = retry_policy or RetryPolicy()
+        if max_retries is not None:
+            policy = RetryPolicy(
+                max_retries=max_retries,
+                initial_delay=policy.initial_delay,
+                max_delay=policy.max_delay,
+                jitter=policy.jitter,
+                max_retry_after=policy.max_retry_after,
+            )
+        self._retry_policy = policy
+        self._clock = clock or SystemClock()
+        self._max_tokens_field = max_tokens_field
+        self._stream_usage = stream_usage
+
+        headers = {"accept": "application/json", "content-type": "application/json"}
+        if organization:
+            headers["openai-organization"] = organization
+        if project:
+            headers["openai-project"] = project
+        headers.update({name.lower(): value for name, value in (default_headers or {}).items()})
+        self._headers = headers
+        secrets = [key] if key else []
+        secrets += [
+            value
+            for name, value in headers.items()
+            if any(word in name for word in _SECRET_HEADER_WORDS)
+        ]
+        self._errors = ErrorMapper(_NAME, secrets=secrets)
+
+        self._owns_client = http_client is None
+        if http_client is None:
+            self._timeout: float | httpx.Timeout | _Unset | None = _UNSET
+            self._client = build_http_client(
+                timeout=DEFAULT_TIMEOUT if timeout is _UNSET else timeout
+            )
+        else:
+            self._timeout = timeout
+            self._client = http_client
+
+    def __repr__(self) -> str:
+        url = httpx.URL(self._base_url)
+        port = f":{url.port}" if url.port else ""
+        shown = f"{url.scheme}://{url.host}{port}{url.path}"
+        key = "set" if self._api_key else "unset"
+        return f"OpenAIChatDriver(base_url={shown!r}, api_key=<{key}>)"
+
+    @property
+    def name(self) -> str:
+        """``"openai-chat"``."""
+        return _NAME
+
+    @property
+    def retry_policy(self) -> RetryPolicy:
+        """The retry policy in force."""
+        return self._retry_policy
+
+    def token_counter(self) -> TokenCounter | None:
+        """``None``: Chat Completions has no token counting endpoint."""
+        return None
+
+    def replay_projection(self, model: Model) -> ReplayProjection:
+        """Nothing is replayed: ``reasoning_content`` never goes back to the model."""
+        return NO_REPLAY
+
+    # --- sending -------------------------------------------------------------
+
+    def _request(self, call: ProviderCall, *, stream: bool) -> httpx.Request:
+        body = request_body(
+            call,
+            stream=stream,
+            max_tokens_field=self._max_tokens_field,
+            stream_usage=self._stream_usage,
+        )
+        if stream:
+            body["stream"] = True  # the driver reads the answer as the body asked
+        headers = dict(self._headers)
+        if stream:
+            headers["accept"] = "text/event-stream"
+        if self._api_key is not None:
+            headers["authorization"] = f"Bearer {self._api_key.reveal()}"
+        if self._timeout is _UNSET:
+            return self._client.build_request(
+                "POST", self._url, content=encode_body(body), headers=headers
+            )
+        return self._client.build_request(
+            "POST", self._url, content=encode_body(body), headers=headers, timeout=self._timeout
+        )
+
+    def _reasoning_label(self, call: ProviderCall) -> str:
+        return f"{_NAME}:{call.model.name}"
+
+    def _parse(
+        self, content: bytes, call: ProviderCall, request_id: str | None
+    ) -> ProviderResponse:
+        try:
+            payload = json.loads(content)
+        except ValueError:
+            raise self._errors.malformed(
+                "the response body is not JSON: "
+                f"{_snippet(content.decode('utf-8', errors='replace'))!r}",
+                request_id=request_id,
+            ) from None
+        if isinstance(payload, dict) and payload.get("error") is not None:
+            raise self._errors.from_payload(payload, request_id=request_id)
+        try:
+            return parse_completion(
+                payload,
+                requested_model=call.model.name,
+                provider=self._reasoning_label(call),
+                request_id=request_id,
+            )
+        except MalformedResponse as exc:
+            raise self._errors.malformed(str(exc), request_id=request_id) from None
+
+    async def complete(self, call: ProviderCall) -> ProviderResponse:
+        """Send ``call`` and return the whole answer.
+
+        Raises:
+            InvalidRequestError: the call cannot be sent (refused reasoning
+                replay state, an unknown forced tool, a value JSON cannot hold).
+            ProviderError: the mapped failure, after retries where they apply.
+        """
+        response = await send_with_retries(
+            self._client,
+            self._request(call, stream=False),
+            policy=self._retry_policy,
+            errors=self._errors,
+            clock=self._clock,
+        )
+        return self._parse(response.content, call, response.headers.get("x-request-id"))
+
+    @contextlib.asynccontextmanager
+    async def stream(self, call: ProviderCall) -> AsyncIterator[AsyncIterator[StreamChunk]]:
+        """Send ``call`` with ``stream: true``; yield chunks ending with ``ResponseDone``.
+
+        The request is sent (and retried) on entering the context; leaving it
+        early closes the connection.
+
+        Raises:
+            ProviderError: on entry, the mapped failure; while iterating, an
+                error event the server sent, a broken connection
+                (``ProviderUnavailableError``, never retried once the body
+                started) or a malformed event (``ProviderResponseError``).
+        """
+        response = await send_with_retries(
+            self._client,
+            self._request(call, stream=True),
+            policy=self._retry_policy,
+            errors=self._errors,
+            clock=self._clock,
+            stream=True,
+        )
+        chunks = self._chunks(response, call)
+        try:
+            yield chunks
+        finally:
+            try:
+                await chunks.aclose()
+            finally:
+                await response.aclose()
+
+    async def _chunks(
+        self, response: httpx.Response, call: ProviderCall
+    ) -> AsyncGenerator[StreamChunk, None]:
+        request_id = response.headers.get("x-request-id")
+        if response.headers.get("content-type", "").startswith("application/json"):
+            # A server that ignored "stream": true and answered in one piece.
+            whole = self._parse(await self._read(response), call, request_id)
+            yield ResponseDone(response=whole)
+            return
+        assembler = StreamAssembler(
+            requested_model=call.model.name, provider=self._reasoning_label(call)
+        )
+        done = False
+        try:
+            async for event in aiter_sse(response.aiter_bytes()):
+                if event.data == "[DONE]":
+                    done = True
+                    break
+                try:
+                    payload = json.loads(event.data)
+                except ValueError:
+                    if event.event == "error":
+                        raise self._errors.from_payload(
+                            {"error": {"message": event.data}}, request_id=request_id
+                        ) from None
+                    raise self._errors.malformed(
+                        f"a stream event is not JSON: {_snippet(event.data)!r}",
+                        request_id=request_id,
+                    ) from None
+                if event.event == "error" or (
+                    isinstance(payload, dict) and payload.get("error") is not None
+                ):
+                    raise self._errors.from_payload(payload, request_id=request_id)
+                for chunk in assembler.add(payload):
+                    yield chunk
+            if not done and assembler.finish_reason is None:
+                raise self._errors.malformed(
+                    "the stream ended before the response was complete "
+                    "(no finish_reason and no [DONE])",
+                    request_id=request_id,
+                )
+            yield ResponseDone(response=assembler.finish(request_id=request_id))
+        except MalformedResponse as exc:
+            raise self._errors.malformed(str(exc), request_id=request_id) from None
+        except httpx.TransportError as exc:
+            raise self._errors.from_transport(exc) from exc
+
+    async def _read(self, response: httpx.Response) -> bytes:
+        try:
+            return await response.aread()
+        except httpx.TransportError as exc:
+            raise self._errors.from_transport(exc) from exc
+
+    # --- lifetime ------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Close the HTTP client, when the driver built it."""
+        if self._owns_client:
+            await self._client.aclose()
+
+    async def __aenter__(self) -> OpenAIChatDriver:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
