@@ -75,6 +75,11 @@ class ProviderResponse:
     """The model name the provider says answered."""
     request_id: str | None = None
 
+    @property
+    def text(self) -> str:
+        """The reply's text."""
+        return self.message.text
+
 
 @attrs.frozen(kw_only=True)
 class TextChunk:

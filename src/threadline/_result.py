@@ -1,0 +1,80 @@
+"""What a run returns: the response, the transcript, and what each round cost."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import attrs
+
+from threadline._messages import Message, Usage
+from threadline.drivers.base import ProviderResponse
+
+if TYPE_CHECKING:
+    from threadline._budget import Budget
+    from threadline._limiting import LimitingRecord
+
+__all__ = ["RoundRecord", "RunResult"]
+
+
+@attrs.frozen(kw_only=True)
+class RoundRecord:
+    """One provider call: what it cost and what limiting did before it.
+
+    ``estimated_input_tokens`` is threadline's count of what was sent;
+    ``reported_input_tokens`` is what the provider billed (``None`` when it
+    did not say), kept side by side so the gap is visible.
+    """
+
+    round: int
+    usage: Usage
+    estimated_input_tokens: int
+    reported_input_tokens: int | None
+    limiting: LimitingRecord | None
+    """The limiting step of this round, or ``None`` when no budget was resolved."""
+    finish_reason: str
+    tool_calls: int
+    context_retry: bool = False
+    """True when the provider refused the first send as too long and the round retried."""
+
+
+@attrs.frozen(kw_only=True)
+class RunResult:
+    """The outcome of ``Request.run()``.
+
+    ``messages`` is the whole transcript as it stands after the run, each
+    message with its origin; limiting may have removed seed messages from it,
+    so use :meth:`new_messages` (never a slice offset) for what to persist.
+    """
+
+    response: ProviderResponse
+    messages: tuple[Message, ...]
+    rounds: tuple[RoundRecord, ...]
+    budget: Budget | None
+    turn_messages: tuple[Message, ...]
+    """This run's own messages (origin ``TURN``) in order, even ones a later
+    round's limiting left out."""
+
+    @property
+    def text(self) -> str:
+        """The final reply's text."""
+        return self.response.text
+
+    @property
+    def usage(self) -> Usage:
+        """Usage summed over every round."""
+        total = Usage()
+        for record in self.rounds:
+            total = total + record.usage
+        return total
+
+    @property
+    def limiting(self) -> tuple[LimitingRecord, ...]:
+        """Each round's limiting step, for rounds that resolved a budget."""
+        return tuple(r.limiting for r in self.rounds if r.limiting is not None)
+
+    def new_messages(self) -> list[Message]:
+        """The messages this run added (origin ``TURN``): the prompt, replies, tool results.
+
+        Injected messages (origin ``INJECTION``) are never included.
+        """
+        return list(self.turn_messages)
