@@ -13,7 +13,7 @@ A handler gets a :class:`TokenLimitEvent` whose ``messages`` is a copy; what
 it leaves there is what is sent. The engine adopts a rewrite only when the
 handler returns normally, the rewrite passes
 :func:`~threadline._units.check_integrity`, and every pinned message is still
-there, by value and in order; otherwise it raises :class:`HandlerError` and
+there (by value, in order: :func:`match_messages`); otherwise it raises :class:`HandlerError` and
 keeps its own transcript. A handler that raises aborts with its own error.
 """
 
@@ -145,8 +145,8 @@ class TokenLimitEvent:
     def units(self) -> list[Unit]:
         """The units of ``messages`` as they are now, each marked pinned or droppable.
 
-        A message stays pinned while it is still there (the same object, or
-        an equal one in the same order).
+        A message stays pinned while it is still there: an equal message, in
+        the same order (see :func:`match_messages`).
 
         Raises:
             TranscriptIntegrityError: the current ``messages`` are broken.
@@ -194,24 +194,21 @@ TokenLimitHandler: TypeAlias = Callable[[TokenLimitEvent], Awaitable[None] | Non
 def match_messages(before: Sequence[Message], after: Sequence[Message]) -> list[int | None]:
     """For each message of ``after``, its index in ``before``, or ``None`` when it is new.
 
-    The matches keep their order (a subsequence of ``before``). The same
-    object wins over an equal one, and the match runs from the end, so when
-    equal messages repeat, the newest are the ones kept.
+    Messages are matched by value (an equal message is the same message: it
+    is sent the same) and in order, so the matches form a subsequence of
+    ``before``. Matching runs from the end and takes the newest equal message
+    each time, which finds a match for as much of ``after`` as any matching
+    could, and attributes a dropped duplicate to the older copy.
     """
     if len(before) == len(after) and all(a is b for a, b in zip(before, after, strict=True)):
         return list(range(len(before)))
-    by_identity: dict[int, list[int]] = {}
-    by_value: dict[Message, list[int]] = {}
+    positions: dict[Message, list[int]] = {}
     for index, message in enumerate(before):
-        by_identity.setdefault(id(message), []).append(index)
-        by_value.setdefault(message, []).append(index)
+        positions.setdefault(message, []).append(index)
     sources: list[int | None] = [None] * len(after)
     bound = len(before)
     for at in range(len(after) - 1, -1, -1):
-        message = after[at]
-        source = _last_below(by_identity.get(id(message)), bound)
-        if source is None:
-            source = _last_below(by_value.get(message), bound)
+        source = _last_below(positions.get(after[at]), bound)
         if source is not None:
             sources[at] = bound = source
     return sources
