@@ -1,0 +1,1 @@
+"""Conversation stores: where conversations persist between runs and processes."""
