@@ -547,3 +547,8 @@ def test_saving_something_else_than_messages_is_a_type_error() -> None:
         dumps_messages([Message.user("x"), {"role": "user"}])  # type: ignore[list-item]
     with pytest.raises(TypeError, match="ConversationDocument"):
         dumps_conversation({"id": "c"})  # type: ignore[arg-type]
+
+
+def test_a_document_nested_beyond_reading_is_refused_not_crashed() -> None:
+    with pytest.raises(ConversationFormatError, match="nested too deeply"):
+        loads_messages("[" * 100_000)

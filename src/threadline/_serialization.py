@@ -174,8 +174,8 @@ def loads_messages(text: str | bytes) -> list[Message]:
 
     Accepts what :func:`dumps_messages` writes, a bare JSON array of messages
     (read as version 1), and a saved conversation (what
-    :func:`dumps_conversation` writes), whose events' messages it returns in
-    order.
+    :func:`dumps_conversation` writes), whose whole transcript it returns in
+    order, a pending user message included.
 
     Raises:
         ConversationFormatError: the text is not such a document; ``path``
@@ -183,15 +183,15 @@ def loads_messages(text: str | bytes) -> list[Message]:
     """
     data = _read(text)
     if isinstance(data, list):
+        # Wrapped as version 1, so later versions' migrations apply to it too.
         document = _migrate({"format_version": 1, "messages": data})
-        messages_path = "$" if FORMAT_VERSION == 1 else "$.messages"
-        return list(_structure_messages(document, messages_path))
+        return list(_structure_messages(document, bare=True))
     if not isinstance(data, dict):
         _refuse("expected a JSON object or an array of messages", found=data)
     document = _migrate(data)
     if "events" in document and "messages" not in document:
         return [event.message for event in _structure_conversation(document).events]
-    return list(_structure_messages(document, "$.messages"))
+    return list(_structure_messages(document, bare=False))
 
 
 def dumps_conversation(document: ConversationDocument, *, indent: int | None = None) -> str:
@@ -245,6 +245,8 @@ def _read(text: str | bytes) -> Any:
         ) from None
     except UnicodeDecodeError as exc:
         raise ConversationFormatError(f"not UTF-8 text: {exc.reason}") from None
+    except RecursionError:
+        raise ConversationFormatError("nested too deeply to read") from None
     except _Invalid as exc:
         raise ConversationFormatError(f"not valid JSON: {exc.reason}") from None
 
@@ -343,10 +345,11 @@ class _MessagesBody:
     messages: tuple[Message, ...]
 
 
-def _structure_messages(document: dict[str, Any], path: str) -> tuple[Message, ...]:
-    if path == "$.messages":
-        return _structure(document, _MessagesBody, "$").messages
-    return _structure(document["messages"], tuple[Message, ...], path)
+def _structure_messages(document: dict[str, Any], *, bare: bool) -> tuple[Message, ...]:
+    if bare:
+        # Paths point into the array the caller wrote, not into our wrapper.
+        return _structure(document["messages"], tuple[Message, ...], "$")
+    return _structure(document, _MessagesBody, "$").messages
 
 
 def _structure_conversation(document: dict[str, Any]) -> ConversationDocument:
