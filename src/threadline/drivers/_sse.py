@@ -15,7 +15,7 @@ data is decoded, rather than vanishing.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterable
 
 import attrs
 
@@ -129,11 +129,22 @@ class SSEDecoder:
         )
 
 
-async def aiter_sse(chunks: AsyncIterable[bytes]) -> AsyncIterator[ServerSentEvent]:
-    """The events of a byte stream (e.g. ``response.aiter_bytes()``), in order."""
+async def aiter_sse(chunks: AsyncIterable[bytes]) -> AsyncGenerator[ServerSentEvent, None]:
+    """The events of a byte stream (e.g. ``response.aiter_bytes()``), in order.
+
+    Closing this generator (``contextlib.aclosing``) closes ``chunks`` too, so
+    a reader that stops at ``[DONE]`` leaves no generator for the garbage
+    collector to finalize (which trio warns about).
+    """
     decoder = SSEDecoder()
-    async for chunk in chunks:
-        for event in decoder.feed(chunk):
+    source = aiter(chunks)
+    try:
+        async for chunk in source:
+            for event in decoder.feed(chunk):
+                yield event
+        for event in decoder.flush():
             yield event
-    for event in decoder.flush():
-        yield event
+    finally:
+        aclose = getattr(source, "aclose", None)
+        if aclose is not None:
+            await aclose()

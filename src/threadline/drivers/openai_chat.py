@@ -17,6 +17,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from types import TracebackType
 from typing import Literal
 
+import anyio
 import httpx
 
 from threadline._models import Model
@@ -38,7 +39,7 @@ from threadline.drivers._openai_chat_wire import (
     request_body,
 )
 from threadline.drivers._replay import NO_REPLAY
-from threadline.drivers._sse import aiter_sse
+from threadline.drivers._sse import ServerSentEvent, aiter_sse
 from threadline.drivers.base import ProviderCall, ProviderResponse, ResponseDone, StreamChunk
 
 __all__ = ["OpenAIChatDriver"]
@@ -46,6 +47,7 @@ __all__ = ["OpenAIChatDriver"]
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 _NAME = "openai-chat"
 _SNIPPET = 200
+_DRAIN_SECONDS = 1.0
 _SECRET_HEADER_WORDS = ("auth", "key", "token", "secret")
 
 
@@ -71,6 +73,22 @@ class _Secret:
         return "'<hidden>'"
 
     __str__ = __repr__
+
+
+async def _finish_reading(events: AsyncGenerator[ServerSentEvent, None], *, drain: bool) -> None:
+    """Bring the reader (and httpx's generators under it) to an end, never abandon it.
+
+    An async generator dropped mid-iteration is finalized by the garbage
+    collector, which trio reports as a ``ResourceWarning``; httpx's byte
+    iterators nest several. Reading on under a cancel scope ends them all:
+    after ``[DONE]`` briefly, to reach the end of the body so the connection
+    goes back to the pool; otherwise (an error, a caller who left early) at
+    the next read, which cancellation interrupts at once.
+    """
+    with anyio.move_on_after(_DRAIN_SECONDS if drain else 0):
+        async for _ in events:
+            pass
+    await events.aclose()
 
 
 def _snippet(text: str) -> str:
@@ -307,28 +325,14 @@ class OpenAIChatDriver:
         assembler = StreamAssembler(
             requested_model=call.model.name, provider=self._reasoning_label(call)
         )
+        events = aiter_sse(response.aiter_bytes())
         done = False
         try:
-            async for event in aiter_sse(response.aiter_bytes()):
+            async for event in events:
                 if event.data == "[DONE]":
                     done = True
                     break
-                try:
-                    payload = json.loads(event.data)
-                except ValueError:
-                    if event.event == "error":
-                        raise self._errors.from_payload(
-                            {"error": {"message": event.data}}, request_id=request_id
-                        ) from None
-                    raise self._errors.malformed(
-                        f"a stream event is not JSON: {_snippet(event.data)!r}",
-                        request_id=request_id,
-                    ) from None
-                if event.event == "error" or (
-                    isinstance(payload, dict) and payload.get("error") is not None
-                ):
-                    raise self._errors.from_payload(payload, request_id=request_id)
-                for chunk in assembler.add(payload):
+                for chunk in assembler.add(self._event_payload(event, request_id)):
                     yield chunk
             if not done and assembler.finish_reason is None:
                 raise self._errors.malformed(
@@ -341,6 +345,26 @@ class OpenAIChatDriver:
             raise self._errors.malformed(str(exc), request_id=request_id) from None
         except httpx.TransportError as exc:
             raise self._errors.from_transport(exc) from exc
+        finally:
+            await _finish_reading(events, drain=done)
+
+    def _event_payload(self, event: ServerSentEvent, request_id: str | None) -> object:
+        """The decoded JSON of a data event; an error event raises its mapped error."""
+        try:
+            payload = json.loads(event.data)
+        except ValueError:
+            if event.event == "error":
+                raise self._errors.from_payload(
+                    {"error": {"message": event.data}}, request_id=request_id
+                ) from None
+            raise self._errors.malformed(
+                f"a stream event is not JSON: {_snippet(event.data)!r}", request_id=request_id
+            ) from None
+        if event.event == "error" or (
+            isinstance(payload, dict) and payload.get("error") is not None
+        ):
+            raise self._errors.from_payload(payload, request_id=request_id)
+        return payload
 
     async def _read(self, response: httpx.Response) -> bytes:
         try:
