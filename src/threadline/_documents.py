@@ -24,6 +24,7 @@ __all__ = [
     "ConversationEvent",
     "JsonValue",
     "json_value_problem",
+    "member_path",
 ]
 
 JsonValue: TypeAlias = "bool | int | float | str | list[JsonValue] | dict[str, JsonValue] | None"
