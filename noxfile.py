@@ -1,0 +1,61 @@
+"""The sessions a contributor runs: ``nox -s tests lint typecheck docs examples bench``."""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.sessions = ["tests", "lint", "typecheck"]
+nox.options.default_venv_backend = "venv"
+
+PYTHON = "3.11"
+
+
+@nox.session(python=PYTHON)
+def tests(session: nox.Session) -> None:
+    """The whole suite, integration tests included (they start a local llama.cpp server)."""
+    session.install("-e", ".[test]")
+    session.run("python", "-m", "pytest", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def unit(session: nox.Session) -> None:
+    """The suite without the tests that start real servers."""
+    session.install("-e", ".[test]")
+    session.run("python", "-m", "pytest", "-m", "not integration", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    """ruff's checks and its formatter, as CI runs them."""
+    session.install("ruff")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session(python=PYTHON)
+def typecheck(session: nox.Session) -> None:
+    """mypy --strict on the library."""
+    session.install("-e", ".[dev]")
+    session.run("mypy", "--strict", "src")
+
+
+@nox.session(python=PYTHON)
+def docs(session: nox.Session) -> None:
+    """Run every Python example in docs/ (they are written to run offline)."""
+    session.install("-e", ".[test]")
+    session.run("python", "-m", "pytest", "tests/test_docs.py", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def examples(session: nox.Session) -> None:
+    """Run the offline examples in examples/."""
+    session.install("-e", ".")
+    session.run("python", "examples/offline_scripted.py")
+
+
+@nox.session(python=PYTHON)
+def bench(session: nox.Session) -> None:
+    """The benchmarks; each prints its ratios against a baseline run beside it."""
+    session.install("-e", ".[bench]")
+    for script in ("bench_counting", "bench_limiting", "bench_request", "bench_conversation"):
+        session.run("python", f"benchmarks/{script}.py")
