@@ -353,51 +353,66 @@ class StreamAssembler:
     def add(self, payload: object) -> list[StreamChunk]:
         """Take one event's JSON; return the chunks it carries.
 
+        This runs once per token, so the common shapes take the shortest path
+        and the ``where`` of an error is only spelled out when one is raised.
+
         Raises:
             MalformedResponse: the event is not a chat completion chunk.
         """
-        event = _object(payload, "a stream event")
+        event = payload if type(payload) is dict else _object(payload, "a stream event")
         model = event.get("model")
-        if isinstance(model, str) and model:
+        if model and isinstance(model, str):
             self._model = model
         usage = event.get("usage")
         if usage is not None:
             self._usage = parse_usage(usage, "a stream event's usage")
         choices = event.get("choices")
-        if choices is None:
+        if not choices:
             return []
-        if not isinstance(choices, list):
+        if type(choices) is not list:
             raise MalformedResponse(f"a stream event's choices is {_kind(choices)}, not a list")
         chunks: list[StreamChunk] = []
-        for position, item in enumerate(choices):
-            where = f"a stream event's choices[{position}]"
-            choice = _object(item, where)
+        for position, choice in enumerate(choices):
+            if type(choice) is not dict:
+                _object(choice, f"a stream event's choices[{position}]")
             if choice.get("index", 0) != 0:
                 continue  # only one choice is asked for; ignore any other
             delta = choice.get("delta")
-            if delta is not None:
-                self._add_delta(_object(delta, f"{where}.delta"), f"{where}.delta", chunks)
-            finish_reason = _optional_str(choice, "finish_reason", where)
-            if finish_reason:
-                self.finish_reason = finish_reason
+            if delta:
+                if type(delta) is not dict:
+                    _object(delta, f"a stream event's choices[{position}].delta")
+                self._add_delta(delta, position, chunks)
+            finish_reason = choice.get("finish_reason")
+            if finish_reason is not None:
+                if type(finish_reason) is not str:
+                    _optional_str(choice, "finish_reason", f"a stream event's choices[{position}]")
+                if finish_reason:
+                    self.finish_reason = finish_reason
         return chunks
 
-    def _add_delta(self, delta: dict[str, Any], where: str, chunks: list[StreamChunk]) -> None:
-        reasoning = _reasoning_text(delta, where)
-        if reasoning:
-            self._reasoning.append(reasoning)
-            chunks.append(ReasoningChunk(text=reasoning))
-        text = _optional_str(delta, "content", where)
+    def _add_delta(self, delta: dict[str, Any], position: int, chunks: list[StreamChunk]) -> None:
+        for field in _REASONING_FIELDS:
+            reasoning = delta.get(field)
+            if reasoning:
+                if type(reasoning) is not str:
+                    _optional_str(delta, field, f"a stream event's choices[{position}].delta")
+                self._reasoning.append(reasoning)
+                chunks.append(ReasoningChunk(text=reasoning))
+                break
+        text = delta.get("content")
         if text:
+            if type(text) is not str:
+                _optional_str(delta, "content", f"a stream event's choices[{position}].delta")
             self._text.append(text)
             chunks.append(TextChunk(text=text))
         tool_calls = delta.get("tool_calls")
         if tool_calls is None:
             return
+        where = f"a stream event's choices[{position}].delta.tool_calls"
         if not isinstance(tool_calls, list):
-            raise MalformedResponse(f"{where}.tool_calls should be a list, not {_kind(tool_calls)}")
-        for position, item in enumerate(tool_calls):
-            chunks.append(self._add_tool_call(_object(item, f"{where}.tool_calls[{position}]")))
+            raise MalformedResponse(f"{where} should be a list, not {_kind(tool_calls)}")
+        for index, item in enumerate(tool_calls):
+            chunks.append(self._add_tool_call(_object(item, f"{where}[{index}]")))
 
     def _add_tool_call(self, piece: dict[str, Any]) -> ToolCallChunk:
         where = "a stream event's tool call"
