@@ -30,6 +30,10 @@ A message::
                    "provider": "anthropic:claude-sonnet-4-5"},
      "origin": "turn"}                         seed | turn
 
+A store may keep a saved conversation in parts: the object above without
+``events`` (its header) and one event object per row, read back together by
+:func:`loads_conversation_parts` under the header's ``format_version``.
+
 A usage is ``{"input_tokens", "output_tokens", "cached_input_tokens",
 "reasoning_tokens"}``, all integers; times are ISO 8601 with a UTC offset.
 
@@ -100,8 +104,11 @@ __all__ = [
     "ConversationEvent",
     "Migration",
     "dumps_conversation",
+    "dumps_conversation_header",
+    "dumps_event",
     "dumps_messages",
     "loads_conversation",
+    "loads_conversation_parts",
     "loads_messages",
     "register_migration",
 ]
@@ -225,6 +232,71 @@ def loads_conversation(text: str | bytes) -> ConversationDocument:
             "this is a message list, not a saved conversation; load it with loads_messages"
         )
     return _structure_conversation(document)
+
+
+def dumps_conversation_header(document: ConversationDocument) -> str:
+    """A saved conversation without its transcript, for a store that keeps events apart.
+
+    The object :func:`dumps_conversation` writes, ``format_version`` included,
+    without the ``events`` field (``document.events`` is ignored). Stored with
+    one :func:`dumps_event` text per event, it loads again with
+    :func:`loads_conversation_parts`.
+
+    Raises:
+        TypeError: ``document`` is not a :class:`ConversationDocument`.
+    """
+    if not isinstance(document, ConversationDocument):
+        raise TypeError(f"expected a ConversationDocument, not {type(document).__name__}")
+    body = _CONVERTER.unstructure(document, ConversationDocument)
+    del body["events"]
+    return _write({"format_version": FORMAT_VERSION, **body}, None)
+
+
+def dumps_event(event: ConversationEvent) -> str:
+    """One transcript event as JSON, the object it is inside a saved conversation's ``events``.
+
+    It carries no ``format_version``: it is read with the version of the
+    header it is stored with (see :func:`loads_conversation_parts`).
+
+    Raises:
+        ConversationFormatError: a message the format cannot hold, with its path
+            (``$.message.reasoning.provider_reasoning``).
+        TypeError: ``event`` is not a :class:`ConversationEvent`.
+    """
+    if not isinstance(event, ConversationEvent):
+        raise TypeError(f"expected a ConversationEvent, not {type(event).__name__}")
+    _check_persistable(event.message, "$.message")
+    return _write(_CONVERTER.unstructure(event, ConversationEvent), None)
+
+
+def loads_conversation_parts(
+    header: str | bytes, events: Iterable[str | bytes]
+) -> ConversationDocument:
+    """A saved conversation kept as a header and one JSON text per event, put back together.
+
+    ``header`` is what :func:`dumps_conversation_header` wrote and ``events``
+    what :func:`dumps_event` wrote, oldest first. The header's
+    ``format_version`` is every event's too: the reassembled document is
+    migrated and checked as a whole, exactly like :func:`loads_conversation`.
+
+    Raises:
+        ConversationFormatError: the parts do not make a saved conversation;
+            a problem inside event ``i`` has a ``path`` below ``$.events[i]``.
+    """
+    data = _read(header)
+    if not isinstance(data, dict):
+        _refuse("expected a saved conversation header (a JSON object)", found=data)
+    if "events" in data:
+        raise ConversationFormatError(
+            "a conversation header holds no events; they are stored apart", path="$.events"
+        )
+    parsed: list[Any] = []
+    for index, text in enumerate(events):
+        try:
+            parsed.append(_read(text))
+        except ConversationFormatError as exc:
+            raise ConversationFormatError(exc.reason, path=f"$.events[{index}]") from None
+    return _structure_conversation(_migrate({**data, "events": parsed}))
 
 
 # --- JSON text ---------------------------------------------------------------
