@@ -1,0 +1,221 @@
+"""A conversation's answered transcript, indexed so each turn costs what its window costs.
+
+:class:`Transcript` holds the events in order with the positions of the user
+events (the safe places to cut), the turns and the running usage. Appending a
+turn touches only the new events; the window start is a bisection.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Sequence
+
+import attrs
+
+from threadline._documents import ConversationEvent
+from threadline._errors import InvalidRequestError, TranscriptIntegrityError
+from threadline._messages import Message, Role, Usage
+from threadline._result import RunResult
+from threadline._units import check_integrity
+from threadline.drivers.base import ProviderResponse
+
+__all__ = ["Transcript", "Turn", "checked_replacement", "sum_usage", "turn_events"]
+
+
+@attrs.frozen(kw_only=True)
+class Turn:
+    """One completed turn: a submitted prompt and everything its run added.
+
+    ``id`` is the turn id its events carry; ``events`` are its messages with
+    their usage, in order.
+    """
+
+    id: int
+    events: tuple[ConversationEvent, ...]
+
+    @property
+    def messages(self) -> tuple[Message, ...]:
+        """The turn's messages."""
+        return tuple(event.message for event in self.events)
+
+    @property
+    def prompt(self) -> Message | None:
+        """The turn's first user message (``None`` for a turn without one)."""
+        return next((e.message for e in self.events if e.message.role is Role.USER), None)
+
+    @property
+    def text(self) -> str:
+        """The text of the turn's last assistant message (``""`` when there is none)."""
+        for event in reversed(self.events):
+            if event.message.role is Role.ASSISTANT:
+                return event.message.text
+        return ""
+
+    @property
+    def usage(self) -> Usage:
+        """What the turn's provider calls reported, summed."""
+        return sum_usage(self.events)
+
+
+def sum_usage(events: Iterable[ConversationEvent]) -> Usage:
+    """The usage of ``events``, summed (events without usage add nothing)."""
+    total = Usage()
+    for event in events:
+        if event.usage is not None:
+            total = total + event.usage
+    return total
+
+
+def _group_turns(events: Sequence[ConversationEvent]) -> list[Turn]:
+    turns: list[Turn] = []
+    start = 0
+    for index in range(1, len(events) + 1):
+        if index == len(events) or events[index].turn_id != events[start].turn_id:
+            turns.append(Turn(id=events[start].turn_id, events=tuple(events[start:index])))
+            start = index
+    return turns
+
+
+def _response_of(events: Sequence[ConversationEvent]) -> ProviderResponse | None:
+    # Rebuilt from the last assistant event; what the provider did not report stays empty.
+    for event in reversed(events):
+        if event.message.role is Role.ASSISTANT:
+            return ProviderResponse(
+                message=event.message,
+                finish_reason=event.finish_reason or "stop",
+                usage=event.usage or Usage(),
+                model=event.model or "",
+            )
+    return None
+
+
+def turn_events(turn_id: int, result: RunResult) -> list[ConversationEvent]:
+    """The events of a completed run: its own messages, each reply with its round's usage."""
+    rounds = iter(result.rounds)
+    model = result.response.model or None
+    events: list[ConversationEvent] = []
+    for message in result.new_messages():
+        if message.role is Role.ASSISTANT:
+            record = next(rounds, None)
+            events.append(
+                ConversationEvent(
+                    message=message,
+                    turn_id=turn_id,
+                    usage=record.usage if record is not None else None,
+                    model=model,
+                    finish_reason=record.finish_reason if record is not None else None,
+                )
+            )
+        else:
+            events.append(ConversationEvent(message=message, turn_id=turn_id))
+    return events
+
+
+def checked_replacement(events: Iterable[ConversationEvent]) -> tuple[ConversationEvent, ...]:
+    """``events`` as a transcript to install, or a clear refusal.
+
+    Raises:
+        InvalidRequestError: an item that is not an answered ``ConversationEvent``,
+            a first event that is not a user message, or a broken tool unit.
+    """
+    replacement = tuple(events)
+    for index, event in enumerate(replacement):
+        if not isinstance(event, ConversationEvent):
+            raise InvalidRequestError(
+                f"event {index} is a {type(event).__name__}, not a ConversationEvent"
+            )
+        if event.pending:
+            raise InvalidRequestError(
+                f"event {index} is pending; only answered events can be installed"
+            )
+    if replacement and replacement[0].message.role is not Role.USER:
+        raise InvalidRequestError(
+            f"the transcript must start with a user event, not a "
+            f"{replacement[0].message.role.value} message; cut at an index from "
+            "user_event_indices()"
+        )
+    try:
+        check_integrity([event.message for event in replacement])
+    except TranscriptIntegrityError as exc:
+        raise InvalidRequestError(
+            f"these events would break a tool unit: event {exc.index}: {exc.reason}"
+        ) from None
+    return replacement
+
+
+class Transcript:
+    """Answered events plus what is derived from them, kept up to date incrementally.
+
+    ``pending`` are prompts a crashed process submitted and never saw
+    answered: kept beside the transcript, never part of a window.
+    """
+
+    def __init__(
+        self,
+        events: Sequence[ConversationEvent] = (),
+        *,
+        pending: Sequence[ConversationEvent] = (),
+        next_turn_id: int = 0,
+        total_usage: Usage | None = None,
+    ) -> None:
+        self._events = list(events)
+        self._view: tuple[ConversationEvent, ...] | None = None
+        self._user_indices = [
+            i for i, event in enumerate(self._events) if event.message.role is Role.USER
+        ]
+        self._turns = _group_turns(self._events)
+        self.pending: tuple[ConversationEvent, ...] = tuple(pending)
+        self.next_turn_id = next_turn_id
+        self.total_usage = sum_usage(self._events) if total_usage is None else total_usage
+        self.last_response = _response_of(self._events)
+
+    @property
+    def events(self) -> tuple[ConversationEvent, ...]:
+        if self._view is None:
+            self._view = tuple(self._events)
+        return self._view
+
+    @property
+    def turns(self) -> tuple[Turn, ...]:
+        return tuple(self._turns)
+
+    def turn_count(self) -> int:
+        return len(self._turns)
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+    def user_indices(self) -> list[int]:
+        return list(self._user_indices)
+
+    def append_turn(
+        self, events: Sequence[ConversationEvent], response: ProviderResponse, usage: Usage
+    ) -> None:
+        """Add a completed turn; costs what its own events cost."""
+        offset = len(self._events)
+        self._events.extend(events)
+        self._view = None
+        self._user_indices.extend(
+            offset + i for i, event in enumerate(events) if event.message.role is Role.USER
+        )
+        self._turns.extend(_group_turns(events))
+        self.next_turn_id = max(self.next_turn_id, events[0].turn_id + 1)
+        self.total_usage = self.total_usage + usage
+        self.last_response = response
+
+    def window_start(self, history_limit: int) -> int:
+        """Where the window of ``history_limit`` messages starts (0 sends everything).
+
+        The latest user event that leaves at least ``history_limit`` messages
+        from it to the end: the window is never smaller than the limit and
+        never opens inside a turn or a tool exchange.
+        """
+        total = len(self._events)
+        if history_limit == 0 or history_limit >= total:
+            return 0
+        position = bisect.bisect_right(self._user_indices, total - history_limit) - 1
+        return self._user_indices[position] if position >= 0 else 0
+
+    def window(self, history_limit: int) -> list[Message]:
+        """The messages of the window of ``history_limit`` messages."""
+        return [event.message for event in self._events[self.window_start(history_limit) :]]
