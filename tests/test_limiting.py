@@ -602,12 +602,15 @@ async def test_the_ledger_names_dropped_units_by_input_index_role_and_handler() 
     assert report.reserve_tokens == 100
 
 
-def test_messages_are_matched_by_value_in_order_newest_copy_first() -> None:
+def test_messages_are_matched_as_the_same_objects_or_else_by_value_in_order() -> None:
     a1, a2 = Message.user("same"), Message.user("same")
     b = Message.assistant("b")
     before = [a1, b, a2]
+    # Only removals: the very objects are the matches.
     assert match_messages(before, [a1, b, a2]) == [0, 1, 2]
-    assert match_messages(before, [a1]) == [2]
+    assert match_messages(before, [a1]) == [0]
+    assert match_messages(before, [a2]) == [2]
+    # Anything else is matched by value, newest equal message first.
     assert match_messages(before, [Message.user("same")]) == [2]
     assert match_messages(before, [b, Message.user("new")]) == [1, None]
     assert match_messages(before, [a2, b]) == [0, 1]

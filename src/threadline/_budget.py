@@ -25,7 +25,7 @@ from threadline._messages import Message
 from threadline._models import Model
 from threadline._sentinel import NOT_GIVEN, NotGiven
 from threadline._tools import Tool
-from threadline._units import PinReason, units_for
+from threadline._units import PinReason, pinned_units, unit_starts
 from threadline.counting._protocol import IncrementalTokenCounter, TokenCounter
 
 __all__ = [
@@ -257,12 +257,16 @@ def budget_report(
         tools_tokens = counter.overhead_tokens(tools) - counter.overhead_tokens(())
     else:
         tools_tokens = counter.count([], tools) - counter.count([], ()) if tools else 0
+    starts = unit_starts(messages)
+    reasons = pinned_units(starts, pinned)
+    bounds = [*starts, len(messages)]
     system = pinned_part = history = 0
-    for unit in units_for(messages, pinned):
-        cost = sum(costs[unit.start : unit.end])
-        if unit.reason is PinReason.FIRST_SYSTEM:
+    for k in range(len(starts)):
+        cost = sum(costs[bounds[k] : bounds[k + 1]])
+        reason = reasons.get(k)
+        if reason is PinReason.FIRST_SYSTEM:
             system += cost
-        elif unit.pinned:
+        elif reason is not None:
             pinned_part += cost
         else:
             history += cost

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import bisect
 import inspect
+import itertools
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Literal, TypeAlias
@@ -38,7 +39,9 @@ from threadline._units import (
     check_integrity,
     current_prompt_index,
     pinned_messages,
-    units_for,
+    pinned_units,
+    unit_kind,
+    unit_starts,
 )
 from threadline.counting._protocol import IncrementalTokenCounter, TokenCounter
 
@@ -79,13 +82,14 @@ class TokenLimitEvent:
 
     __slots__ = (
         "_budget_tokens",
+        "_checked",
         "_counter",
         "_drop_notes",
+        "_layout_cache",
         "_pinned",
         "_round",
         "_snapshot",
         "_tools",
-        "_units",
         "estimated_tokens",
         "messages",
     )
@@ -111,7 +115,8 @@ class TokenLimitEvent:
         if pinned is None:
             pinned = pinned_messages(self._snapshot, prompt_index=prompt_index)
         self._pinned: Mapping[int, PinReason] = dict(pinned)
-        self._units: list[Unit] | None = None
+        self._checked = False  # the engine sets it: it checked the snapshot already
+        self._layout_cache: _Layout | None = None
         self._drop_notes: dict[int, str] = {}
         if estimated_tokens is None:
             estimated_tokens = counter.count(self.messages, self._tools)
@@ -145,17 +150,28 @@ class TokenLimitEvent:
     def units(self) -> list[Unit]:
         """The units of ``messages`` as they are now, each marked pinned or droppable.
 
-        A message stays pinned while it is still there: an equal message, in
-        the same order (see :func:`match_messages`).
+        A message stays pinned while it is still there, in the same order
+        (see :func:`match_messages`).
 
         Raises:
             TranscriptIntegrityError: the current ``messages`` are broken.
         """
+        starts, pinned = self._layout()
+        ends = [*starts[1:], len(self.messages)]
+        return [
+            Unit(kind=unit_kind(self.messages[start]), start=start, end=end, reason=pinned.get(k))
+            for k, (start, end) in enumerate(zip(starts, ends, strict=True))
+        ]
+
+    def _layout(self) -> _Layout:
+        """Unit starts and pinned units (by unit number) of ``messages`` as they are now."""
         if self._unchanged():
-            if self._units is None:
-                check_integrity(self._snapshot)
-                self._units = units_for(self._snapshot, self._pinned)
-            return list(self._units)
+            if self._layout_cache is None:
+                if not self._checked:
+                    check_integrity(self._snapshot)
+                starts = unit_starts(self._snapshot)
+                self._layout_cache = (starts, pinned_units(starts, self._pinned))
+            return self._layout_cache
         check_integrity(self.messages)
         sources = match_messages(self._snapshot, self.messages)
         pinned = {
@@ -163,11 +179,13 @@ class TokenLimitEvent:
             for at, source in enumerate(sources)
             if source is not None and source in self._pinned
         }
-        return units_for(self.messages, pinned)
+        starts = unit_starts(self.messages)
+        return starts, pinned_units(starts, pinned)
 
     def _unchanged(self) -> bool:
-        return len(self.messages) == len(self._snapshot) and all(
-            a is b for a, b in zip(self.messages, self._snapshot, strict=True)
+        messages, snapshot = self.messages, self._snapshot
+        return len(messages) == len(snapshot) and all(
+            a is b for a, b in zip(messages, snapshot, strict=True)
         )
 
     def _drop_note(self, index: int) -> str | None:
@@ -187,6 +205,8 @@ class TokenLimitEvent:
         )
 
 
+_Layout: TypeAlias = tuple[list[int], dict[int, PinReason]]
+
 TokenLimitHandler: TypeAlias = Callable[[TokenLimitEvent], Awaitable[None] | None]
 """A limiting handler: ``async def handler(event) -> None`` or a plain function."""
 
@@ -194,14 +214,17 @@ TokenLimitHandler: TypeAlias = Callable[[TokenLimitEvent], Awaitable[None] | Non
 def match_messages(before: Sequence[Message], after: Sequence[Message]) -> list[int | None]:
     """For each message of ``after``, its index in ``before``, or ``None`` when it is new.
 
-    Messages are matched by value (an equal message is the same message: it
-    is sent the same) and in order, so the matches form a subsequence of
-    ``before``. Matching runs from the end and takes the newest equal message
-    each time, which finds a match for as much of ``after`` as any matching
-    could, and attributes a dropped duplicate to the older copy.
+    The matches keep their order: they form a subsequence of ``before``.
+    When ``after`` is made of ``before``'s own message objects in order (a
+    handler that only removed messages), those are the matches. Otherwise
+    messages are matched by value, since an equal message is sent the same:
+    from the end, each to the newest equal message still available, which
+    matches as much of ``after`` as any in-order matching could and counts a
+    dropped duplicate as the older copy.
     """
-    if len(before) == len(after) and all(a is b for a, b in zip(before, after, strict=True)):
-        return list(range(len(before)))
+    by_identity = _match_identity(before, after)
+    if by_identity is not None:
+        return by_identity
     positions: dict[Message, list[int]] = {}
     for index, message in enumerate(before):
         positions.setdefault(message, []).append(index)
@@ -211,6 +234,21 @@ def match_messages(before: Sequence[Message], after: Sequence[Message]) -> list[
         source = _last_below(positions.get(after[at]), bound)
         if source is not None:
             sources[at] = bound = source
+    return sources
+
+
+def _match_identity(before: Sequence[Message], after: Sequence[Message]) -> list[int | None] | None:
+    # Two pointers from the end: linear, and no message is hashed.
+    sources: list[int | None] = [None] * len(after)
+    source = len(before) - 1
+    for at in range(len(after) - 1, -1, -1):
+        message = after[at]
+        while source >= 0 and before[source] is not message:
+            source -= 1
+        if source < 0:
+            return None
+        sources[at] = source
+        source -= 1
     return sources
 
 
@@ -275,25 +313,38 @@ def _drop_oldest(event: TokenLimitEvent, counter: TokenCounter) -> None:
     if total <= budget:
         return
 
-    units = event.units()
-    unit_costs = [sum(costs[u.start : u.end]) for u in units]
-    droppable = [k for k, unit in enumerate(units) if not unit.pinned]
-    dropped = [False] * len(units)
+    starts, pinned = event._layout()
+    ends = [*starts[1:], len(messages)]
+    prefix = list(itertools.accumulate(costs, initial=0))
+    droppable = [k for k in range(len(starts)) if k not in pinned]
+    first_system = next((k for k, r in pinned.items() if r is PinReason.FIRST_SYSTEM), None)
+    dropped = [False] * len(starts)
     taken = 0  # droppable[:taken] are dropped: always the oldest ones
     front = 0  # no unit before this one can open the kept transcript
     excess = total - budget
+    over_budget = f"oldest droppable unit while {total} > {budget} tokens"
+    opening = "dropped so that the transcript opens with a user message"
     while True:
         freed = 0
         while freed < excess and taken < len(droppable):
             k = droppable[taken]
             dropped[k] = True
-            freed += unit_costs[k]
+            freed += prefix[ends[k]] - prefix[starts[k]]
             taken += 1
-            event.note_drop(
-                units[k].start, f"oldest droppable unit while {total} > {budget} tokens"
-            )
-        front, taken = _open_at_user(event, units, dropped, droppable, front, taken)
-        kept = [m for k, unit in enumerate(units) if not dropped[k] for m in _slice(messages, unit)]
+            event.note_drop(starts[k], over_budget)
+        # The first kept unit besides the first system message must be a user
+        # message: droppable units in the way go too, a pinned one stops it.
+        while front < len(starts):
+            if dropped[front] or front == first_system:
+                front += 1
+                continue
+            if front in pinned or messages[starts[front]].role is Role.USER:
+                break
+            dropped[front] = True  # units go oldest first: this is droppable[taken]
+            taken += 1
+            event.note_drop(starts[front], opening)
+            front += 1
+        kept = _kept_messages(messages, starts, ends, dropped)
         if exact:
             break
         total = counter.count(kept, tools)
@@ -303,33 +354,21 @@ def _drop_oldest(event: TokenLimitEvent, counter: TokenCounter) -> None:
     event.messages = kept
 
 
-def _open_at_user(
-    event: TokenLimitEvent,
-    units: list[Unit],
-    dropped: list[bool],
-    droppable: list[int],
-    front: int,
-    taken: int,
-) -> tuple[int, int]:
-    # The first kept unit besides the first system message must be a user
-    # message; droppable units in the way go too, pinned ones stop the walk.
-    while front < len(units):
-        unit = units[front]
-        if dropped[front] or unit.reason is PinReason.FIRST_SYSTEM:
-            front += 1
-            continue
-        if unit.pinned or unit.kind is UnitKind.USER:
-            break
-        # Units are dropped oldest first, so this is the next droppable one.
-        dropped[front] = True
-        taken += 1
-        event.note_drop(unit.start, "dropped so that the transcript opens with a user message")
-        front += 1
-    return front, taken
-
-
-def _slice(messages: Sequence[Message], unit: Unit) -> Sequence[Message]:
-    return messages[unit.start : unit.end]
+def _kept_messages(
+    messages: Sequence[Message], starts: list[int], ends: list[int], dropped: list[bool]
+) -> list[Message]:
+    kept: list[Message] = []
+    run_start: int | None = None  # copy runs of kept units in one slice each
+    for k, gone in enumerate(dropped):
+        if gone:
+            if run_start is not None:
+                kept.extend(messages[run_start : starts[k]])
+                run_start = None
+        elif run_start is None:
+            run_start = starts[k]
+    if run_start is not None:
+        kept.extend(messages[run_start : ends[-1]])
+    return kept
 
 
 # -- the ledger ------------------------------------------------------------------------
@@ -468,7 +507,7 @@ class _Limiting:
         self.round = round
         self.prompt_index = current_prompt_index(messages, prompt_index)
         self.pinned: dict[int, PinReason] = pinned_messages(messages, prompt_index=prompt_index)
-        self.original_units = units_for(messages, self.pinned)
+        self.original_starts = unit_starts(messages)
         self.current: list[Message] = list(messages)
         self.sources: list[int | None] = list(range(len(messages)))
         self.tokens_before = self.tokens = counter.count(messages, tools)
@@ -486,12 +525,11 @@ class _Limiting:
             estimated_tokens=self.tokens,
             pinned=self.pinned,
         )
+        event._checked = True
         result = handler(event)
         if inspect.isawaitable(result):
             await result
-        rewrite, matches = self._checked_rewrite(event, name)
-        kept = {m for m in matches if m is not None}
-        removed = [index for index in range(len(self.current)) if index not in kept]
+        rewrite, matches, removed = self._checked_rewrite(event, name)
         reason = f"over budget: {self.tokens} > {budget.prompt_tokens} tokens"
         self._record_drops(name, phase, removed, event, reason)
         self.pinned = {
@@ -515,7 +553,7 @@ class _Limiting:
 
     def _checked_rewrite(
         self, event: TokenLimitEvent, name: str
-    ) -> tuple[list[Message], list[int | None]]:
+    ) -> tuple[list[Message], list[int | None], list[int]]:
         output: object = event.messages
         if not isinstance(output, list | tuple):
             raise HandlerError(
@@ -542,9 +580,16 @@ class _Limiting:
                 index=exc.index,
             ) from exc
         matches = match_messages(self.current, rewrite)
-        kept = {m for m in matches if m is not None}
-        for index, reason in sorted(self.pinned.items()):
-            if index not in kept:
+        removed: list[int] = []
+        expected = 0
+        for source in matches:
+            if source is not None:
+                removed.extend(range(expected, source))
+                expected = source + 1
+        removed.extend(range(expected, len(self.current)))
+        for index in removed:
+            reason = self.pinned.get(index)
+            if reason is not None:
                 message = self.current[index]
                 raise HandlerError(
                     f"limiting handler {name!r} dropped or changed the {reason.value} "
@@ -552,7 +597,7 @@ class _Limiting:
                     "pinned messages must be kept as they are",
                     handler=name,
                 )
-        return rewrite, matches
+        return rewrite, matches, removed
 
     def _record_drops(
         self,
@@ -563,25 +608,36 @@ class _Limiting:
         default_reason: str,
     ) -> None:
         # Attribute removed messages to units of the round's input; a message
-        # an earlier handler added has no unit there and is left out.
-        unit_of = _unit_lookup(self.original_units, len(self.original))
-        reasons: dict[int, str | None] = {}
+        # an earlier handler added has no unit there and is left out. Sources
+        # only grow along the transcript, so one walk over the units does it.
+        starts = self.original_starts
+        found: list[tuple[int, str | None]] = []  # (unit number, noted reason)
+        k = 0
         for index in removed:
             source = self.sources[index]
-            if source is not None:
-                k = unit_of[source]
-                reasons[k] = reasons.get(k) or event._drop_note(index)
-        for k in sorted(reasons):
-            unit = self.original_units[k]
+            if source is None:
+                continue
+            while k + 1 < len(starts) and starts[k + 1] <= source:
+                k += 1
+            note = event._drop_note(index)
+            if found and found[-1][0] == k:
+                if found[-1][1] is None:
+                    found[-1] = (k, note)
+            else:
+                found.append((k, note))
+        for k, note in found:
+            start = starts[k]
+            end = starts[k + 1] if k + 1 < len(starts) else len(self.original)
+            unit = self.original[start:end]
             self.dropped.append(
                 DroppedUnit(
                     handler=name,
                     phase=phase,
-                    kind=unit.kind,
-                    start=unit.start,
-                    end=unit.end,
-                    roles=tuple(m.role for m in self.original[unit.start : unit.end]),
-                    reason=reasons[k] or default_reason,
+                    kind=unit_kind(unit[0]),
+                    start=start,
+                    end=end,
+                    roles=tuple(m.role for m in unit),
+                    reason=note or default_reason,
                 )
             )
 
@@ -589,7 +645,8 @@ class _Limiting:
         budget = self.budget
         over = budget is not None and self.tokens > budget.prompt_tokens
         if over and budget is not None:
-            only_pinned = all(u.pinned for u in units_for(self.current, self.pinned))
+            starts = unit_starts(self.current)
+            only_pinned = len(pinned_units(starts, self.pinned)) == len(starts)
             logger.warning(
                 "round %d: sending %d tokens over the prompt budget of %d tokens (%s); "
                 "the provider may refuse it",
@@ -629,11 +686,3 @@ class _Limiting:
             sources=tuple(self.sources),
             prompt_index=prompt_at,
         )
-
-
-def _unit_lookup(units: list[Unit], size: int) -> list[int]:
-    lookup = [0] * size
-    for k, unit in enumerate(units):
-        for index in unit.indices:
-            lookup[index] = k
-    return lookup

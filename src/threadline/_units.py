@@ -33,8 +33,10 @@ the next send, so a transcript about to be sent never has a pending call.
 
 from __future__ import annotations
 
+import bisect
 import enum
 from collections.abc import Mapping, Sequence
+from typing import NoReturn
 
 import attrs
 
@@ -48,7 +50,10 @@ __all__ = [
     "check_integrity",
     "current_prompt_index",
     "pinned_messages",
+    "pinned_units",
     "split_units",
+    "unit_kind",
+    "unit_starts",
     "units_for",
 ]
 
@@ -116,14 +121,17 @@ def check_integrity(messages: Sequence[Message]) -> None:
     calls_at: dict[str, int] = {}  # call id -> index of the assistant message that made it
     open_calls: dict[str, str] = {}  # call id -> tool name, for the exchange being read
     exchange_start = -1
+    tool = Role.TOOL
     for index, message in enumerate(messages):
-        if message.role is Role.TOOL:
-            _check_result(message, index, calls_at, open_calls, exchange_start)
-            del open_calls[message.tool_call_id or ""]
+        if message.role is tool:
+            call_id = message.tool_call_id or ""
+            if call_id not in open_calls:
+                _raise_misplaced_result(call_id, index, calls_at, exchange_start)
+            del open_calls[call_id]
             continue
         if open_calls:
             _raise_missing_results(messages, exchange_start, open_calls)
-        if message.role is Role.ASSISTANT and message.tool_calls:
+        if message.tool_calls:
             exchange_start = index
             for call in message.tool_calls:
                 if call.id in calls_at:
@@ -138,16 +146,9 @@ def check_integrity(messages: Sequence[Message]) -> None:
         _raise_missing_results(messages, exchange_start, open_calls)
 
 
-def _check_result(
-    message: Message,
-    index: int,
-    calls_at: Mapping[str, int],
-    open_calls: Mapping[str, str],
-    exchange_start: int,
-) -> None:
-    call_id = message.tool_call_id or ""
-    if call_id in open_calls:
-        return
+def _raise_misplaced_result(
+    call_id: str, index: int, calls_at: Mapping[str, int], exchange_start: int
+) -> NoReturn:
     if call_id not in calls_at:
         raise TranscriptIntegrityError(
             f"tool result for call {call_id!r} answers no call before it", index=index
@@ -165,7 +166,7 @@ def _check_result(
 
 def _raise_missing_results(
     messages: Sequence[Message], exchange_start: int, open_calls: Mapping[str, str]
-) -> None:
+) -> NoReturn:
     call_id, name = next(iter(open_calls.items()))
     later = next(
         (
@@ -243,6 +244,35 @@ def current_prompt_index(
     return None
 
 
+def unit_starts(messages: Sequence[Message]) -> list[int]:
+    """Where each unit begins, in order: the compact form of :func:`units_for`.
+
+    Unit ``k`` is ``messages[starts[k]:starts[k + 1]]`` (the last one runs to
+    the end). ``tool`` results belong to the exchange before them; one with
+    no exchange before it begins a unit of its own.
+    """
+    tool = Role.TOOL
+    starts: list[int] = []
+    in_exchange = False
+    for index, message in enumerate(messages):
+        if message.role is tool:
+            if in_exchange:
+                continue
+            in_exchange = True
+        else:
+            in_exchange = bool(message.tool_calls)
+        starts.append(index)
+    return starts
+
+
+def pinned_units(starts: Sequence[int], pinned: Mapping[int, PinReason]) -> dict[int, PinReason]:
+    """Which units are pinned, by unit number: a unit takes its first pinned message's reason."""
+    units: dict[int, PinReason] = {}
+    for index in sorted(pinned):
+        units.setdefault(bisect.bisect_right(starts, index) - 1, pinned[index])
+    return units
+
+
 def units_for(messages: Sequence[Message], pinned: Mapping[int, PinReason]) -> list[Unit]:
     """Split ``messages`` into units, pinning each unit that holds a message in ``pinned``.
 
@@ -251,26 +281,24 @@ def units_for(messages: Sequence[Message], pinned: Mapping[int, PinReason]) -> l
     does not check integrity; a ``tool`` message with no exchange before it
     forms a unit of its own.
     """
-    units: list[Unit] = []
-    index = 0
-    total = len(messages)
-    while index < total:
-        message = messages[index]
-        start = index
-        index += 1
-        if message.role is Role.SYSTEM:
-            kind = UnitKind.SYSTEM
-        elif message.role is Role.USER:
-            kind = UnitKind.USER
-        elif message.role is Role.ASSISTANT and not message.tool_calls:
-            kind = UnitKind.ASSISTANT
-        else:
-            kind = UnitKind.TOOL_EXCHANGE
-            while index < total and messages[index].role is Role.TOOL:
-                index += 1
-        reason = next((pinned[i] for i in range(start, index) if i in pinned), None)
-        units.append(Unit(kind=kind, start=start, end=index, reason=reason))
-    return units
+    starts = unit_starts(messages)
+    reasons = pinned_units(starts, pinned)
+    ends = [*starts[1:], len(messages)] if starts else []
+    return [
+        Unit(kind=unit_kind(messages[start]), start=start, end=end, reason=reasons.get(k))
+        for k, (start, end) in enumerate(zip(starts, ends, strict=True))
+    ]
+
+
+def unit_kind(first: Message) -> UnitKind:
+    """The kind of the unit that ``first`` begins."""
+    if first.role is Role.SYSTEM:
+        return UnitKind.SYSTEM
+    if first.role is Role.USER:
+        return UnitKind.USER
+    if first.role is Role.ASSISTANT and not first.tool_calls:
+        return UnitKind.ASSISTANT
+    return UnitKind.TOOL_EXCHANGE
 
 
 def split_units(messages: Sequence[Message], *, prompt_index: int | None = None) -> list[Unit]:
