@@ -393,3 +393,14 @@ async def test_it_is_a_driver_that_counts_nothing_and_replays_no_reasoning() -> 
         reasoning = Reasoning(text="t", provider_reasoning=b"{}")
         assert list(projection.replayed_reasoning(reasoning)) == []
         assert driver.retry_policy.max_retries == 2
+
+
+@pytest.mark.anyio
+async def test_extra_body_cannot_turn_a_complete_into_a_stream(
+    driver: OpenAIChatDriver, respx_mock: respx.MockRouter
+) -> None:
+    route = respx_mock.post(URL).mock(return_value=httpx.Response(200, json=REPLY))
+    call = ProviderCall(model=MODEL, messages=(Message.user("hi"),), extra_body={"stream": True})
+    response = await driver.complete(call)
+    assert "stream" not in sent_body(route)
+    assert response.text == "ok"

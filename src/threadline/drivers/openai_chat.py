@@ -10,7 +10,6 @@ answers and never sent back, as Chat Completions has no way to replay it.
 from __future__ import annotations
 
 import contextlib
-import enum
 import json
 import os
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
@@ -21,6 +20,7 @@ import anyio
 import httpx
 
 from threadline._models import Model
+from threadline._sentinel import NOT_GIVEN, NotGiven
 from threadline.counting._protocol import ReplayProjection, TokenCounter
 from threadline.drivers._http import (
     DEFAULT_TIMEOUT,
@@ -49,13 +49,6 @@ _NAME = "openai-chat"
 _SNIPPET = 200
 _DRAIN_SECONDS = 1.0
 _SECRET_HEADER_WORDS = ("auth", "key", "token", "secret")
-
-
-class _Unset(enum.Enum):
-    UNSET = enum.auto()
-
-
-_UNSET = _Unset.UNSET
 
 
 class _Secret:
@@ -138,7 +131,7 @@ class OpenAIChatDriver:
         *,
         api_key: str | None = None,
         http_client: httpx.AsyncClient | None = None,
-        timeout: float | httpx.Timeout | _Unset | None = _UNSET,
+        timeout: float | httpx.Timeout | NotGiven | None = NOT_GIVEN,
         max_retries: int | None = None,
         retry_policy: RetryPolicy | None = None,
         organization: str | None = None,
@@ -183,9 +176,9 @@ class OpenAIChatDriver:
 
         self._owns_client = http_client is None
         if http_client is None:
-            self._timeout: float | httpx.Timeout | _Unset | None = _UNSET
+            self._timeout: float | httpx.Timeout | NotGiven | None = NOT_GIVEN
             self._client = build_http_client(
-                timeout=DEFAULT_TIMEOUT if timeout is _UNSET else timeout
+                timeout=DEFAULT_TIMEOUT if isinstance(timeout, NotGiven) else timeout
             )
         else:
             self._timeout = timeout
@@ -225,14 +218,17 @@ class OpenAIChatDriver:
             max_tokens_field=self._max_tokens_field,
             stream_usage=self._stream_usage,
         )
+        # How the answer is read is the driver's choice, whatever extra_body said.
         if stream:
-            body["stream"] = True  # the driver reads the answer as the body asked
+            body["stream"] = True
+        else:
+            body.pop("stream", None)
         headers = dict(self._headers)
         if stream:
             headers["accept"] = "text/event-stream"
         if self._api_key is not None:
             headers["authorization"] = f"Bearer {self._api_key.reveal()}"
-        if self._timeout is _UNSET:
+        if isinstance(self._timeout, NotGiven):
             return self._client.build_request(
                 "POST", self._url, content=encode_body(body), headers=headers
             )
