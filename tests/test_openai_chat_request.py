@@ -91,7 +91,7 @@ async def test_exact_body_for_system_history_tools_and_a_forced_tool(
             {"role": "user", "content": "Weather in Paris and Rome?", "name": "ada"},
             {
                 "role": "assistant",
-                "content": None,
+                "content": "",
                 "tool_calls": [
                     {
                         "id": "call_1",

@@ -77,9 +77,9 @@ def _encode_message(message: Message) -> dict[str, Any]:
         "content": content if isinstance(content, str) else [_encode_part(p) for p in content],
     }
     if message.tool_calls:
-        if content == "":
-            # The form the API itself returns for a reply that only calls tools.
-            wire["content"] = None
+        # A reply that only calls tools keeps "content": "" rather than the
+        # null the API itself returns: OpenAI, vLLM and Ollama take either,
+        # but llama-cpp-python's server, LM Studio and older llama.cpp refuse null.
         wire["tool_calls"] = [
             {
                 "id": call.id,
