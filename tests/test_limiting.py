@@ -628,3 +628,11 @@ async def test_limiting_runs_on_asyncio_and_trio(anyio_backend: str) -> None:
         transcript(3), counter=WordCounter(), budget=budget(40), pre=trim, post=drop_oldest_units()
     )
     assert outcome.messages[-1] is PROMPT
+
+
+async def test_a_pinned_injection_before_the_prompt_may_open_the_kept_transcript() -> None:
+    note = Message.system("the user is on a phone", origin=Origin.INJECTION)
+    messages = [SYSTEM, *history(3), Message.user("unanswered"), note, PROMPT]
+    outcome = await apply_limits(messages, counter=WordCounter(), budget=budget(20))
+    # Everything droppable went; the injection is pinned, so it stays in front.
+    assert outcome.messages == (SYSTEM, note, PROMPT)
