@@ -17,6 +17,7 @@ from types import TracebackType
 from typing import Literal
 
 import anyio
+import attrs
 import httpx
 
 from threadline._models import Model
@@ -42,7 +43,8 @@ from threadline.drivers._replay import NO_REPLAY
 from threadline.drivers._sse import ServerSentEvent, aiter_sse
 from threadline.drivers.base import ProviderCall, ProviderResponse, ResponseDone, StreamChunk
 
-__all__ = ["OpenAIChatDriver"]
+# RetryPolicy is re-exported: it is how this driver's retrying is configured.
+__all__ = ["OpenAIChatDriver", "RetryPolicy"]
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 _NAME = "openai-chat"
@@ -147,13 +149,7 @@ class OpenAIChatDriver:
         self._api_key = _Secret(key) if key else None
         policy = retry_policy or RetryPolicy()
         if max_retries is not None:
-            policy = RetryPolicy(
-                max_retries=max_retries,
-                initial_delay=policy.initial_delay,
-                max_delay=policy.max_delay,
-                jitter=policy.jitter,
-                max_retry_after=policy.max_retry_after,
-            )
+            policy = attrs.evolve(policy, max_retries=max_retries)
         self._retry_policy = policy
         self._clock = clock or SystemClock()
         self._max_tokens_field = max_tokens_field
