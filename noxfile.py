@@ -8,6 +8,7 @@ nox.options.sessions = ["tests", "lint", "typecheck"]
 nox.options.default_venv_backend = "venv"
 
 PYTHON = "3.11"
+PYTHON_PATHS = ("src", "tests", "benchmarks", "examples", "noxfile.py")
 
 
 @nox.session(python=PYTHON)
@@ -28,8 +29,8 @@ def unit(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """ruff's checks and its formatter, as CI runs them."""
     session.install("ruff")
-    session.run("ruff", "check", ".")
-    session.run("ruff", "format", "--check", ".")
+    session.run("ruff", "check", *PYTHON_PATHS)
+    session.run("ruff", "format", "--check", *PYTHON_PATHS)
 
 
 @nox.session(python=PYTHON)
