@@ -283,7 +283,10 @@ def loads_conversation_parts(
         ConversationFormatError: the parts do not make a saved conversation;
             a problem inside event ``i`` has a ``path`` below ``$.events[i]``.
     """
-    data = _read(header)
+    try:
+        data = _read(header)
+    except ConversationFormatError as exc:
+        raise ConversationFormatError(f"the header is {exc.reason}") from None
     if not isinstance(data, dict):
         _refuse("expected a saved conversation header (a JSON object)", found=data)
     if "events" in data:

@@ -380,7 +380,7 @@ def _assemble(
     """The stored parts as one document; a damaged row is refused, naming where it is."""
     where = f"stored conversation {conversation_id!r}"
     if not isinstance(header, str | bytes):
-        raise ConversationFormatError(f"{where}, header: expected JSON text, not {header!r}")
+        raise ConversationFormatError(f"{where}: the header is not JSON text but {header!r}")
     for index, (seq, text) in enumerate(events):
         if not isinstance(text, str | bytes):
             raise ConversationFormatError(
@@ -391,8 +391,9 @@ def _assemble(
         return loads_conversation_parts(header, [text for _, text in events])
     except ConversationFormatError as exc:
         match = _EVENT_PATH.match(exc.path)
-        part = f"event seq {events[int(match[1])][0]}" if match else "header"
-        raise ConversationFormatError(f"{where}, {part}: {exc.reason}", path=exc.path) from None
+        if match:
+            where += f", event seq {events[int(match[1])][0]}"
+        raise ConversationFormatError(f"{where}: {exc.reason}", path=exc.path) from None
 
 
 def _write(
