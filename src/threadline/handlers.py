@@ -1,0 +1,239 @@
+"""Ready-made limiting handlers beyond the built-in ``drop_oldest_units``.
+
+:func:`summarize_oldest` is a Pre handler: when the transcript is over
+budget it replaces the oldest droppable turns with one summary message
+written by a (usually cheaper) model, and keeps the rest verbatim. Pair it
+with ``drop_oldest_units(None)`` as Post, for when the summary alone is not
+enough::
+
+    conv = Conversation(
+        agent,
+        max_context_tokens=16_000,
+        pre_max_tokens_reached=summarize_oldest(cheap_client, keep_last_turns=2),
+        post_max_tokens_reached=drop_oldest_units(None),
+    )
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Hashable, Sequence
+from typing import TypeVar
+
+from threadline._agent import Agent
+from threadline._client import Client
+from threadline._errors import InvalidRequestError
+from threadline._limiting import TokenLimitEvent, TokenLimitHandler
+from threadline._messages import Message, Role
+from threadline._models import Model
+from threadline._units import PinReason, UnitKind
+
+__all__ = ["DEFAULT_SUMMARY_INSTRUCTIONS", "SUMMARY_HEADING", "summarize_oldest"]
+
+logger = logging.getLogger("threadline.handlers")
+
+DEFAULT_SUMMARY_INSTRUCTIONS = (
+    "You condense conversations. Summarize the transcript you are given for an assistant "
+    "that will continue the conversation without seeing it. Keep names, facts, numbers, "
+    "decisions, what tools returned, the user's preferences and open questions. Write "
+    "short plain sentences with no preamble."
+)
+"""What the summarizing model is told, unless ``instructions`` says otherwise."""
+
+SUMMARY_HEADING = "Summary of the earlier conversation:"
+"""The first line of every summary message, so the model reads it as a summary."""
+
+_MEMORY_SIZE = 128
+_K = TypeVar("_K", bound=Hashable)
+_V = TypeVar("_V")
+
+
+class _SummaryMemory:
+    """Summaries already written, so later turns extend a summary instead of redoing it.
+
+    A conversation sends its whole window every turn: without this, every
+    turn over budget would summarize the same old turns again. An entry maps
+    the messages a summary covers to the summary; a summary seen again at the
+    front of a transcript (a later round of the same run) is recognised too.
+    """
+
+    def __init__(self) -> None:
+        self._by_first: OrderedDict[Message, tuple[tuple[Message, ...], Message]] = OrderedDict()
+        self._covered: OrderedDict[Message, tuple[Message, ...]] = OrderedDict()
+
+    def covering(
+        self, messages: Sequence[Message], start: int, cut: int
+    ) -> tuple[Message, int, tuple[Message, ...]] | None:
+        """A known summary of ``messages[start:end]`` for some ``end <= cut``:
+        ``(summary, end, the original messages it covers)``."""
+        first = messages[start]
+        covered = self._covered.get(first)
+        if covered is not None:
+            return first, start + 1, covered
+        entry = self._by_first.get(first)
+        if entry is None:
+            return None
+        prefix, summary = entry
+        end = start + len(prefix)
+        if end > cut or tuple(messages[start:end]) != prefix:
+            return None
+        return summary, end, prefix
+
+    def remember(self, covered: tuple[Message, ...], summary: Message) -> None:
+        _put(self._by_first, covered[0], (covered, summary))
+        _put(self._covered, summary, covered)
+
+
+def _put(table: OrderedDict[_K, _V], key: _K, value: _V) -> None:
+    table[key] = value
+    table.move_to_end(key)
+    if len(table) > _MEMORY_SIZE:
+        table.popitem(last=False)
+
+
+def _summary_range(event: TokenLimitEvent, keep_last_turns: int) -> tuple[int, int] | None:
+    """``(start, cut)``: the droppable turns to summarize, or ``None`` when there are none.
+
+    The range opens after the first system message and ends at a user
+    message, before the last ``keep_last_turns`` turns and before the first
+    pinned unit (the current prompt, the live exchange).
+    """
+    start: int | None = None
+    boundary = len(event.messages)
+    user_starts: list[int] = []
+    for unit in event.units():
+        if start is None and unit.reason is PinReason.FIRST_SYSTEM:
+            continue
+        if start is None:
+            start = unit.start
+        if unit.pinned:
+            boundary = unit.start
+            break
+        if unit.kind is UnitKind.USER:
+            user_starts.append(unit.start)
+    if start is None:
+        return None
+    cuts = [*user_starts, boundary]
+    if len(cuts) <= keep_last_turns:
+        return None
+    cut = cuts[-(keep_last_turns + 1)]
+    return (start, cut) if cut > start else None
+
+
+def _render(messages: Sequence[Message]) -> str:
+    """The messages as a plain-text transcript, which any model can read."""
+    lines: list[str] = []
+    for message in messages:
+        if message.role is Role.ASSISTANT:
+            if message.text:
+                lines.append(f"assistant: {message.text}")
+            lines.extend(
+                f"assistant called tool {call.name} with {call.arguments}"
+                for call in message.tool_calls
+            )
+        elif message.role is Role.TOOL:
+            lines.append(f"tool result ({message.name or message.tool_call_id}): {message.text}")
+        else:
+            lines.append(f"{message.role.value}: {message.text}")
+    return "\n".join(lines)
+
+
+def summarize_oldest(
+    summarizer: Client | Agent,
+    *,
+    model: Model | str | None = None,
+    keep_last_turns: int = 2,
+    instructions: str = DEFAULT_SUMMARY_INSTRUCTIONS,
+    max_summary_tokens: int | None = None,
+) -> TokenLimitHandler:
+    """Build a Pre handler that summarizes the oldest turns into one message.
+
+    ``summarizer`` writes the summaries: a ``Client`` (with ``model``, or its
+    ``default_model``) or an ``Agent`` (its client and model; ``model``
+    overrides). Each time the transcript is over budget, the droppable turns
+    before the last ``keep_last_turns`` turns are replaced by one user
+    message starting with :data:`SUMMARY_HEADING`. Cuts fall only at user
+    messages; the first system message, the current prompt and this run's
+    live tool exchange are never summarized. A summary already written is
+    reused while it still fits, and extended with the turns that follow it
+    when it does not, so a long conversation does not pay for the same
+    summary every turn.
+
+    A blank summary leaves the transcript as it was (the Post handler then
+    drops what does not fit); a failing summarizer aborts the run with its
+    error.
+
+    Raises:
+        InvalidRequestError: no model to summarize with, or a negative
+            ``keep_last_turns``.
+    """
+    if isinstance(summarizer, Agent):
+        client = summarizer.client
+        model = model or summarizer.model
+    elif isinstance(summarizer, Client):
+        client = summarizer
+        model = model or client.default_model
+    else:
+        raise InvalidRequestError(
+            f"summarize_oldest needs a Client or an Agent to write summaries, "
+            f"not {type(summarizer).__name__}"
+        )
+    if model is None:
+        raise InvalidRequestError(
+            "summarize_oldest has no model: pass model=..., or give the Client a default_model"
+        )
+    if isinstance(keep_last_turns, bool) or not isinstance(keep_last_turns, int):
+        raise InvalidRequestError(f"keep_last_turns must be an int, not {keep_last_turns!r}")
+    if keep_last_turns < 0:
+        raise InvalidRequestError(f"keep_last_turns must be 0 or more, not {keep_last_turns}")
+    summary_model = model
+    memory = _SummaryMemory()
+
+    async def write_summary(material: Sequence[Message]) -> str:
+        request = (
+            client.request()
+            .with_model(summary_model)
+            .with_system(instructions)
+            .with_prompt(_render(material))
+        )
+        if max_summary_tokens is not None:
+            request.with_max_output_tokens(max_summary_tokens)
+        return (await request.run()).text.strip()
+
+    async def handler(event: TokenLimitEvent) -> None:
+        found = _summary_range(event, keep_last_turns)
+        if found is None:
+            return
+        start, cut = found
+        messages = event.messages
+        known = memory.covering(messages, start, cut)
+        if known is None:
+            material: list[Message] = list(messages[start:cut])
+            covered = tuple(messages[start:cut])
+        else:
+            summary, end, earlier = known
+            reused = [*messages[:start], summary, *messages[end:]]
+            if end == cut or event.counter.count(reused, event.tools) <= event.budget_tokens:
+                _replace(event, start, end, summary)
+                return
+            material = [summary, *messages[end:cut]]
+            covered = earlier + tuple(messages[end:cut])
+        text = await write_summary(material)
+        if not text:
+            logger.warning(
+                "the summarizing model returned nothing; the transcript is left as it was"
+            )
+            return
+        summary = Message.user(f"{SUMMARY_HEADING}\n{text}")
+        memory.remember(covered, summary)
+        _replace(event, start, cut, summary)
+
+    handler.__name__ = handler.__qualname__ = "summarize_oldest"
+    return handler
+
+
+def _replace(event: TokenLimitEvent, start: int, end: int, summary: Message) -> None:
+    for index in range(start, end):
+        event.note_drop(index, "summarized into one message by summarize_oldest")
+    event.messages = [*event.messages[:start], summary, *event.messages[end:]]
