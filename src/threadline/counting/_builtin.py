@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from itertools import accumulate
+from operator import add, sub
 from typing import TYPE_CHECKING, Any
 
 from threadline._messages import ImagePart, Message
@@ -93,23 +95,41 @@ class _CostCache:
                 self.recent = recent = {}
             recent[key] = cost
 
+    def put_many(self, costs: Iterable[tuple[Hashable, int]], size: int) -> None:
+        """Store ``size`` costs under one acquisition of the lock (a cold count's misses)."""
+        with self._lock:
+            recent = self.recent
+            if len(recent) + size <= self.generation_size:
+                recent.update(costs)
+                return
+            for key, cost in costs:
+                if len(recent) >= self.generation_size:
+                    self.previous = recent
+                    self.recent = recent = {}
+                recent[key] = cost
+
     def __len__(self) -> int:
         return len(self.recent) + len(self.previous)
 
 
 class _SharedState:
-    """What a counter and the counters derived from it share: the cache and the encoding."""
+    """What a counter and the counters derived from it share: the cache and the encoder."""
 
     def __init__(self, encoding: TextEncoder | None, capacity: int) -> None:
         self.cache = _CostCache(capacity)
         self._encoding = encoding
+        self._encode: Callable[[str], list[int]] | None = None
+        self.last_count: tuple[object, tuple[Message, ...], int] | None = None
+        """The projection key, messages and message total of the last count."""
 
-    def encoding(self) -> TextEncoder:
-        encoding = self._encoding
-        if encoding is None:
+    def encoder(self) -> Callable[[str], list[int]]:
+        """The ``encode_ordinary`` to tokenize with; o200k_base is loaded on first use."""
+        encode = self._encode
+        if encode is None:
             # o200k_base_encoding() loads once per process under its own lock.
-            encoding = self._encoding = o200k_base_encoding()
-        return encoding
+            encoding = self._encoding if self._encoding is not None else o200k_base_encoding()
+            encode = self._encode = encoding.encode_ordinary
+        return encode
 
 
 class BuiltinTokenCounter:
@@ -183,28 +203,82 @@ class BuiltinTokenCounter:
 
         Equals ``sum(map(self.message_tokens, messages)) + self.overhead_tokens(tools)``.
         """
-        # The hot path of a warm count: one dict lookup per message.
-        recent = self._shared.cache.recent
+        return self._messages_total(messages) + self.overhead_tokens(tools)
+
+    def _messages_total(self, messages: Sequence[Message]) -> int:
+        # Counting the transcript that was counted last, grown at its end, is
+        # the common case (the next round, the next turn): its counted prefix
+        # is recognised with one tuple comparison, which checks identity
+        # before equality, element by element, in C.
+        shared = self._shared
+        snapshot = tuple(messages)
+        last = shared.last_count
         total = 0
+        new = snapshot
+        if last is not None and last[0] == self._projection_key:
+            counted = last[1]
+            size = len(counted)
+            if size <= len(snapshot) and snapshot[:size] == counted:
+                total = last[2]
+                new = snapshot[size:]
+        total += self._sum_messages(new)
+        if self._projection_key is not None:
+            shared.last_count = (self._projection_key, snapshot, total)
+        return total
+
+    def _sum_messages(self, messages: Sequence[Message]) -> int:
+        # A warm count is one dict lookup per message. The messages that miss
+        # are priced together: their texts are gathered first and tokenized in
+        # one tight loop, which keeps the tokenizer's tables hot in the CPU
+        # cache, and their costs are stored under one lock.
+        cache = self._shared.cache
+        recent = cache.recent
+        previous = cache.previous
+        total = 0
+        missed: dict[Message, None] = {}  # an ordered set
+        repeated: list[Message] = []
+        revived: dict[Hashable, int] = {}
         for message in messages:
             cost = recent.get(message)
             if cost is None:
-                cost = self.message_tokens(message)
+                cost = previous.get(message) if previous else None
+                if cost is not None:
+                    revived[message] = cost  # used again: back into the recent generation
+                elif message.reasoning is not None:
+                    cost = self.message_tokens(message)  # keyed by projection too
+                elif message in missed:
+                    repeated.append(message)
+                    continue
+                else:
+                    missed[message] = None
+                    continue
             total += cost
-        return total + self.overhead_tokens(tools)
+        if revived:
+            cache.put_many(revived.items(), len(revived))
+        if missed:
+            priced = self._price_messages(list(missed))
+            total += sum(priced)
+            if repeated:
+                fresh = dict(zip(missed, priced, strict=True))
+                total += sum(map(fresh.__getitem__, repeated))
+            cache.put_many(zip(missed, priced, strict=True), len(missed))
+        return total
 
     def message_tokens(self, message: Message) -> int:
         """What ``message`` adds to a transcript's count."""
+        # A message's cost is cached under the message itself, unless its
+        # reasoning makes the cost depend on the projection.
+        key: Hashable
         if message.reasoning is None:
-            key: Hashable = message
+            key = message
         elif self._projection_key is not None:
             key = (self._projection_key, message)
         else:
-            return self._price_message(message)
+            return self._price_messages([message])[0]
         cache = self._shared.cache
         cost = cache.get(key)
         if cost is None:
-            cost = self._price_message(message)
+            cost = self._price_messages([message])[0]
             cache.put(key, cost)
         return cost
 
@@ -231,38 +305,52 @@ class BuiltinTokenCounter:
             cache.put(key, cost)
         return cost
 
-    def _price_message(self, message: Message) -> int:
-        encode = self._shared.encoding().encode_ordinary
-        cost = MESSAGE_TOKENS
+    def _price_messages(self, messages: list[Message]) -> list[int]:
+        """The costs of ``messages``, computed without the cache."""
+        gather = self._gather
+        texts: list[str] = []
+        fixed_costs: list[int] = []
+        ends: list[int] = []  # where each message's texts end in ``texts``
+        for message in messages:
+            fixed_costs.append(gather(message, texts))
+            ends.append(len(texts))
+        # Message i's texts are texts[ends[i - 1]:ends[i]]; its text tokens are
+        # a difference of running totals. All of it runs in C, in tight loops.
+        running = [0, *accumulate(map(len, map(self._shared.encoder(), texts)))]
+        at = running.__getitem__
+        text_tokens = map(sub, map(at, ends), map(at, [0, *ends[:-1]]))
+        return list(map(add, fixed_costs, text_tokens))
+
+    def _gather(self, message: Message, texts: list[str]) -> int:
+        """Append ``message``'s texts to ``texts``; return its fixed (non-text) cost."""
+        fixed = MESSAGE_TOKENS
         content = message.content
         if isinstance(content, str):
             if content:
-                cost += len(encode(content))
+                texts.append(content)
         else:
             for part in content:
                 if isinstance(part, ImagePart):
-                    cost += image_tokens(part)
+                    fixed += image_tokens(part)
                 elif part.text:
-                    cost += len(encode(part.text))
+                    texts.append(part.text)
         if message.name:
-            cost += len(encode(message.name)) + NAME_TOKENS
+            fixed += NAME_TOKENS
+            texts.append(message.name)
         if message.tool_call_id is not None:
-            cost += TOOL_RESULT_TOKENS + len(encode(message.tool_call_id))
+            fixed += TOOL_RESULT_TOKENS
+            if message.tool_call_id:
+                texts.append(message.tool_call_id)
         for call in message.tool_calls:
-            cost += TOOL_CALL_TOKENS + len(encode(call.name))
-            if call.id:
-                cost += len(encode(call.id))
-            if call.arguments:
-                cost += len(encode(call.arguments))
+            fixed += TOOL_CALL_TOKENS
+            texts.extend(text for text in (call.id, call.name, call.arguments) if text)
         if message.reasoning is not None:
             projection = self._projection or _DEFAULT_PROJECTION
-            for piece in projection.replayed_reasoning(message.reasoning):
-                if piece:
-                    cost += len(encode(piece))
-        return cost
+            texts.extend(p for p in projection.replayed_reasoning(message.reasoning) if p)
+        return fixed
 
     def _price_tool(self, tool: Tool) -> int:
-        encode = self._shared.encoding().encode_ordinary
+        encode = self._shared.encoder()
         cost = TOOL_SCHEMA_TOKENS + len(encode(tool.name))
         if tool.description:
             cost += len(encode(tool.description))
@@ -272,6 +360,9 @@ class BuiltinTokenCounter:
         return f"BuiltinTokenCounter(projection={self._projection!r})"
 
 
+_SCHEMA_ENCODER = json.JSONEncoder(ensure_ascii=False, default=str)
+
+
 def schema_json(parameters: Any) -> str:
     """A tool's parameters as the JSON text that is counted for them."""
-    return json.dumps(parameters, ensure_ascii=False, default=str)
+    return _SCHEMA_ENCODER.encode(parameters)
