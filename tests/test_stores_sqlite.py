@@ -21,7 +21,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 
 from threadline import _serialization
 from threadline._documents import ConversationDocument, ConversationEvent
-from threadline._errors import ConversationFormatError
+from threadline._errors import ConversationFormatError, InvalidRequestError
 from threadline._messages import Message, Origin
 from threadline.stores.sqlite import SCHEMA_VERSION, SQLiteStore
 
@@ -127,6 +127,11 @@ async def test_memory_gives_a_private_database_for_the_stores_lifetime() -> None
 
     async with SQLiteStore(":memory:") as other:
         assert await other.list() == []
+
+
+def test_an_empty_path_is_refused() -> None:
+    with pytest.raises(InvalidRequestError, match="file path"):
+        SQLiteStore("")
 
 
 async def test_a_closed_store_refuses_calls_and_closing_twice_is_fine(path: Path) -> None:

@@ -37,6 +37,7 @@ from threadline._errors import (
     ConcurrentModificationError,
     ConversationFormatError,
     ConversationNotFoundError,
+    InvalidRequestError,
 )
 from threadline._serialization import (
     FORMAT_VERSION,
@@ -133,7 +134,7 @@ class SQLiteStore:
     def __init__(self, path: str | os.PathLike[str], *, timeout: float = 30.0) -> None:
         self._path = os.fspath(path)
         if not self._path:
-            raise ValueError("SQLiteStore needs a file path (or ':memory:'), not ''")
+            raise InvalidRequestError("SQLiteStore needs a file path (or ':memory:'), not ''")
         self._timeout = timeout
         self._connection: sqlite3.Connection | None = None
         self._closed = False
