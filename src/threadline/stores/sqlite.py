@@ -9,7 +9,8 @@ The layout, schema version 1::
 
 ``header`` is the saved conversation without its events and ``event`` one
 event, both JSON of ``_serialization``'s format; every event of a
-conversation is in the ``format_version`` of its row. Appending a turn writes
+conversation is in the ``format_version`` of the conversation's row (an older
+conversation is rewritten whole when it is next written). Appending a turn writes
 the turn's rows and the header, never the whole transcript. Writes run in
 ``BEGIN IMMEDIATE`` transactions, so the version check and the write are one
 step even when several processes share the file.
