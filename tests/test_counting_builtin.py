@@ -386,3 +386,38 @@ def test_tools_are_priced_once() -> None:
     before = len(encoding.texts)
     counter.count([], [WEATHER])
     assert len(encoding.texts) == before
+
+
+def test_a_transcript_rewritten_in_place_is_counted_afresh() -> None:
+    counter = BuiltinTokenCounter()
+    messages = transcript(200)
+    counter.count(messages)
+    messages[50] = Message.user("A rewritten message in the middle, much longer than before " * 5)
+    expected = sum(map(counter.message_tokens, messages)) + counter.overhead_tokens()
+    assert counter.count(messages) == expected
+
+
+def test_a_transcript_that_lost_its_oldest_messages_is_counted_afresh() -> None:
+    counter = BuiltinTokenCounter()
+    messages = transcript(200)
+    counter.count(messages)
+    kept = messages[:1] + messages[40:]
+    expected = sum(map(counter.message_tokens, kept)) + counter.overhead_tokens()
+    assert counter.count(kept) == expected
+    assert counter.count(messages[:10]) == (
+        sum(map(counter.message_tokens, messages[:10])) + counter.overhead_tokens()
+    )
+
+
+def test_counters_with_other_projections_do_not_reuse_each_others_totals() -> None:
+    from threadline.counting import DefaultReplayProjection
+
+    class ReplaysDisplayText:
+        def replayed_reasoning(self, reasoning: Reasoning) -> Sequence[str]:
+            return (reasoning.text,)
+
+    default = BuiltinTokenCounter(projection=DefaultReplayProjection())
+    replaying = default.with_projection(ReplaysDisplayText())
+    messages = [Message.user("hi"), Message.assistant("ok", reasoning=Reasoning(text="thinking"))]
+    assert replaying.count(messages) == default.count(messages) + tokens("thinking")
+    assert default.count(messages) == replaying.count(messages) - tokens("thinking")
