@@ -1,0 +1,5 @@
+"""``python -m threadline``: the same as the ``threadline`` command."""
+
+from threadline.cli import run
+
+run()
