@@ -14,11 +14,10 @@ from threadline._limiting import (
     apply_limits,
     drop_oldest_units,
     handler_name,
-    match_messages,
 )
 from threadline._messages import Message, Origin, Role, ToolCall
 from threadline._tools import Tool
-from threadline._units import PinReason, UnitKind
+from threadline._units import PinReason, UnitKind, match_messages
 
 pytestmark = pytest.mark.anyio
 

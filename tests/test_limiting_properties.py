@@ -135,7 +135,7 @@ def budget_for(scenario: Scenario, counter: TokenCounter, share: int) -> int:
 
 # Percent of the transcript's own count: from "nothing fits" to "all fits".
 budgets = st.integers(0, 120)
-PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPERTY = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # -- the properties --------------------------------------------------------------------
 

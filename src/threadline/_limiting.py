@@ -13,13 +13,13 @@ A handler gets a :class:`TokenLimitEvent` whose ``messages`` is a copy; what
 it leaves there is what is sent. The engine adopts a rewrite only when the
 handler returns normally, the rewrite passes
 :func:`~threadline._units.check_integrity`, and every pinned message is still
-there (by value, in order: :func:`match_messages`); otherwise it raises :class:`HandlerError` and
-keeps its own transcript. A handler that raises aborts with its own error.
+there (by value and in order, see :func:`~threadline._units.match_messages`);
+otherwise it raises :class:`HandlerError` and keeps its own transcript. A
+handler that raises aborts with its own error.
 """
 
 from __future__ import annotations
 
-import bisect
 import inspect
 import itertools
 import logging
@@ -38,6 +38,7 @@ from threadline._units import (
     UnitKind,
     check_integrity,
     current_prompt_index,
+    match_messages,
     pinned_messages,
     pinned_units,
     unit_kind,
@@ -151,7 +152,7 @@ class TokenLimitEvent:
         """The units of ``messages`` as they are now, each marked pinned or droppable.
 
         A message stays pinned while it is still there, in the same order
-        (see :func:`match_messages`).
+        (see :func:`~threadline._units.match_messages`).
 
         Raises:
             TranscriptIntegrityError: the current ``messages`` are broken.
@@ -209,54 +210,6 @@ _Layout: TypeAlias = tuple[list[int], dict[int, PinReason]]
 
 TokenLimitHandler: TypeAlias = Callable[[TokenLimitEvent], Awaitable[None] | None]
 """A limiting handler: ``async def handler(event) -> None`` or a plain function."""
-
-
-def match_messages(before: Sequence[Message], after: Sequence[Message]) -> list[int | None]:
-    """For each message of ``after``, its index in ``before``, or ``None`` when it is new.
-
-    The matches keep their order: they form a subsequence of ``before``.
-    When ``after`` is made of ``before``'s own message objects in order (a
-    handler that only removed messages), those are the matches. Otherwise
-    messages are matched by value, since an equal message is sent the same:
-    from the end, each to the newest equal message still available, which
-    matches as much of ``after`` as any in-order matching could and counts a
-    dropped duplicate as the older copy.
-    """
-    by_identity = _match_identity(before, after)
-    if by_identity is not None:
-        return by_identity
-    positions: dict[Message, list[int]] = {}
-    for index, message in enumerate(before):
-        positions.setdefault(message, []).append(index)
-    sources: list[int | None] = [None] * len(after)
-    bound = len(before)
-    for at in range(len(after) - 1, -1, -1):
-        source = _last_below(positions.get(after[at]), bound)
-        if source is not None:
-            sources[at] = bound = source
-    return sources
-
-
-def _match_identity(before: Sequence[Message], after: Sequence[Message]) -> list[int | None] | None:
-    # Two pointers from the end: linear, and no message is hashed.
-    sources: list[int | None] = [None] * len(after)
-    source = len(before) - 1
-    for at in range(len(after) - 1, -1, -1):
-        message = after[at]
-        while source >= 0 and before[source] is not message:
-            source -= 1
-        if source < 0:
-            return None
-        sources[at] = source
-        source -= 1
-    return sources
-
-
-def _last_below(indices: list[int] | None, bound: int) -> int | None:
-    if not indices:
-        return None
-    position = bisect.bisect_left(indices, bound)
-    return indices[position - 1] if position else None
 
 
 def handler_name(handler: object) -> str:

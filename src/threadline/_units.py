@@ -49,6 +49,7 @@ __all__ = [
     "UnitKind",
     "check_integrity",
     "current_prompt_index",
+    "match_messages",
     "pinned_messages",
     "pinned_units",
     "split_units",
@@ -299,6 +300,54 @@ def unit_kind(first: Message) -> UnitKind:
     if first.role is Role.ASSISTANT and not first.tool_calls:
         return UnitKind.ASSISTANT
     return UnitKind.TOOL_EXCHANGE
+
+
+def match_messages(before: Sequence[Message], after: Sequence[Message]) -> list[int | None]:
+    """For each message of ``after``, its index in ``before``, or ``None`` when it is new.
+
+    The matches keep their order: they form a subsequence of ``before``.
+    When ``after`` is made of ``before``'s own message objects in order (a
+    handler that only removed messages), those are the matches. Otherwise
+    messages are matched by value, since an equal message is sent the same:
+    from the end, each to the newest equal message still available, which
+    matches as much of ``after`` as any in-order matching could and counts a
+    dropped duplicate as the older copy.
+    """
+    by_identity = _match_identity(before, after)
+    if by_identity is not None:
+        return by_identity
+    positions: dict[Message, list[int]] = {}
+    for index, message in enumerate(before):
+        positions.setdefault(message, []).append(index)
+    sources: list[int | None] = [None] * len(after)
+    bound = len(before)
+    for at in range(len(after) - 1, -1, -1):
+        source = _last_below(positions.get(after[at]), bound)
+        if source is not None:
+            sources[at] = bound = source
+    return sources
+
+
+def _match_identity(before: Sequence[Message], after: Sequence[Message]) -> list[int | None] | None:
+    # Two pointers from the end: linear, and no message is hashed.
+    sources: list[int | None] = [None] * len(after)
+    source = len(before) - 1
+    for at in range(len(after) - 1, -1, -1):
+        message = after[at]
+        while source >= 0 and before[source] is not message:
+            source -= 1
+        if source < 0:
+            return None
+        sources[at] = source
+        source -= 1
+    return sources
+
+
+def _last_below(indices: list[int] | None, bound: int) -> int | None:
+    if not indices:
+        return None
+    position = bisect.bisect_left(indices, bound)
+    return indices[position - 1] if position else None
 
 
 def split_units(messages: Sequence[Message], *, prompt_index: int | None = None) -> list[Unit]:
