@@ -4,8 +4,10 @@ The public names live here; everything is defined in private modules.
 See README.md and docs/ for the guide.
 """
 
+from threadline._agent import Agent
 from threadline._budget import Budget, BudgetReport, BudgetResolution
 from threadline._client import Client
+from threadline._conversation import Conversation
 from threadline._errors import (
     AuthenticationError,
     BadRequestError,
@@ -68,6 +70,7 @@ from threadline._serialization import (
     loads_messages,
 )
 from threadline._tools import Tool, ToolOutcome, ToolResult, Toolset, tool
+from threadline._transcript import Turn
 from threadline._units import PinReason, Unit, UnitKind, check_integrity, split_units
 from threadline.counting import (
     ApproximateCounter,
@@ -80,6 +83,7 @@ from threadline.counting import (
 from threadline.drivers.base import Driver, ProviderCall, ProviderResponse
 
 __all__ = [
+    "Agent",
     "ApproximateCounter",
     "AuthenticationError",
     "BadRequestError",
@@ -91,6 +95,7 @@ __all__ = [
     "ConcurrentModificationError",
     "ContentPart",
     "ContextLengthExceededError",
+    "Conversation",
     "ConversationDocument",
     "ConversationEvent",
     "ConversationFormatError",
@@ -143,6 +148,7 @@ __all__ = [
     "ToolResultEvent",
     "Toolset",
     "TranscriptIntegrityError",
+    "Turn",
     "Unit",
     "UnitKind",
     "Usage",
