@@ -421,3 +421,11 @@ def test_counters_with_other_projections_do_not_reuse_each_others_totals() -> No
     messages = [Message.user("hi"), Message.assistant("ok", reasoning=Reasoning(text="thinking"))]
     assert replaying.count(messages) == default.count(messages) + tokens("thinking")
     assert default.count(messages) == replaying.count(messages) - tokens("thinking")
+
+
+def test_text_with_lone_surrogates_is_counted_as_tiktoken_repairs_it() -> None:
+    broken = "half a pair \ud83d here"
+    repaired = len(o200k_base_encoding().encode_ordinary(broken))
+    counter = BuiltinTokenCounter()
+    messages = [Message.user("fine"), Message.user(broken)]
+    assert counter.count(messages) == (4 + tokens("fine")) + (4 + repaired) + 3

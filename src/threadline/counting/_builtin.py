@@ -31,6 +31,8 @@ from itertools import accumulate
 from operator import add, sub
 from typing import TYPE_CHECKING, Any
 
+from tiktoken import Encoding
+
 from threadline._messages import ImagePart, Message
 from threadline._tools import Tool
 from threadline.counting._encoding import TextEncoder, o200k_base_encoding
@@ -117,10 +119,11 @@ class _SharedState:
 
     def __init__(self, encoding: TextEncoder | None, capacity: int) -> None:
         self.cache = _CostCache(capacity)
-        self._encoding = encoding
-        self._encode: Callable[[str], list[int]] | None = None
         self.last_count: tuple[object, tuple[Message, ...], int] | None = None
         """The projection key, messages and message total of the last count."""
+        self._encoding = encoding
+        self._encode: Callable[[str], list[int]] | None = None
+        self._encode_batch: Callable[[str], list[int]] | None = None
 
     def encoder(self) -> Callable[[str], list[int]]:
         """The ``encode_ordinary`` to tokenize with; o200k_base is loaded on first use."""
@@ -128,8 +131,24 @@ class _SharedState:
         if encode is None:
             # o200k_base_encoding() loads once per process under its own lock.
             encoding = self._encoding if self._encoding is not None else o200k_base_encoding()
+            # For batches, tiktoken's Rust encoder is called without the
+            # Python method around it, which saves a Python call per text;
+            # token_lengths falls back to the method for the one input the
+            # Rust side refuses: text with lone surrogates, which it repairs.
+            core = getattr(encoding, "_core_bpe", None) if isinstance(encoding, Encoding) else None
+            batch = getattr(core, "encode_ordinary", None)
+            self._encode_batch = batch if callable(batch) else encoding.encode_ordinary
             encode = self._encode = encoding.encode_ordinary
         return encode
+
+    def token_lengths(self, texts: list[str]) -> list[int]:
+        """How many tokens each of ``texts`` has, tokenized in one tight loop."""
+        encode = self.encoder()
+        batch = self._encode_batch or encode
+        try:
+            return list(map(len, map(batch, texts)))
+        except UnicodeEncodeError:
+            return list(map(len, map(encode, texts)))
 
 
 class BuiltinTokenCounter:
@@ -316,7 +335,7 @@ class BuiltinTokenCounter:
             ends.append(len(texts))
         # Message i's texts are texts[ends[i - 1]:ends[i]]; its text tokens are
         # a difference of running totals. All of it runs in C, in tight loops.
-        running = [0, *accumulate(map(len, map(self._shared.encoder(), texts)))]
+        running = [0, *accumulate(self._shared.token_lengths(texts))]
         at = running.__getitem__
         text_tokens = map(sub, map(at, ends), map(at, [0, *ends[:-1]]))
         return list(map(add, fixed_costs, text_tokens))
