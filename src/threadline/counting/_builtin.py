@@ -19,7 +19,8 @@ Messages are immutable, so a message's cost is computed once and kept in a
 bounded cache shared by a counter and the counters derived from it
 (``with_projection``, ``for_model``). Equal messages share an entry, so equal
 content is not tokenized twice; counting a transcript again after appending
-one message tokenizes only that message.
+one message tokenizes only that message. The last transcript counted is kept
+too, so one that only grew at its end is summed from the new messages alone.
 """
 
 from __future__ import annotations
@@ -169,6 +170,7 @@ class BuiltinTokenCounter:
         counter.count([Message.user("hello world")])  # 4 + 2 + 3 = 9
 
     Raises:
+        ValueError: ``cache_size`` is not a positive int.
         TokenizerDataError: (on the first count) the shipped vocabulary is
             missing or damaged.
     """
