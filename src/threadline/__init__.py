@@ -77,12 +77,12 @@ from threadline.counting import (
     BuiltinTokenCounter,
     DefaultReplayProjection,
     IncrementalTokenCounter,
-    ReplayProjection,
-    estimate_content_tokens,
-    estimate_message_tokens,
     ModelTokenCounter,
+    ReplayProjection,
     TokenCounter,
     default_token_counter,
+    estimate_content_tokens,
+    estimate_message_tokens,
     set_default_token_counter,
 )
 from threadline.drivers.base import Driver, ProviderCall, ProviderResponse
