@@ -41,8 +41,10 @@ from threadline.drivers.base import (
 
 __all__ = [
     "MalformedResponse",
+    "MessageJSONCache",
     "StreamAssembler",
     "encode_body",
+    "encode_request",
     "parse_completion",
     "request_body",
 ]
@@ -114,6 +116,35 @@ def _encode_tool_choice(choice: str, tools: tuple[Tool, ...]) -> str | dict[str,
     return {"type": "function", "function": {"name": choice}}
 
 
+def _fields(
+    call: ProviderCall, *, stream: bool, max_tokens_field: str, stream_usage: bool
+) -> dict[str, Any]:
+    """Every field of the body but ``model`` and ``messages``, before ``extra_body``."""
+    fields: dict[str, Any] = {}
+    if call.tools:
+        fields["tools"] = [_encode_tool(tool) for tool in call.tools]
+    if call.tool_choice is not None:
+        fields["tool_choice"] = _encode_tool_choice(call.tool_choice, call.tools)
+    if call.max_output_tokens is not None:
+        fields[max_tokens_field] = call.max_output_tokens
+    sampling = call.sampling
+    for field, value in (
+        ("temperature", sampling.temperature),
+        ("top_p", sampling.top_p),
+        ("stop", None if sampling.stop is None else list(sampling.stop)),
+        ("seed", sampling.seed),
+        ("presence_penalty", sampling.presence_penalty),
+        ("frequency_penalty", sampling.frequency_penalty),
+    ):
+        if value is not None:
+            fields[field] = value
+    if stream:
+        fields["stream"] = True
+        if stream_usage:
+            fields["stream_options"] = {"include_usage": True}
+    return fields
+
+
 def request_body(
     call: ProviderCall,
     *,
@@ -132,29 +163,103 @@ def request_body(
         "model": call.model.name,
         "messages": [_encode_message(message) for message in call.messages],
     }
-    if call.tools:
-        body["tools"] = [_encode_tool(tool) for tool in call.tools]
-    if call.tool_choice is not None:
-        body["tool_choice"] = _encode_tool_choice(call.tool_choice, call.tools)
-    if call.max_output_tokens is not None:
-        body[max_tokens_field] = call.max_output_tokens
-    sampling = call.sampling
-    for field, value in (
-        ("temperature", sampling.temperature),
-        ("top_p", sampling.top_p),
-        ("stop", None if sampling.stop is None else list(sampling.stop)),
-        ("seed", sampling.seed),
-        ("presence_penalty", sampling.presence_penalty),
-        ("frequency_penalty", sampling.frequency_penalty),
-    ):
-        if value is not None:
-            body[field] = value
-    if stream:
-        body["stream"] = True
-        if stream_usage:
-            body["stream_options"] = {"include_usage": True}
+    body.update(
+        _fields(call, stream=stream, max_tokens_field=max_tokens_field, stream_usage=stream_usage)
+    )
     body.update(call.extra_body)
     return body
+
+
+class MessageJSONCache:
+    """Each message's JSON, encoded once and reused while it is still sent.
+
+    A run re-sends its whole history every round and a conversation every
+    turn; messages are immutable, so their JSON never changes. Encoding each
+    message once makes a request cost what its new messages cost, instead of
+    re-encoding a thousand-message history every time. Memory is bounded: two
+    generations of at most ``max_bytes / 2`` each, the older dropped when the
+    newer fills, so what is no longer sent is forgotten. A message whose JSON
+    alone is larger than a generation is encoded every time.
+    """
+
+    __slots__ = ("_generation_bytes", "_previous", "_recent", "_recent_bytes")
+
+    def __init__(self, max_bytes: int = 32 * 1024 * 1024) -> None:
+        self._generation_bytes = max(1, max_bytes // 2)
+        self._recent: dict[Message, bytes] = {}
+        self._previous: dict[Message, bytes] = {}
+        self._recent_bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._recent) + len(self._previous)
+
+    def __contains__(self, message: object) -> bool:
+        return message in self._recent or message in self._previous
+
+    def encode(self, messages: tuple[Message, ...]) -> bytes:
+        """The JSON array of ``messages``, as Chat Completions takes it."""
+        recent = self._recent
+        parts: list[bytes] = []
+        for message in messages:
+            encoded = recent.get(message)
+            if encoded is None:
+                encoded = self._previous.get(message)
+                if encoded is None:
+                    encoded = encode_body(_encode_message(message))
+                self._remember(message, encoded)
+                recent = self._recent
+            parts.append(encoded)
+        return b"[" + b",".join(parts) + b"]"
+
+    def _remember(self, message: Message, encoded: bytes) -> None:
+        size = len(encoded)
+        if size > self._generation_bytes:
+            return
+        if self._recent_bytes + size > self._generation_bytes:
+            self._previous, self._recent, self._recent_bytes = self._recent, {}, 0
+        self._recent[message] = encoded
+        self._recent_bytes += size
+
+
+def encode_request(
+    call: ProviderCall,
+    *,
+    stream: bool,
+    max_tokens_field: str = "max_tokens",
+    stream_usage: bool = True,
+    cache: MessageJSONCache | None = None,
+) -> bytes:
+    """The encoded body of ``call``: what :func:`request_body` builds, as UTF-8 JSON.
+
+    ``stream`` is final: a ``"stream"`` key in ``extra_body`` is overridden,
+    since the driver reads the answer the way it asked for it. With a
+    ``cache``, each message's JSON is reused from earlier requests.
+
+    Raises:
+        InvalidRequestError: as :func:`request_body`, or a value JSON cannot carry.
+    """
+    if cache is None or "messages" in call.extra_body:
+        body = request_body(
+            call, stream=stream, max_tokens_field=max_tokens_field, stream_usage=stream_usage
+        )
+        _force_stream(body, stream)
+        return encode_body(body)
+    check_transcript_reasoning(call.messages)
+    head: dict[str, Any] = {"model": call.model.name}
+    head.update(
+        _fields(call, stream=stream, max_tokens_field=max_tokens_field, stream_usage=stream_usage)
+    )
+    head.update(call.extra_body)
+    _force_stream(head, stream)
+    # "messages" goes last: the head's closing brace is replaced by it.
+    return encode_body(head)[:-1] + b',"messages":' + cache.encode(call.messages) + b"}"
+
+
+def _force_stream(body: dict[str, Any], stream: bool) -> None:
+    if stream:
+        body["stream"] = True
+    else:
+        body.pop("stream", None)
 
 
 def _json_default(value: object) -> object:

@@ -34,10 +34,10 @@ from threadline.drivers._http import (
 from threadline.drivers._http_errors import ErrorMapper
 from threadline.drivers._openai_chat_wire import (
     MalformedResponse,
+    MessageJSONCache,
     StreamAssembler,
-    encode_body,
+    encode_request,
     parse_completion,
-    request_body,
 )
 from threadline.drivers._replay import NO_REPLAY
 from threadline.drivers._sse import ServerSentEvent, aiter_sse
@@ -170,6 +170,8 @@ class OpenAIChatDriver:
         ]
         self._errors = ErrorMapper(_NAME, secrets=secrets)
 
+        # Each message's JSON, encoded once: a run re-sends its history every round.
+        self._message_json = MessageJSONCache()
         self._owns_client = http_client is None
         if http_client is None:
             self._timeout: float | httpx.Timeout | NotGiven | None = NOT_GIVEN
@@ -208,28 +210,22 @@ class OpenAIChatDriver:
     # --- sending -------------------------------------------------------------
 
     def _request(self, call: ProviderCall, *, stream: bool) -> httpx.Request:
-        body = request_body(
+        content = encode_request(
             call,
             stream=stream,
             max_tokens_field=self._max_tokens_field,
             stream_usage=self._stream_usage,
+            cache=self._message_json,
         )
-        # How the answer is read is the driver's choice, whatever extra_body said.
-        if stream:
-            body["stream"] = True
-        else:
-            body.pop("stream", None)
         headers = dict(self._headers)
         if stream:
             headers["accept"] = "text/event-stream"
         if self._api_key is not None:
             headers["authorization"] = f"Bearer {self._api_key.reveal()}"
         if isinstance(self._timeout, NotGiven):
-            return self._client.build_request(
-                "POST", self._url, content=encode_body(body), headers=headers
-            )
+            return self._client.build_request("POST", self._url, content=content, headers=headers)
         return self._client.build_request(
-            "POST", self._url, content=encode_body(body), headers=headers, timeout=self._timeout
+            "POST", self._url, content=content, headers=headers, timeout=self._timeout
         )
 
     def _reasoning_label(self, call: ProviderCall) -> str:
