@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -302,3 +304,22 @@ def test_ctrl_c_mid_answer_cancels_it_and_the_conversation_is_unchanged(
     # The conversation may exist (its pending prompt was withdrawn) but holds no message.
     assert "1 message" not in listing.out
     assert _SlowStream.chunks_sent < 400
+
+
+@pytest.mark.integration
+def test_once_holds_a_real_conversation_on_the_local_model(tmp_path: Path) -> None:
+    pytest.importorskip("llama_cpp", reason="pip install 'threadline[local]'")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "THREADLINE_"))}
+    env["THREADLINE_DB"] = str(tmp_path / "local.sqlite3")
+    command = [sys.executable, "-m", "threadline", "chat", "--conversation", "demo", "--once"]
+    first = subprocess.run(
+        [*command, "My name is Ada. Say hello."], env=env, capture_output=True, text=True
+    )
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.strip()
+    assert "budget" in first.stderr
+    second = subprocess.run([*command, "What is my name?"], env=env, capture_output=True, text=True)
+    assert second.returncode == 0, second.stderr
+    listing = invoke("conversations", "--db", env["THREADLINE_DB"], "show", "demo")
+    assert listing.out.count("user> ") == 2
+    assert listing.out.count("assistant> ") == 2

@@ -210,6 +210,10 @@ async def chat(args: argparse.Namespace, io: _IO, factory: DriverFactory) -> int
             io.stdout.write("\n")
             if result is not None:
                 io.stderr.write(status_line(result, conversation) + "\n")
+            io.stderr.write(
+                f"(conversation {conversation.id}: continue it with "
+                f"`threadline chat --conversation {conversation.id}`)\n"
+            )
             return EXIT_OK
         return await interactive(conversation, io)
 
