@@ -21,7 +21,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 
 from threadline import _serialization
 from threadline._documents import ConversationDocument, ConversationEvent
-from threadline._errors import ConversationFormatError, InvalidRequestError
+from threadline._errors import ConversationFormatError, InvalidRequestError, StoreError
 from threadline._messages import Message, Origin
 from threadline.stores.sqlite import SCHEMA_VERSION, SQLiteStore
 
@@ -525,3 +525,27 @@ async def test_a_process_killed_between_pending_and_commit_leaves_a_store_that_l
         stored = await store.load("c1")
     assert version == stored.version == 3
     assert stored.document.events == (*three_turns().events, prompt("q3", 3), answer("a3", 3))
+
+
+async def test_a_write_locked_out_past_the_timeout_is_a_store_error_and_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "locked.sqlite3"
+    async with SQLiteStore(path, timeout=0.05) as store:
+        await store.save(three_turns(), expected_version=0)
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+        try:
+            with pytest.raises(StoreError, match="database is locked"):
+                await store.append_events(
+                    "c1",
+                    [prompt("q3", 3)],
+                    header=attrs.evolve(three_turns(), next_turn_id=4, events=()),
+                    expected_version=1,
+                )
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+        stored = await store.load("c1")
+    assert stored.version == 1
+    assert stored.document == three_turns()

@@ -12,6 +12,7 @@ Everything threadline raises on purpose derives from one root, so
     ├── ConversationFormatError    (also a ValueError) a saved document that cannot be loaded
     ├── ConcurrentModificationError  a store write based on a stale version
     ├── ConversationNotFoundError  (also a KeyError) a store has no such conversation
+    ├── StoreError                 a store could not do its work (locked, unreachable)
     ├── TokenizerDataError         the embedded vocabulary is missing or damaged
     ├── ToolArgumentsError         (also a ValueError) a tool call's arguments are not valid JSON
     └── ProviderError              the provider failed; carries status, body, request id
@@ -43,6 +44,7 @@ __all__ = [
     "ProviderResponseError",
     "ProviderUnavailableError",
     "RateLimitError",
+    "StoreError",
     "ThreadlineError",
     "TokenizerDataError",
     "ToolArgumentsError",
@@ -133,6 +135,12 @@ class ConversationNotFoundError(ThreadlineError, KeyError):
 
     def __str__(self) -> str:
         return f"no conversation with id {self.conversation_id!r}"
+
+
+class StoreError(ThreadlineError):
+    """A store could not do its work: its database is locked past the time-out,
+    its server cannot be reached, its file cannot be written. Nothing was
+    changed; the operation may be retried."""
 
 
 class TokenizerDataError(ThreadlineError):

@@ -39,6 +39,7 @@ from threadline._errors import (
     ConversationFormatError,
     ConversationNotFoundError,
     InvalidRequestError,
+    StoreError,
 )
 from threadline._serialization import (
     FORMAT_VERSION,
@@ -110,7 +111,7 @@ class SQLiteStore:
     that checks the version and writes in one step, so of two writers based
     on the same version exactly one succeeds. ``timeout`` is how many
     seconds a write waits for another process's transaction before SQLite
-    gives up with ``sqlite3.OperationalError`` ("database is locked").
+    gives up with ``StoreError`` ("database is locked"); nothing is written.
 
     ``path=":memory:"`` gives a private database that lives as long as the
     store, handy in tests; :class:`~threadline.stores.memory.MemoryStore` is
@@ -264,9 +265,14 @@ class SQLiteStore:
         with self._thread_lock:
             if self._closed:
                 raise RuntimeError(f"{self!r} is closed")
-            if self._connection is None:
-                self._connection = _connect(self._path, self._timeout)
-            return work(self._connection)
+            try:
+                if self._connection is None:
+                    self._connection = _connect(self._path, self._timeout)
+                return work(self._connection)
+            except sqlite3.OperationalError as exc:
+                # Locked past the time-out, a read-only or vanished file: the
+                # transaction was rolled back, so nothing changed.
+                raise StoreError(f"SQLite store {self._path}: {exc}") from exc
 
     def _close(self) -> None:
         with self._thread_lock:
