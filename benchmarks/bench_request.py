@@ -1,0 +1,479 @@
+"""What threadline costs on top of raw httpx, per request, against a local mock server.
+
+Run it with ``python benchmarks/bench_request.py`` (``--quick`` for a short
+run). It starts a small HTTP/1.1 server in a subprocess on 127.0.0.1 (plain
+asyncio streams, keep-alive, canned answers: a short completion, or a
+200-chunk event stream sent one chunk per write with chunked encoding, as
+model servers stream), then times each case through three clients in one run:
+
+- threadline: ``OpenAIChatDriver`` + ``Client.request()...run()`` / ``.stream()``,
+  with a ``Model`` that has a ``context_size``, so budgets are resolved and the
+  transcript is counted (the built-in o200k counter, warm after the first run);
+- raw httpx: one ``httpx.AsyncClient`` with the same pool limits posting the
+  same JSON bodies (``json.dumps`` each time) and decoding the answer with
+  ``json.loads``; for the stream, ``aiter_lines`` plus ``json.loads`` per event;
+- the official ``openai`` client, for reference, when it is installed.
+
+Cases and targets (time ratio to raw httpx):
+
+- 2,000 small non-streamed requests, 50 at a time: <= 1.15;
+- one request carrying a 1,000-message history (~400 KB of JSON), median of
+  repeated runs: <= 1.3. The driver encodes each message's JSON once and
+  reuses it while the message is sent again (a run re-sends its history
+  every round), so repeated runs are warm; the "uncached" line shows a
+  request whose messages were never encoded before;
+- consuming a 200-chunk stream, median of repeated runs: <= 1.25.
+
+The clients take turns within each repetition, so drift on a busy machine
+hits them alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import httpx
+
+from threadline import Client, FinalResult, Message, Model, TextDelta
+from threadline.drivers._http import DEFAULT_LIMITS
+from threadline.drivers._openai_chat_wire import MessageJSONCache, request_body
+from threadline.drivers.base import ProviderCall
+from threadline.drivers.openai_chat import OpenAIChatDriver
+
+try:
+    import openai
+except ImportError:  # the reference client is optional
+    openai = None  # type: ignore[assignment]
+
+MODEL_NAME = "bench-model"
+API_KEY = "bench-key"
+STREAM_CHUNKS = 200
+HISTORY_MESSAGES = 1000
+
+# --- the mock server (runs in its own process) -------------------------------
+
+
+def _completion(text: str) -> bytes:
+    return json.dumps(
+        {
+            "id": "chatcmpl-bench",
+            "object": "chat.completion",
+            "created": 1700000000,
+            "model": MODEL_NAME,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {"prompt_tokens": 12, "completion_tokens": 5, "total_tokens": 17},
+        },
+        separators=(",", ":"),
+    ).encode()
+
+
+def _stream_events() -> list[bytes]:
+    def event(payload: dict[str, Any]) -> bytes:
+        return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+
+    base = {"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 1700000000}
+    events = [
+        event(
+            {
+                **base,
+                "model": MODEL_NAME,
+                "choices": [{"index": 0, "delta": {"content": f"tok{i} "}, "finish_reason": None}],
+            }
+        )
+        for i in range(STREAM_CHUNKS)
+    ]
+    events.append(
+        event(
+            {
+                **base,
+                "model": MODEL_NAME,
+                "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+            }
+        )
+    )
+    events.append(
+        event(
+            {
+                **base,
+                "model": MODEL_NAME,
+                "choices": [],
+                "usage": {"prompt_tokens": 12, "completion_tokens": 200, "total_tokens": 212},
+            }
+        )
+    )
+    events.append(b"data: [DONE]\n\n")
+    return [b"%x\r\n%s\r\n" % (len(e), e) for e in events] + [b"0\r\n\r\n"]
+
+
+def _http_response(body: bytes, content_type: bytes) -> bytes:
+    return (
+        b"HTTP/1.1 200 OK\r\ncontent-type: "
+        + content_type
+        + b"\r\ncontent-length: %d\r\n\r\n" % len(body)
+        + body
+    )
+
+
+async def _serve() -> None:
+    small = _http_response(_completion("Hello from the mock server."), b"application/json")
+    stream_head = (
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+        b"transfer-encoding: chunked\r\ncache-control: no-cache\r\n\r\n"
+    )
+    stream_chunks = _stream_events()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                request_line, _, header_block = head.partition(b"\r\n")
+                length = 0
+                for line in header_block.split(b"\r\n"):
+                    name, _, value = line.partition(b":")
+                    if name.strip().lower() == b"content-length":
+                        length = int(value)
+                if length:
+                    await reader.readexactly(length)
+                path = request_line.split(b" ")[1]
+                if path.startswith(b"/stream/"):
+                    writer.write(stream_head)
+                    for chunk in stream_chunks:
+                        writer.write(chunk)
+                        await writer.drain()
+                else:
+                    writer.write(small)
+                    await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0, backlog=1024)
+    port = server.sockets[0].getsockname()[1]
+    print(port, flush=True)
+    async with server:
+        await server.serve_forever()
+
+
+# --- the clients ---------------------------------------------------------------
+
+
+def _history() -> list[Message]:
+    # ~400 bytes of JSON per message: a thousand make ~400 KB.
+    sentence = "The committee reviewed the quarterly figures and agreed on next steps. "
+    messages = []
+    for index in range(HISTORY_MESSAGES):
+        text = f"[{index}] " + sentence * 5
+        messages.append(Message.user(text) if index % 2 == 0 else Message.assistant(text))
+    return messages
+
+
+def _wire(messages: list[Message]) -> list[dict[str, Any]]:
+    return [{"role": m.role.value, "content": m.text} for m in messages]
+
+
+class Clients:
+    """The three clients, each with its own connection pool to the same server."""
+
+    def __init__(self, port: int) -> None:
+        self.base = f"http://127.0.0.1:{port}/v1"
+        self.stream_base = f"http://127.0.0.1:{port}/stream/v1"
+        self.model = Model(MODEL_NAME, context_size=1_000_000)
+        self.driver = OpenAIChatDriver(self.base, api_key=API_KEY, max_retries=0)
+        self.threadline = Client(self.driver, default_model=self.model)
+        self.threadline_stream = Client(
+            OpenAIChatDriver(self.stream_base, api_key=API_KEY, max_retries=0),
+            default_model=self.model,
+        )
+        self.http = httpx.AsyncClient(limits=DEFAULT_LIMITS, timeout=60.0)
+        self.headers = {
+            "accept": "application/json",
+            "content-type": "application/json",
+            "authorization": f"Bearer {API_KEY}",
+        }
+        self.openai: Any = None
+        self.openai_stream: Any = None
+        if openai is not None:
+            self.openai = openai.AsyncOpenAI(
+                base_url=self.base,
+                api_key=API_KEY,
+                max_retries=0,
+                http_client=httpx.AsyncClient(limits=DEFAULT_LIMITS, timeout=60.0),
+            )
+            self.openai_stream = openai.AsyncOpenAI(
+                base_url=self.stream_base,
+                api_key=API_KEY,
+                max_retries=0,
+                http_client=httpx.AsyncClient(limits=DEFAULT_LIMITS, timeout=60.0),
+            )
+
+    async def aclose(self) -> None:
+        await self.threadline.aclose()
+        await self.threadline_stream.aclose()
+        await self.http.aclose()
+        for client in (self.openai, self.openai_stream):
+            if client is not None:
+                await client.close()
+
+    # raw httpx ------------------------------------------------------------------
+
+    async def raw_complete(self, body: dict[str, Any]) -> str:
+        response = await self.http.post(
+            f"{self.base}/chat/completions", content=json.dumps(body).encode(), headers=self.headers
+        )
+        response.raise_for_status()
+        text: str = json.loads(response.content)["choices"][0]["message"]["content"]
+        return text
+
+    async def raw_stream(self, body: dict[str, Any]) -> str:
+        pieces = []
+        headers = {**self.headers, "accept": "text/event-stream"}
+        async with self.http.stream(
+            "POST",
+            f"{self.stream_base}/chat/completions",
+            content=json.dumps(body).encode(),
+            headers=headers,
+        ) as response:
+            response.raise_for_status()
+            async for line in response.aiter_lines():
+                if not line.startswith("data: "):
+                    continue
+                data = line[6:]
+                if data == "[DONE]":
+                    break
+                event = json.loads(data)
+                for choice in event["choices"]:
+                    content = choice["delta"].get("content")
+                    if content:
+                        pieces.append(content)
+        return "".join(pieces)
+
+    # threadline -------------------------------------------------------------------
+
+    async def threadline_complete(self, history: list[Message], prompt: str) -> str:
+        result = await self.threadline.request().with_messages(history).with_prompt(prompt).run()
+        return result.text
+
+    async def threadline_complete_uncached(self, history: list[Message], prompt: str) -> str:
+        """As a first request would: no message's JSON encoded before (counts stay warm)."""
+        self.driver._message_json = MessageJSONCache()
+        return await self.threadline_complete(history, prompt)
+
+    async def threadline_consume_stream(self, prompt: str) -> str:
+        pieces = []
+        request = self.threadline_stream.request().with_prompt(prompt)
+        async with request.stream() as events:
+            async for event in events:
+                if isinstance(event, TextDelta):
+                    pieces.append(event.text)
+                elif isinstance(event, FinalResult):
+                    assert event.result.text == "".join(pieces)
+        return "".join(pieces)
+
+    # openai ---------------------------------------------------------------------------
+
+    async def openai_complete(self, messages: list[dict[str, Any]]) -> str:
+        completion = await self.openai.chat.completions.create(model=MODEL_NAME, messages=messages)
+        text: str = completion.choices[0].message.content
+        return text
+
+    async def openai_consume_stream(self, messages: list[dict[str, Any]]) -> str:
+        pieces = []
+        stream = await self.openai_stream.chat.completions.create(
+            model=MODEL_NAME,
+            messages=messages,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        async for chunk in stream:
+            for choice in chunk.choices:
+                if choice.delta.content:
+                    pieces.append(choice.delta.content)
+        return "".join(pieces)
+
+
+def _same_body(history: list[Message], prompt: str, *, stream: bool) -> dict[str, Any]:
+    """The body threadline sends, built by its own wire code, to post raw."""
+    messages = (*history, Message.user(prompt))
+    call = ProviderCall(
+        model=Model(MODEL_NAME),
+        messages=messages,
+        tools=(),
+        tool_choice=None,
+        max_output_tokens=None,
+    )
+    return request_body(call, stream=stream)
+
+
+# --- timing ----------------------------------------------------------------------
+
+Case = Callable[[], Awaitable[object]]
+
+
+async def _concurrently(work: Case, total: int, concurrency: int) -> float:
+    remaining = total
+
+    async def worker() -> None:
+        nonlocal remaining
+        while remaining > 0:
+            remaining -= 1
+            await work()
+
+    started = time.perf_counter()
+    async with anyio.create_task_group() as group:
+        for _ in range(concurrency):
+            group.start_soon(worker)
+    return time.perf_counter() - started
+
+
+async def _once(work: Case) -> float:
+    started = time.perf_counter()
+    await work()
+    return time.perf_counter() - started
+
+
+async def _compare(
+    cases: dict[str, Case], repetitions: int, timer: Callable[[Case], Awaitable[float]]
+) -> dict[str, float]:
+    """Median time of each case; every repetition runs each case once, in turn."""
+    for work in cases.values():  # warm up: connections, caches, imports
+        await timer(work)
+    times: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(repetitions):
+        for name, work in cases.items():
+            gc.collect()
+            times[name].append(await timer(work))
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def _report(title: str, target: float, medians: dict[str, float], unit: str) -> bool:
+    raw = medians["raw httpx"]
+    print(f"\n{title}")
+    met = True
+    for name, value in medians.items():
+        ratio = value / raw
+        note = ""
+        if name == "threadline":
+            met = ratio <= target
+            note = f"  target <= {target:.2f}: {'met' if met else 'MISSED'}"
+        elif name == "openai":
+            note = "  (reference)"
+        elif name == "  uncached":
+            note = "  (threadline, no message JSON reused: a first request)"
+        print(f"  {name:<11} {value * 1000:9.2f} ms{unit}  ratio {ratio:5.2f}{note}")
+    return met
+
+
+async def _bench(port: int, quick: bool) -> bool:
+    clients = Clients(port)
+    history = _history()
+    prompt = "What did the committee agree on?"
+    small_body = _same_body([], "Hello", stream=False)
+    big_body = _same_body(history, prompt, stream=False)
+    stream_body = _same_body([], "Stream me a story", stream=True)
+    big_wire = big_body["messages"]
+    print(f"history body: {len(json.dumps(big_body)) / 1000:.0f} KB, {len(big_wire)} messages")
+    assert big_wire == _wire([*history, Message.user(prompt)])
+
+    try:
+        # The answers must be the same through every client before timing them.
+        assert await clients.threadline_complete([], "Hello") == await clients.raw_complete(
+            small_body
+        )
+        streamed = await clients.raw_stream(stream_body)
+        assert await clients.threadline_consume_stream("Stream me a story") == streamed
+        if clients.openai is not None:
+            assert await clients.openai_consume_stream(stream_body["messages"]) == streamed
+
+        requests, concurrency = (400, 50) if quick else (2000, 50)
+        small: dict[str, Case] = {
+            "raw httpx": lambda: clients.raw_complete(small_body),
+            "threadline": lambda: clients.threadline_complete([], "Hello"),
+        }
+        if clients.openai is not None:
+            small["openai"] = lambda: clients.openai_complete(small_body["messages"])
+        medians = await _compare(
+            small, 2 if quick else 5, lambda work: _concurrently(work, requests, concurrency)
+        )
+        results = [
+            _report(
+                f"{requests:,} small requests, {concurrency} at a time (total time)",
+                1.15,
+                medians,
+                " total",
+            )
+        ]
+
+        big: dict[str, Case] = {
+            "raw httpx": lambda: clients.raw_complete(big_body),
+            "threadline": lambda: clients.threadline_complete(history, prompt),
+            "  uncached": lambda: clients.threadline_complete_uncached(history, prompt),
+        }
+        if clients.openai is not None:
+            big["openai"] = lambda: clients.openai_complete(big_wire)
+        medians = await _compare(big, 5 if quick else 25, _once)
+        results.append(
+            _report(
+                f"one request with a {HISTORY_MESSAGES:,}-message history (median)",
+                1.3,
+                medians,
+                "      ",
+            )
+        )
+
+        stream: dict[str, Case] = {
+            "raw httpx": lambda: clients.raw_stream(stream_body),
+            "threadline": lambda: clients.threadline_consume_stream("Stream me a story"),
+        }
+        if clients.openai is not None:
+            stream["openai"] = lambda: clients.openai_consume_stream(stream_body["messages"])
+        medians = await _compare(stream, 10 if quick else 40, _once)
+        results.append(
+            _report(f"consuming a {STREAM_CHUNKS}-chunk stream (median)", 1.25, medians, "      ")
+        )
+    finally:
+        await clients.aclose()
+    if clients.openai is None:
+        print("\n(openai is not installed: pip install openai to print its ratios too)")
+    return all(results)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer requests and repetitions")
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        asyncio.run(_serve())
+        return
+    server = subprocess.Popen(
+        [sys.executable, __file__, "--serve"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert server.stdout is not None
+        port = int(server.stdout.readline())
+        met = anyio.run(_bench, port, args.quick)
+    finally:
+        server.terminate()
+        server.wait(10)
+    print("\nall targets met" if met else "\nsome targets MISSED")
+
+
+if __name__ == "__main__":
+    main()
