@@ -12,7 +12,7 @@ PAGE = Path(__file__).parent.parent / "docs" / "limiting.md"
 
 
 def python_blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", PAGE.read_text(encoding="utf-8"), flags=re.S)
+    return re.findall(r"```py(?:thon)?\n(.*?)```", PAGE.read_text(encoding="utf-8"), flags=re.S)
 
 
 def test_the_runnable_example_runs_and_shows_pre_then_post(

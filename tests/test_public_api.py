@@ -52,5 +52,6 @@ def test_nothing_is_defined_in_the_package_itself() -> None:
 INTERNAL = frozenset(
     {
         "LimitingOutcome",
+        "Transcript",
     }
 )
