@@ -26,7 +26,7 @@ from threadline._models import Model
 from threadline._sentinel import NOT_GIVEN, NotGiven
 from threadline._tools import Tool
 from threadline._units import PinReason, pinned_units, unit_starts
-from threadline.counting._protocol import IncrementalTokenCounter, TokenCounter
+from threadline.counting._protocol import TokenCounter, is_incremental
 
 __all__ = [
     "DEFAULT_OUTPUT_RESERVE_TOKENS",
@@ -198,7 +198,7 @@ def message_costs(
     and ``count([], tools)`` besides, which is an estimate: a caller that must
     be exact verifies with one real count.
     """
-    if isinstance(counter, IncrementalTokenCounter):
+    if is_incremental(counter):
         return [counter.message_tokens(m) for m in messages], counter.overhead_tokens(tools)
     empty = counter.count([], ())
     return [counter.count([m], ()) - empty for m in messages], counter.count([], tools)
@@ -253,7 +253,7 @@ def budget_report(
     costs, _ = message_costs(counter, messages)
     if total_tokens is None:
         total_tokens = counter.count(messages, tools)
-    if isinstance(counter, IncrementalTokenCounter):
+    if is_incremental(counter):
         tools_tokens = counter.overhead_tokens(tools) - counter.overhead_tokens(())
     else:
         tools_tokens = counter.count([], tools) - counter.count([], ()) if tools else 0

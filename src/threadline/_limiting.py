@@ -44,7 +44,7 @@ from threadline._units import (
     unit_kind,
     unit_starts,
 )
-from threadline.counting._protocol import IncrementalTokenCounter, TokenCounter
+from threadline.counting._protocol import TokenCounter, is_incremental
 
 __all__ = [
     "DroppedUnit",
@@ -256,7 +256,7 @@ def _drop_oldest(event: TokenLimitEvent, counter: TokenCounter) -> None:
     tools = event.tools
     budget = event.budget_tokens
     costs, overhead = message_costs(counter, messages, tools)
-    exact = isinstance(counter, IncrementalTokenCounter)
+    exact = is_incremental(counter)
     if exact:
         total = sum(costs) + overhead
     elif counter is event.counter and event._unchanged():

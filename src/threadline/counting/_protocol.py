@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, TypeGuard, runtime_checkable
 
 if TYPE_CHECKING:
     from threadline._messages import Message, Reasoning
@@ -15,6 +15,7 @@ __all__ = [
     "ModelTokenCounter",
     "ReplayProjection",
     "TokenCounter",
+    "is_incremental",
 ]
 
 
@@ -65,3 +66,20 @@ class ReplayProjection(Protocol):
     def replayed_reasoning(self, reasoning: Reasoning) -> Sequence[str]:
         """The texts of ``reasoning`` that go back to the model (and cost tokens)."""
         ...
+
+
+_incremental_kinds: dict[type, bool] = {}
+
+
+def is_incremental(counter: TokenCounter) -> TypeGuard[IncrementalTokenCounter]:
+    """``isinstance(counter, IncrementalTokenCounter)``, remembered per counter type.
+
+    A runtime protocol check inspects the type's methods on every call;
+    limiting asks it for every round of every request, so the answer is
+    kept once per type (a counter's methods live on its type).
+    """
+    kind = type(counter)
+    known = _incremental_kinds.get(kind)
+    if known is None:
+        known = _incremental_kinds[kind] = isinstance(counter, IncrementalTokenCounter)
+    return known
