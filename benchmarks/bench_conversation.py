@@ -1,0 +1,289 @@
+"""What a conversation turn costs the SDK, over a long thread and across many threads.
+
+Run it with ``python benchmarks/bench_conversation.py`` (``--turns``,
+``--conversations`` and ``--turns-each`` shrink it for a quick look). It prints:
+
+- **long conversation**: one conversation of 2,000 turns on ``ScriptedDriver``,
+  with a window of 40 messages and a token budget the window always exceeds,
+  so limiting drops units on every turn. The per-turn SDK time (the whole
+  ``conv.run``, the scripted model included, which only prices what it is
+  sent) of the last 100 turns over the first 100 (target: at most 1.5). A
+  turn must cost what its window costs, not what the transcript costs.
+- **concurrent conversations**: 1,000 conversations, each running a few
+  turns, all at once on one event loop, through ``OpenAIChatDriver`` against a
+  minimal OpenAI-compatible server started here on 127.0.0.1 in a separate
+  process (so its work does not share our interpreter). At most
+  ``--in-flight`` turns (default 32, the pool's size) wait on the HTTP pool
+  at once; httpcore's pool rescans its whole queue on every event, so 1,000
+  queued requests would time httpcore rather than threadline. Turns per
+  second and CPU per turn, then, in a second run under ``tracemalloc``, the
+  peak traced memory per conversation.
+
+Times are CPU time of this thread (``time.thread_time``) for the long
+conversation, with the cycle collector off while a turn is timed, as
+``timeit`` does; wall time for the concurrent run, which waits on sockets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import re
+import subprocess
+import sys
+import time
+import tracemalloc
+from statistics import mean
+
+import anyio
+import httpx
+
+from threadline._agent import Agent
+from threadline._client import Client
+from threadline._conversation import Conversation
+from threadline._models import Model
+from threadline.drivers.openai_chat import OpenAIChatDriver
+from threadline.testing import ScriptedDriver
+
+RATIO_TARGET = 1.5
+WINDOW_MESSAGES = 40
+BUDGET_TOKENS = 600
+_WORDS = [
+    "the",
+    "model",
+    "reads",
+    "every",
+    "message",
+    "in",
+    "the",
+    "window",
+    "before",
+    "it",
+    "answers",
+    "so",
+    "a",
+    "long",
+    "transcript",
+    "costs",
+    "time",
+    "budget",
+    "tokens",
+    "context",
+    "limit",
+    "weather",
+    "city",
+    "forecast",
+    "rain",
+    "sun",
+    "wind",
+    "report",
+    "summary",
+    "question",
+    "answer",
+    "careful",
+    "precise",
+    "quick",
+    "value",
+    "number",
+    "Paris",
+    "Oslo",
+    "Tokyo",
+    "2024",
+    "17",
+]
+
+
+def _sentence(turn: int, salt: int, words: int = 40) -> str:
+    return " ".join(_WORDS[(turn * 7 + salt * 13 + k * 5) % len(_WORDS)] for k in range(words))
+
+
+# -- one long conversation --------------------------------------------------------------
+
+
+async def long_conversation(turns: int) -> tuple[list[float], int]:
+    driver = ScriptedDriver()
+    agent = Agent(
+        Client(driver),
+        model=Model("scripted", context_size=128_000),
+        instructions="You are a careful assistant.",
+    )
+    conv = Conversation(
+        agent,
+        history_limit=WINDOW_MESSAGES,
+        max_context_tokens=BUDGET_TOKENS,
+        output_reserve_tokens=0,
+    )
+    durations: list[float] = []
+    limited = 0
+    for turn in range(turns):
+        driver.add_replies([f"answer {turn}: {_sentence(turn, 1)}"])
+        prompt = f"question {turn}: {_sentence(turn, 2)}"
+        gc.disable()
+        started = time.thread_time()
+        result = await conv.run(prompt)
+        durations.append(time.thread_time() - started)
+        gc.enable()
+        if turn % 100 == 99:
+            gc.collect()
+        if result.limiting and result.limiting[0].handlers:
+            limited += 1
+    assert conv.turn_count() == turns
+    return durations, limited
+
+
+def report_long(turns: int) -> None:
+    anyio.run(long_conversation, 50)  # load the vocabulary and warm the code paths
+    durations, limited = anyio.run(long_conversation, turns)
+    head = max(1, min(100, turns // 2))
+    first, last = mean(durations[:head]), mean(durations[-head:])
+    ratio = last / first
+    print(
+        f"long conversation: {turns:,} turns, window {WINDOW_MESSAGES} messages, prompt budget "
+        f"{BUDGET_TOKENS:,} tokens; limiting dropped units on {limited:,} turns"
+    )
+    print(
+        f"  mean SDK time per turn: first {head} {1e3 * first:.3f} ms, last {head} "
+        f"{1e3 * last:.3f} ms, ratio {ratio:.2f} (target <= {RATIO_TARGET}: "
+        f"{'met' if ratio <= RATIO_TARGET else 'MISSED'})"
+    )
+
+
+# -- a minimal OpenAI-compatible server, in its own process --------------------------------
+
+
+_HEADER_END = b"\r\n\r\n"
+_LENGTH = re.compile(rb"(?im)^content-length:\s*(\d+)\s*$")
+
+
+async def _answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while True:
+            head = await reader.readuntil(_HEADER_END)
+            match = _LENGTH.search(head)
+            body = await reader.readexactly(int(match.group(1)) if match else 0)
+            request = json.loads(body)
+            sent = len(request["messages"])
+            payload = json.dumps(
+                {
+                    "id": "chatcmpl-bench",
+                    "object": "chat.completion",
+                    "model": request["model"],
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {
+                                "role": "assistant",
+                                "content": f"You sent {sent} messages. " + _sentence(sent, 3, 20),
+                            },
+                            "finish_reason": "stop",
+                        }
+                    ],
+                    "usage": {"prompt_tokens": 10 * sent, "completion_tokens": 30},
+                }
+            ).encode()
+            writer.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (len(payload), payload)
+            )
+            await writer.drain()
+    except (asyncio.IncompleteReadError, ConnectionError):
+        pass
+    finally:
+        writer.close()
+
+
+async def _serve() -> None:
+    server = await asyncio.start_server(_answer, "127.0.0.1", 0, backlog=2048)
+    port = server.sockets[0].getsockname()[1]
+    print(port, flush=True)
+    async with server:
+        await server.serve_forever()
+
+
+# -- many conversations at once ---------------------------------------------------------------
+
+
+async def many_conversations(
+    base_url: str, conversations: int, turns_each: int, in_flight: int
+) -> int:
+    limits = httpx.Limits(max_connections=in_flight, max_keepalive_connections=in_flight)
+    http = httpx.AsyncClient(limits=limits)
+    driver = OpenAIChatDriver(base_url, api_key="bench", http_client=http, max_retries=0)
+    # At most `in_flight` turns wait on the pool at once: httpcore scans its whole
+    # queue on every pool event, so a queue of 1,000 requests would measure httpcore.
+    pool_turns = anyio.CapacityLimiter(in_flight)
+    async with Client(driver) as client:
+        agent = Agent(
+            client,
+            model=Model("mock", context_size=32_000),
+            instructions="You are a careful assistant.",
+            max_output_tokens=256,
+        )
+        threads = [Conversation(agent) for _ in range(conversations)]
+
+        async def talk(conv: Conversation, index: int) -> None:
+            for turn in range(turns_each):
+                async with pool_turns:
+                    await conv.run(
+                        f"conversation {index} turn {turn}: {_sentence(turn, index, 20)}"
+                    )
+
+        async with anyio.create_task_group() as tg:
+            for index, conv in enumerate(threads):
+                tg.start_soon(talk, conv, index)
+        done = sum(conv.turn_count() for conv in threads)
+    return done
+
+
+def report_many(conversations: int, turns_each: int, in_flight: int) -> None:
+    server = subprocess.Popen(
+        [sys.executable, __file__, "--serve"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert server.stdout is not None
+        base_url = f"http://127.0.0.1:{int(server.stdout.readline())}/v1"
+        anyio.run(many_conversations, base_url, 10, 1, in_flight)  # warm up
+
+        started, cpu = time.perf_counter(), time.process_time()
+        done = anyio.run(many_conversations, base_url, conversations, turns_each, in_flight)
+        elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+
+        tracemalloc.start()
+        baseline = tracemalloc.get_traced_memory()[0]
+        anyio.run(many_conversations, base_url, conversations, turns_each, in_flight)
+        peak = tracemalloc.get_traced_memory()[1] - baseline
+        tracemalloc.stop()
+    finally:
+        server.terminate()
+        server.wait()
+    print(
+        f"concurrent conversations: {conversations:,} x {turns_each} turns on one event loop, "
+        f"{in_flight} turns in flight on a pool of {in_flight} connections, against a local "
+        f"mock server: {done:,} turns in {elapsed:.2f} s = {done / elapsed:,.0f} turns/s "
+        f"({1e3 * cpu / done:.2f} ms of this process's CPU per turn, HTTP stack included)"
+    )
+    print(
+        f"  peak traced memory {peak / 2**20:.1f} MiB = {peak / conversations / 1024:.1f} KiB "
+        "per conversation (client, driver and connection pool included)"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--turns", type=int, default=2_000)
+    parser.add_argument("--conversations", type=int, default=1_000)
+    parser.add_argument("--turns-each", type=int, default=5)
+    parser.add_argument("--in-flight", type=int, default=32)
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        asyncio.run(_serve())
+        return
+    report_long(args.turns)
+    report_many(args.conversations, args.turns_each, args.in_flight)
+
+
+if __name__ == "__main__":
+    main()
