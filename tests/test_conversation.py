@@ -23,6 +23,12 @@ pytestmark = pytest.mark.anyio
 MODEL = Model("scripted-model", context_size=8192)
 
 
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    backend: str = request.param
+    return backend
+
+
 @tool
 def lookup(city: str) -> str:
     """The weather in a city.
