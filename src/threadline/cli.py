@@ -208,6 +208,7 @@ async def chat(args: argparse.Namespace, io: _IO, factory: DriverFactory) -> int
                 raise CliError("--once needs a prompt (or text on standard input with --once -)")
             result = await stream_turn(conversation, prompt, io.stdout)
             io.stdout.write("\n")
+            io.stdout.flush()
             if result is not None:
                 io.stderr.write(status_line(result, conversation) + "\n")
             io.stderr.write(

@@ -8,9 +8,11 @@ protocol and wrapper here.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import importlib
 import importlib.util
 import json
+import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -28,6 +30,7 @@ __all__ = [
     "default_model_path",
     "import_bindings",
     "require_llama_cpp",
+    "route_llama_logs_to_logging",
     "without_extra_buffers",
 ]
 
@@ -113,6 +116,39 @@ def import_bindings() -> Bindings:
             f"LocalDriver runs models with llama-cpp-python, which could not be imported "
             f"({exc}); install it with: {INSTALL_HINT}"
         ) from exc
+
+
+# llama.cpp's log levels (ggml_log_level) and the logging levels they become:
+# one step down, since its warnings are about internals a user cannot act on
+# (and logging's last-resort handler would print them in a terminal chat).
+_LOG_LEVELS: Final = {1: logging.DEBUG, 2: logging.DEBUG, 3: logging.INFO, 4: logging.WARNING}
+_llama_logger: Final = logging.getLogger("threadline.local.llama_cpp")
+_log_route: list[Any] = []  # keeps the C callback alive while llama.cpp holds it
+_log_route_lock = threading.Lock()
+
+
+def route_llama_logs_to_logging(bindings: Bindings) -> None:
+    """Send llama.cpp's own log lines to the ``threadline.local.llama_cpp`` logger.
+
+    llama-cpp-python prints some of llama.cpp's warnings to stderr even when
+    asked to be quiet; a terminal chat should not show them. The route is
+    process-wide (llama.cpp has one log callback) and installed once.
+    """
+    with _log_route_lock:
+        if _log_route:
+            return
+        last_level = [logging.DEBUG]
+
+        def forward(level: int, text: bytes, user_data: object) -> None:
+            # Level 5 continues the previous line at its level.
+            python_level = last_level[0] if level == 5 else _LOG_LEVELS.get(level, logging.DEBUG)
+            last_level[0] = python_level
+            if _llama_logger.isEnabledFor(python_level):
+                _llama_logger.log(python_level, "%s", text.decode("utf-8", "replace").rstrip())
+
+        callback = bindings.low_level.llama_log_callback(forward)
+        bindings.low_level.llama_log_set(callback, ctypes.c_void_p(0))
+        _log_route.append(callback)
 
 
 def require_llama_cpp() -> None:

@@ -55,6 +55,7 @@ from threadline.drivers._local_llama import (
     default_model_path,
     import_bindings,
     require_llama_cpp,
+    route_llama_logs_to_logging,
     without_extra_buffers,
 )
 from threadline.drivers._replay import NO_REPLAY
@@ -137,7 +138,8 @@ class LocalDriver:
             GGUF's template for every turn and refuses tools.
         seed: the sampling seed when a call sets none; ``None`` picks a
             random one each call.
-        verbose: let llama.cpp log to stderr.
+        verbose: let llama.cpp log to stderr; otherwise its log lines go to the
+            ``threadline.local.llama_cpp`` logger.
         extra_buffers: let llama.cpp move weights into its extra buffer
             types (AMX, repacked quantizations). Off by default: where the
             kernel refuses AMX tile state, the first decode crashes.
@@ -229,7 +231,10 @@ class LocalDriver:
         if self._bindings is None:
             with self._load_lock:
                 if self._bindings is None:
-                    self._bindings = import_bindings()
+                    bindings = import_bindings()
+                    if not self._verbose:
+                        route_llama_logs_to_logging(bindings)
+                    self._bindings = bindings
         return self._bindings
 
     def _prompt_format(self) -> PromptFormat:
