@@ -433,3 +433,14 @@ def test_repr_names_the_conversation() -> None:
         "Conversation(id='abc', turns=0, events=0, history_limit=0)"
     )
     assert "scripted-model" in repr(agent)
+
+
+def test_an_idle_conversation_moves_between_event_loops_and_backends() -> None:
+    agent, driver = make_agent(["on trio", "on asyncio", "on trio again"])
+    conv = Conversation(agent)
+
+    for backend in ("trio", "asyncio", "trio"):
+        anyio.run(conv.run, f"hello from {backend}", backend=backend)
+
+    assert [t.text for t in conv.turns] == ["on trio", "on asyncio", "on trio again"]
+    assert len(driver.calls[-1].messages) == 6

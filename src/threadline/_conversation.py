@@ -23,6 +23,7 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 
 import anyio
+import anyio.lowlevel
 import attrs
 
 from threadline._agent import Agent
@@ -130,10 +131,21 @@ class Conversation:
         self._metadata = ConversationDocument(id=id, metadata=metadata or {}).metadata
         self._extra_settings: dict[str, JsonValue] = {}
         self._lock = anyio.Lock()
+        self._lock_loop: anyio.lowlevel.EventLoopToken | None = None
         self._version = 0
         self._created_at: datetime | None = _now()
         self._updated_at: datetime | None = None
         self._transcript = Transcript()
+
+    def _turn_lock(self) -> anyio.Lock:
+        # An anyio lock belongs to the backend that first used it; an idle
+        # conversation may move on to another event loop (asyncio, then trio).
+        loop = anyio.lowlevel.current_token()
+        if loop != self._lock_loop and not self._lock.locked():
+            if self._lock_loop is not None:
+                self._lock = anyio.Lock()
+            self._lock_loop = loop
+        return self._lock
 
     # -- state --------------------------------------------------------------------------
 
@@ -284,7 +296,7 @@ class Conversation:
             ConcurrentModificationError: the store changed under this conversation.
             ProviderError, HandlerError, MaxRoundsExceededError: as ``Request.run``.
         """
-        async with self._lock:
+        async with self._turn_lock():
             turn = self._prepare(prompt)
             try:
                 await self._write_pending(turn)
@@ -308,7 +320,7 @@ class Conversation:
                     if isinstance(event, TextDelta):
                         print(event.text, end="")
         """
-        async with self._lock:
+        async with self._turn_lock():
             turn = self._prepare(prompt)
             try:
                 await self._write_pending(turn)
@@ -442,7 +454,7 @@ class Conversation:
             ConcurrentModificationError: the store changed under this conversation.
         """
         replacement = checked_replacement(events)
-        async with self._lock:
+        async with self._turn_lock():
             transcript = self._transcript
             next_turn_id = max(
                 transcript.next_turn_id, max((e.turn_id for e in replacement), default=-1) + 1
@@ -461,12 +473,12 @@ class Conversation:
 
         Turn ids keep counting forward. With a store, the empty conversation is saved.
         """
-        async with self._lock:
+        async with self._turn_lock():
             await self._rewrite(Transcript(next_turn_id=self._transcript.next_turn_id))
 
     async def discard_pending(self) -> None:
         """Drop the pending prompts a crashed process left behind."""
-        async with self._lock:
+        async with self._turn_lock():
             transcript = self._transcript
             if transcript.pending:
                 await self._rewrite(
@@ -486,7 +498,7 @@ class Conversation:
         """
         if self._store is None:
             raise InvalidRequestError("this conversation has no store to save to")
-        async with self._lock:
+        async with self._turn_lock():
             await self._rewrite(self._transcript)
 
     async def _rewrite(self, transcript: Transcript) -> None:
