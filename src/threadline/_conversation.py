@@ -38,9 +38,7 @@ from threadline._conversation_settings import (
 )
 from threadline._documents import ConversationDocument, ConversationEvent, JsonValue
 from threadline._errors import (
-    ConversationFormatError,
     InvalidRequestError,
-    TranscriptIntegrityError,
 )
 from threadline._events import FinalResult, StreamEvent
 from threadline._limiting import TokenLimitHandler
@@ -50,7 +48,6 @@ from threadline._result import RunResult
 from threadline._sentinel import NOT_GIVEN, NotGiven
 from threadline._serialization import dumps_conversation, loads_conversation
 from threadline._transcript import Transcript, Turn, checked_replacement, sum_usage, turn_events
-from threadline._units import check_integrity
 from threadline.drivers.base import ProviderResponse
 from threadline.stores.base import ConversationStore
 
@@ -570,21 +567,7 @@ class Conversation:
         if not isinstance(document, ConversationDocument):
             raise TypeError(f"expected a ConversationDocument, not {type(document).__name__}")
         options = settings_from(document)
-        answered: list[ConversationEvent] = []
-        where: list[int] = []
-        pending: list[ConversationEvent] = []
-        for index, event in enumerate(document.events):
-            if event.pending:
-                pending.append(event)
-            else:
-                answered.append(event)
-                where.append(index)
-        try:
-            check_integrity([event.message for event in answered])
-        except TranscriptIntegrityError as exc:
-            raise ConversationFormatError(
-                exc.reason, path=f"$.events[{where[exc.index]}]"
-            ) from None
+        transcript = Transcript.from_document(document)
         conversation = cls(
             agent,
             id=document.id,
@@ -600,12 +583,7 @@ class Conversation:
         conversation._version = version
         conversation._created_at = document.created_at
         conversation._updated_at = document.updated_at
-        conversation._transcript = Transcript(
-            answered,
-            pending=pending,
-            next_turn_id=document.next_turn_id,
-            total_usage=document.total_usage,
-        )
+        conversation._transcript = transcript
         return conversation
 
     @classmethod

@@ -12,8 +12,12 @@ from collections.abc import Iterable, Sequence
 
 import attrs
 
-from threadline._documents import ConversationEvent
-from threadline._errors import InvalidRequestError, TranscriptIntegrityError
+from threadline._documents import ConversationDocument, ConversationEvent
+from threadline._errors import (
+    ConversationFormatError,
+    InvalidRequestError,
+    TranscriptIntegrityError,
+)
 from threadline._messages import Message, Role, Usage
 from threadline._result import RunResult
 from threadline._units import check_integrity
@@ -168,6 +172,36 @@ class Transcript:
         self.next_turn_id = next_turn_id
         self.total_usage = sum_usage(self._events) if total_usage is None else total_usage
         self.last_response = _response_of(self._events)
+
+    @classmethod
+    def from_document(cls, document: ConversationDocument) -> Transcript:
+        """The transcript a saved document holds, pending events set apart.
+
+        Raises:
+            ConversationFormatError: the answered events break a tool unit
+                (the path names the event).
+        """
+        answered: list[ConversationEvent] = []
+        where: list[int] = []
+        pending: list[ConversationEvent] = []
+        for index, event in enumerate(document.events):
+            if event.pending:
+                pending.append(event)
+            else:
+                answered.append(event)
+                where.append(index)
+        try:
+            check_integrity([event.message for event in answered])
+        except TranscriptIntegrityError as exc:
+            raise ConversationFormatError(
+                exc.reason, path=f"$.events[{where[exc.index]}]"
+            ) from None
+        return cls(
+            answered,
+            pending=pending,
+            next_turn_id=document.next_turn_id,
+            total_usage=document.total_usage,
+        )
 
     @property
     def events(self) -> tuple[ConversationEvent, ...]:
