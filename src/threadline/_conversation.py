@@ -37,9 +37,7 @@ from threadline._conversation_settings import (
     settings_to,
 )
 from threadline._documents import ConversationDocument, ConversationEvent, JsonValue
-from threadline._errors import (
-    InvalidRequestError,
-)
+from threadline._errors import InvalidRequestError
 from threadline._events import FinalResult, StreamEvent
 from threadline._limiting import TokenLimitHandler
 from threadline._messages import Message, Origin, Role, Usage
