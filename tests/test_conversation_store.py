@@ -296,3 +296,26 @@ async def test_save_needs_a_store() -> None:
     conv = Conversation(agent_on(ScriptedDriver()))
     with pytest.raises(InvalidRequestError, match="no store"):
         await conv.save()
+
+
+async def test_a_commit_refused_as_stale_hands_back_the_answer_with_the_error(
+    store: ConversationStore,
+) -> None:
+    driver = WatchingDriver(["the answer nobody stored"])
+    mine = Conversation(agent_on(driver), id="t", store=store)
+    other_driver = ScriptedDriver(["sneaked in"])
+
+    async def another_writer_gets_in(call: ProviderCall) -> None:
+        # Between this turn's pending write and its commit, another process
+        # (here, another Conversation object) writes the same conversation.
+        other = await Conversation.load(agent_on(other_driver), store, "t")
+        await other.run("me first")
+
+    driver.on_call = another_writer_gets_in
+    with pytest.raises(ConcurrentModificationError) as caught:
+        await mine.run("mine")
+    assert caught.value.unsaved_result.text == "the answer nobody stored"
+    assert mine.turn_count() == 0
+    texts = [e.message.text for e in (await stored(store)).events]
+    assert "me first" in texts
+    assert "the answer nobody stored" not in texts

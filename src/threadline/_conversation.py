@@ -37,7 +37,7 @@ from threadline._conversation_settings import (
     settings_to,
 )
 from threadline._documents import ConversationDocument, ConversationEvent, JsonValue
-from threadline._errors import InvalidRequestError
+from threadline._errors import ConcurrentModificationError, InvalidRequestError
 from threadline._events import FinalResult, StreamEvent
 from threadline._limiting import TokenLimitHandler
 from threadline._messages import Message, Origin, Role, Usage
@@ -401,13 +401,19 @@ class Conversation:
                     total_usage=self._transcript.total_usage + usage,
                     updated_at=_now(),
                 )
-                self._version = await self._store.append_events(
-                    self._id,
-                    [*events, *leftover],
-                    header=header,
-                    expected_version=self._version,
-                    drop_pending=True,
-                )
+                try:
+                    self._version = await self._store.append_events(
+                        self._id,
+                        [*events, *leftover],
+                        header=header,
+                        expected_version=self._version,
+                        drop_pending=True,
+                    )
+                except ConcurrentModificationError as exc:
+                    # Another writer got in between pending and commit: the
+                    # turn is not stored, but its answer goes back with the error.
+                    exc.unsaved_result = result
+                    raise
                 self._updated_at = header.updated_at
             self._transcript.pending = leftover
             self._transcript.append_turn(events, result.response, usage)

@@ -30,6 +30,8 @@ response, never from the request headers.
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "AuthenticationError",
     "BadRequestError",
@@ -112,8 +114,13 @@ class ConversationFormatError(ThreadlineError, ValueError):
 class ConcurrentModificationError(ThreadlineError):
     """A store write was based on a version that is no longer current.
 
-    Nothing was written; load the conversation again and retry.
+    Nothing was written; load the conversation again and retry. When the
+    refused write was a conversation committing a turn the model had already
+    answered, ``unsaved_result`` holds that turn's ``RunResult``, so the
+    answer is not lost with the write.
     """
+
+    unsaved_result: Any = None
 
     def __init__(self, conversation_id: str, *, expected: int, actual: int | None) -> None:
         found = "no conversation" if actual is None else f"version {actual}"
