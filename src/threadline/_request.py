@@ -567,8 +567,7 @@ def _tightened_budget(
     reported, limit = error.prompt_tokens, error.context_limit
     reserve = budget.reserve if budget is not None else 0
     if reported and limit and reported > 0:
-        room = limit - (budget.reserve if budget is not None else 0)
-        target = estimated * max(room, 1) / reported
+        target = estimated * max(limit - reserve, 1) / reported
     else:
         target = estimated * 0.9
     prompt_tokens = max(1, math.floor(target * _CONTEXT_RETRY_MARGIN))
