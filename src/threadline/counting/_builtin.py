@@ -267,11 +267,13 @@ class BuiltinTokenCounter:
                     revived[message] = cost  # used again: back into the recent generation
                 elif message.reasoning is not None:
                     cost = self.message_tokens(message)  # keyed by projection too
-                elif message in missed:
-                    repeated.append(message)
-                    continue
                 else:
+                    # One insertion tells a repeat from a first miss: hashing a
+                    # message is a Python call, so a cold count makes as few as it can.
+                    before = len(missed)
                     missed[message] = None
+                    if len(missed) == before:
+                        repeated.append(message)
                     continue
             total += cost
         if revived:
