@@ -13,6 +13,7 @@ non-zero exit, never a traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -242,9 +243,7 @@ async def interactive(conversation: Conversation, io: _IO) -> int:
             group.start_soon(watch_interrupts)
         try:
             while True:
-                io.stderr.write("you> ")
-                io.stderr.flush()
-                line = await anyio.to_thread.run_sync(io.stdin.readline, abandon_on_cancel=True)
+                line = await anyio.to_thread.run_sync(io.read_line, "you> ", abandon_on_cancel=True)
                 if not line:
                     io.stderr.write("\n")
                     return EXIT_OK
@@ -397,6 +396,19 @@ class _IO:
         self.stdout = stdout
         self.stderr = stderr
         self.handle_signals = handle_signals
+        """True in a real terminal: Ctrl-C is caught, lines are read with editing."""
+
+    def read_line(self, prompt: str) -> str:
+        """One line of input with its newline; ``""`` at the end of input (Ctrl-D)."""
+        if self.handle_signals:
+            # A terminal: input() brings line editing and history (readline).
+            try:
+                return input(prompt) + "\n"
+            except EOFError:
+                return ""
+        self.stderr.write(prompt)
+        self.stderr.flush()
+        return self.stdin.readline()
 
 
 def _positive(text: str) -> int:
@@ -497,6 +509,9 @@ def main(
         stderr or sys.stderr,
         handle_signals=stdin is None and sys.stdin.isatty(),
     )
+    if io.handle_signals:
+        with contextlib.suppress(ImportError):  # line editing where the platform has it
+            import readline  # noqa: F401
     try:
         args = parser().parse_args(argv)
     except SystemExit as exit_:
