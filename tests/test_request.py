@@ -491,3 +491,72 @@ async def test_stream_refuses_an_invalid_request_on_entry() -> None:
     with pytest.raises(InvalidRequestError, match="no model"):
         async with Client(ScriptedDriver()).request().with_prompt("q").stream():
             pass  # pragma: no cover
+
+
+@pytest.mark.anyio
+async def test_without_a_budget_the_retry_keeps_room_for_the_requested_reply() -> None:
+    # No context_size, so no budget: the refusal's numbers alone must shrink the
+    # transcript, and the completion the provider counted comes off its limit.
+    refusal = ContextLengthExceededError(
+        "maximum context length is 4097 tokens; you requested 5280 (3280 in the messages, "
+        "2000 in the completion)",
+        prompt_tokens=3280,
+        context_limit=4097,
+    )
+    driver = ScriptedDriver([refusal, "fits"])
+    counter = ApproximateCounter()
+    result = await (
+        Client(driver)
+        .request()
+        .with_model("no-size")
+        .with_messages(history(40, words=10))
+        .with_prompt("now")
+        .with_max_output_tokens(2000)
+        .with_token_counter(counter)
+        .run()
+    )
+    first, second = driver.calls
+    sent_before = counter.count(first.messages, ())
+    sent_after = counter.count(second.messages, ())
+    # Our estimate of what fits: (4097 - 2000) / 3280 of what was refused.
+    assert sent_after <= sent_before * (4097 - 2000) / 3280
+    assert result.text == "fits"
+
+
+@pytest.mark.anyio
+async def test_a_refusal_that_names_only_the_limit_tightens_to_that_limit() -> None:
+    refusal = ContextLengthExceededError("maximum context length is 600 tokens", context_limit=600)
+    driver = ScriptedDriver([refusal, "fits"])
+    counter = ApproximateCounter()
+    await (
+        Client(driver)
+        .request()
+        .with_model("no-size")
+        .with_messages(history(40))
+        .with_prompt("now")
+        .with_token_counter(counter)
+        .run()
+    )
+    assert counter.count(driver.calls[1].messages, ()) <= 600
+
+
+@pytest.mark.anyio
+async def test_both_limiting_steps_of_a_retried_round_are_in_the_ledger() -> None:
+    refusal = ContextLengthExceededError("too long", prompt_tokens=1500, context_limit=1000)
+    driver = ScriptedDriver([refusal, "ok"])
+    result = await (
+        Client(driver, default_model=MODEL)
+        .request()
+        .with_messages(history(40))
+        .with_prompt("now")
+        .with_max_context_tokens(2400)
+        .with_output_reserve_tokens(0)
+        .run()
+    )
+    (round_,) = result.rounds
+    assert round_.limiting is not None
+    assert round_.retry_limiting is not None
+    assert round_.limiting.dropped
+    assert round_.retry_limiting.dropped
+    assert result.limiting == (round_.limiting, round_.retry_limiting)
+    assert round_.retry_limiting.tokens_before == round_.limiting.tokens_after

@@ -456,6 +456,8 @@ class _Run:
             if outcome.record.limited:
                 yield LimitApplied(record=outcome.record, round=round_number)
             estimated = outcome.record.tokens_after
+            first_limiting = outcome.record if budget is not None else None
+            retry_limiting = None
             context_retry = False
             response: ProviderResponse | None = None
             while response is None:
@@ -493,6 +495,7 @@ class _Run:
                         budget.prompt_tokens,
                     )
                     outcome = await self._limit(budget, round_number)
+                    retry_limiting = outcome.record
                     if outcome.record.limited:
                         yield LimitApplied(record=outcome.record, round=round_number)
                     estimated = outcome.record.tokens_after
@@ -528,7 +531,8 @@ class _Run:
                 usage=response.usage,
                 estimated_input_tokens=estimated,
                 reported_input_tokens=response.usage.input_tokens or None,
-                limiting=outcome.record if budget is not None else None,
+                limiting=first_limiting,
+                retry_limiting=retry_limiting,
                 finish_reason=response.finish_reason,
                 tool_calls=len(calls),
                 context_retry=context_retry,
@@ -560,17 +564,26 @@ def _tightened_budget(
 ) -> Budget:
     """A smaller budget after the provider said the prompt did not fit.
 
-    The provider counts with its own tokenizer: when it says how many tokens
-    the prompt had and how many fit, the new budget is our estimate scaled by
-    that ratio; when it says less, 10% under what was just sent.
+    The reply's room comes off the provider's limit too: the budget's reserve,
+    or with no budget the request's ``max_output_tokens``. When the provider
+    says how many tokens the prompt had and how many fit, the new budget is
+    our estimate scaled by that ratio; when it gives only its limit, that
+    limit less the reserve; always at most 90% of what was just refused, so
+    the retry sends less.
     """
     reported, limit = error.prompt_tokens, error.context_limit
-    reserve = budget.reserve if budget is not None else 0
-    if reported and limit and reported > 0:
-        target = estimated * max(limit - reserve, 1) / reported
+    if budget is not None:
+        reserve = budget.reserve
     else:
-        target = estimated * 0.9
-    prompt_tokens = max(1, math.floor(target * _CONTEXT_RETRY_MARGIN))
+        reserve = plan.call_template.max_output_tokens or 0
+    ceiling = estimated * 0.9
+    if limit and reported and reported > 0:
+        target = min(ceiling, estimated * max(limit - reserve, 1) / reported)
+    elif limit:
+        target = min(ceiling, max(limit - reserve, 1))
+    else:
+        target = ceiling
+    prompt_tokens = math.floor(target * _CONTEXT_RETRY_MARGIN)
     if budget is not None:
         prompt_tokens = min(prompt_tokens, budget.prompt_tokens - 1)
     prompt_tokens = max(1, prompt_tokens)

@@ -35,6 +35,9 @@ class RoundRecord:
     tool_calls: int
     context_retry: bool = False
     """True when the provider refused the first send as too long and the round retried."""
+    retry_limiting: LimitingRecord | None = None
+    """The second limiting step of a round that retried after a context-length
+    refusal; its indices refer to the transcript the first step left."""
 
 
 @attrs.frozen(kw_only=True)
@@ -69,8 +72,10 @@ class RunResult:
 
     @property
     def limiting(self) -> tuple[LimitingRecord, ...]:
-        """Each round's limiting step, for rounds that resolved a budget."""
-        return tuple(r.limiting for r in self.rounds if r.limiting is not None)
+        """Each round's limiting steps in order (two in a round that retried after
+        a context-length refusal), for rounds that had a budget."""
+        steps = (step for r in self.rounds for step in (r.limiting, r.retry_limiting))
+        return tuple(step for step in steps if step is not None)
 
     def new_messages(self) -> list[Message]:
         """The messages this run added (origin ``TURN``): the prompt, replies, tool results.
