@@ -98,10 +98,15 @@ async def test_tool_calls_are_read_with_arguments_kept_verbatim(
     response = await driver.complete(CALL)
     assert response.text == ""
     assert response.finish_reason == "tool_calls"
-    assert response.message.tool_calls == (
-        ToolCall(id="call_a", name="get_weather", arguments='{ "city" : "Paris" }'),
-        ToolCall(id="call_1", name="now", arguments='{"tz": "UTC"}'),
-    )
+    first, second = response.message.tool_calls
+    assert first == ToolCall(id="call_a", name="get_weather", arguments='{ "city" : "Paris" }')
+    assert (second.name, second.arguments) == ("now", '{"tz": "UTC"}')
+    # An id the server left out is invented, and never repeats across responses:
+    # a run sends every round's calls back, so a positional id would collide.
+    assert second.id.startswith("call_")
+    respx_mock.post(URL).mock(return_value=httpx.Response(200, json=body))
+    again = await driver.complete(CALL)
+    assert again.message.tool_calls[1].id != second.id
 
 
 @pytest.mark.anyio

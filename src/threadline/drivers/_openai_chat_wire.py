@@ -14,6 +14,7 @@ thousand messages), so it does one small dict per message and nothing more.
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -62,6 +63,15 @@ class MalformedResponse(Exception):
 
 # --- request -----------------------------------------------------------------
 
+
+
+def invented_call_id() -> str:
+    """An id for a tool call the server sent without one.
+
+    Unique, not positional: a run sends every round's calls back, and a second
+    ``call_0`` would break the transcript's tool units.
+    """
+    return f"call_{uuid.uuid4().hex[:24]}"
 
 def _encode_part(part: TextPart | ImagePart) -> dict[str, Any]:
     if isinstance(part, TextPart):
@@ -390,7 +400,7 @@ def _parse_tool_calls(value: object, where: str) -> tuple[ToolCall, ...]:
         if not name:
             raise MalformedResponse(f"{item_where}.function.name is missing")
         arguments = _arguments(function, f"{item_where}.function")
-        call_id = _optional_str(call, "id", item_where) or f"call_{index}"
+        call_id = _optional_str(call, "id", item_where) or invented_call_id()
         calls.append(ToolCall(id=call_id, name=name, arguments=arguments or "{}"))
     return tuple(calls)
 
@@ -563,7 +573,7 @@ class StreamAssembler:
                 raise MalformedResponse(f"the stream's tool call {index} never got a name")
             tool_calls.append(
                 ToolCall(
-                    id=partial.id or f"call_{index}",
+                    id=partial.id or invented_call_id(),
                     name=partial.name,
                     arguments="".join(partial.arguments) or "{}",
                 )
