@@ -225,3 +225,17 @@ async def test_the_key_never_leaks_from_a_failing_stream(
                 await anext(chunks)
     assert_key_absent(info.value)
     assert FAKE_KEY not in caplog.text
+
+
+@pytest.mark.anyio
+async def test_a_key_given_as_an_authorization_header_is_redacted_when_echoed(
+    respx_mock: respx.MockRouter,
+) -> None:
+    echo = {"error": {"message": f"Incorrect API key provided: {FAKE_KEY}.", "code": "bad"}}
+    respx_mock.post(URL).mock(return_value=httpx.Response(401, json=echo))
+    driver = OpenAIChatDriver(BASE, default_headers={"Authorization": f"Bearer {FAKE_KEY}"})
+    async with driver:
+        with pytest.raises(AuthenticationError) as info:
+            await driver.complete(CALL)
+    assert_key_absent(info.value)
+    assert "[redacted]" in str(info.value)

@@ -163,11 +163,11 @@ class OpenAIChatDriver:
         headers.update({name.lower(): value for name, value in (default_headers or {}).items()})
         self._headers = headers
         secrets = [key] if key else []
-        secrets += [
-            value
-            for name, value in headers.items()
-            if any(word in name for word in _SECRET_HEADER_WORDS)
-        ]
+        for name, value in headers.items():
+            if any(word in name for word in _SECRET_HEADER_WORDS):
+                # "Bearer sk-..." and "Basic ..." carry the secret as their last
+                # word; a server that echoes the key echoes that word alone.
+                secrets += {value, value.split()[-1]} if value.strip() else set()
         self._errors = ErrorMapper(_NAME, secrets=secrets)
 
         # Each message's JSON, encoded once: a run re-sends its history every round.
