@@ -137,6 +137,16 @@ def test_an_unbound_built_in_at_any_tier_is_bound_to_the_driver() -> None:
     assert resolved._shared is mine._shared
 
 
+def test_an_unbound_approximate_counter_counts_reasoning_as_the_driver_replays_it() -> None:
+    driver = FakeDriver()
+    resolved = resolve_token_counter(ApproximateCounter(), None, driver, MODEL)
+    assert isinstance(resolved, ApproximateCounter)
+    assert resolved.projection is driver.projection
+    message = Message.assistant("ok", reasoning=Reasoning(text="display text " * 40))
+    # This driver replays the display text, so it costs; unbound, it would not.
+    assert resolved.message_tokens(message) > ApproximateCounter().message_tokens(message)
+
+
 def test_a_model_counter_is_bound_to_the_model() -> None:
     per_model = PerModelCounter("client")
     resolved = resolve_token_counter(None, per_model, FakeDriver(), MODEL)
@@ -155,8 +165,10 @@ def test_a_model_counter_from_the_driver_or_default_is_bound_too() -> None:
 
 
 def test_a_plain_counter_is_not_wrapped() -> None:
-    approximate = ApproximateCounter()
-    assert resolve_token_counter(approximate, None, FakeDriver(), MODEL) is approximate
+    plain = FixedCounter("plain")
+    assert resolve_token_counter(plain, None, FakeDriver(), MODEL) is plain
+    bound = ApproximateCounter(projection=DefaultReplayProjection())
+    assert resolve_token_counter(bound, None, FakeDriver(), MODEL) is bound
 
 
 def test_default_token_counter_reports_what_is_installed() -> None:

@@ -105,6 +105,10 @@ class ApproximateCounter:
         """The projection given, or ``None`` for the default one."""
         return self._projection
 
+    def with_projection(self, projection: ReplayProjection) -> ApproximateCounter:
+        """The same estimate, counting reasoning as ``projection`` replays it."""
+        return ApproximateCounter(projection=projection)
+
     def count(self, messages: Sequence[Message], tools: Sequence[Tool] = ()) -> int:
         """The estimated prompt tokens of ``messages`` and ``tools``."""
         projection = self._projection

@@ -23,6 +23,7 @@ import threading
 from typing import Protocol
 
 from threadline._models import Model
+from threadline.counting._approximate import ApproximateCounter
 from threadline.counting._builtin import BuiltinTokenCounter
 from threadline.counting._protocol import ModelTokenCounter, ReplayProjection, TokenCounter
 
@@ -93,7 +94,8 @@ def resolve_token_counter(
 
     ``request_tier`` and ``client_tier`` are the counters set on the request
     and the client (``None`` when unset); ``driver`` is asked for its counter
-    and, when the winner is an unbound ``BuiltinTokenCounter``, for its replay
+    and, when the winner is an unbound ``BuiltinTokenCounter`` or
+    ``ApproximateCounter``, for its replay
     projection. A winner that is a ``ModelTokenCounter`` is returned as
     ``winner.for_model(model)``.
     """
@@ -108,6 +110,11 @@ def resolve_token_counter(
         if counter.projection is None and driver is not None:
             counter = counter.with_projection(driver.replay_projection(model))
         return counter.for_model(model)
+    if isinstance(counter, ApproximateCounter):
+        # Counted as the driver replays reasoning, like the built-in.
+        if counter.projection is None and driver is not None:
+            counter = counter.with_projection(driver.replay_projection(model))
+        return counter
     if isinstance(counter, ModelTokenCounter):
         return counter.for_model(model)
     return counter
