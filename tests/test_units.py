@@ -166,8 +166,9 @@ def test_an_injection_is_pinned_until_an_assistant_message_follows_it() -> None:
         *exchange("a"),
         Message.user("more", origin=Origin.INJECTION),
     ]
+    # The injected system message is context, not the instructions: answered,
+    # it is droppable, even with no other system message before it.
     assert pinned_messages(answered, prompt_index=0) == {
-        1: PinReason.FIRST_SYSTEM,
         0: PinReason.CURRENT_PROMPT,
         2: PinReason.LIVE_TOOL_EXCHANGE,
         4: PinReason.UNANSWERED_INJECTION,

@@ -135,7 +135,7 @@ class TokenLimitEvent:
 
     @property
     def round(self) -> int:
-        """The round of the run (0 for the first provider call)."""
+        """The round of the run (1 for the first provider call of a run)."""
         return self._round
 
     @property

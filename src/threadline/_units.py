@@ -201,7 +201,16 @@ def pinned_messages(
     pinned: dict[int, PinReason] = {}
     prompt_index = current_prompt_index(messages, prompt_index)
 
-    first_system = next((i for i, m in enumerate(messages) if m.role is Role.SYSTEM), None)
+    # An injected system message is context, not the instructions: it is
+    # pinned only while unanswered (below), never as "the first system message".
+    first_system = next(
+        (
+            i
+            for i, m in enumerate(messages)
+            if m.role is Role.SYSTEM and m.origin is not Origin.INJECTION
+        ),
+        None,
+    )
     if first_system is not None:
         pinned[first_system] = PinReason.FIRST_SYSTEM
     if prompt_index is not None:
