@@ -249,8 +249,10 @@ async def test_an_over_long_prompt_is_limited_again_after_the_servers_refusal(
 
     (record,) = result.rounds
     assert record.context_retry
-    assert record.limiting is not None
-    assert record.limiting.dropped
+    # No budget before the refusal, so the round's only limiting step is the retry's.
+    assert record.limiting is None
+    assert record.retry_limiting is not None
+    assert record.retry_limiting.dropped
     assert record.reported_input_tokens is not None
     assert llama_model.context_size is not None
     assert record.reported_input_tokens + 16 <= llama_model.context_size
