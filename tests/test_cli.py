@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -323,3 +324,53 @@ def test_once_holds_a_real_conversation_on_the_local_model(tmp_path: Path) -> No
     listing = invoke("conversations", "--db", env["THREADLINE_DB"], "show", "demo")
     assert listing.out.count("user> ") == 2
     assert listing.out.count("assistant> ") == 2
+
+
+def test_the_interactive_chat_reports_a_failed_turn_in_one_line_and_goes_on(
+    db: Path, tmp_path: Path
+) -> None:
+    from threadline import ProviderUnavailableError
+
+    driver = ScriptedDriver([ProviderUnavailableError("the server is down"), "second try works"])
+    script = f"hello\n/save {tmp_path / 'missing' / 'x.json'}\nhello again\n/history\n/exit\n"
+    run = invoke("chat", "--db", str(db), "--conversation", "c", driver=driver, stdin=script)
+    assert run.code == 0, run.err
+    assert "Traceback" not in run.err
+    # Without a terminal the "you> " prompts go to stderr too, before each line.
+    errors = re.findall(r"threadline: error: [^\n]*", run.err)
+    assert errors[0] == "threadline: error: cannot reach the provider: the server is down"
+    assert errors[1].startswith("threadline: error: no such file")
+    assert "second try works" in run.out
+    # The failed turn left nothing behind: the history holds only the second one.
+    assert run.out.count("user> ") == 1
+
+
+def test_max_output_tokens_applies_to_the_local_model_too() -> None:
+    pytest.importorskip("llama_cpp", reason="pip install 'threadline[local]'")
+    from threadline.cli import build_driver, parser
+
+    args = parser().parse_args(["chat", "--provider", "local", "--max-output-tokens", "64"])
+    _, model, max_output = build_driver(args)
+    assert max_output == 64
+    assert model.context_size == 2048
+    default = build_driver(parser().parse_args(["chat", "--provider", "local"]))
+    assert default[2] == 256
+
+
+def test_importing_a_conversation_twice_says_it_already_exists(db: Path, tmp_path: Path) -> None:
+    invoke(
+        "chat",
+        "--db",
+        str(db),
+        "--conversation",
+        "dup",
+        "--once",
+        "hi",
+        driver=ScriptedDriver(["x"]),
+    )
+    exported = invoke("conversations", "--db", str(db), "export", "dup")
+    path = tmp_path / "dup.json"
+    path.write_text(exported.out, encoding="utf-8")
+    run = invoke("conversations", "--db", str(db), "import", str(path))
+    assert run.code == 1
+    assert "already exists" in run.err

@@ -29,6 +29,7 @@ from threadline._client import Client
 from threadline._conversation import Conversation
 from threadline._errors import (
     AuthenticationError,
+    ConcurrentModificationError,
     ConversationNotFoundError,
     ProviderUnavailableError,
     ThreadlineError,
@@ -71,6 +72,10 @@ DriverFactory = Callable[["argparse.Namespace"], tuple[Driver, Model, int | None
 
 class CliError(Exception):
     """A failure the command reports as one line on stderr."""
+
+
+USER_FACING_ERRORS = (CliError, ThreadlineError, OSError, ValueError)
+"""What ends as one line on stderr, never a traceback."""
 
 
 # -- where things live ---------------------------------------------------------------------
@@ -120,7 +125,8 @@ def build_driver(args: argparse.Namespace) -> tuple[Driver, Model, int | None]:
             raise CliError(str(exc)) from None
         context = args.max_context_tokens or LOCAL_CONTEXT
         driver: Driver = LocalDriver(n_ctx=context)
-        return driver, Model(LOCAL_MODEL_NAME, context_size=context), LOCAL_MAX_OUTPUT
+        max_output = args.max_output_tokens or LOCAL_MAX_OUTPUT
+        return driver, Model(LOCAL_MODEL_NAME, context_size=context), max_output
     from threadline.drivers.openai_chat import OpenAIChatDriver
 
     base_url = (
@@ -251,13 +257,22 @@ async def interactive(conversation: Conversation, io: _IO) -> int:
                 if not prompt:
                     continue
                 if prompt.startswith("/"):
-                    if await slash_command(prompt, conversation, io):
-                        return EXIT_OK
+                    try:
+                        if await slash_command(prompt, conversation, io):
+                            return EXIT_OK
+                    except USER_FACING_ERRORS as error:
+                        io.stderr.write(f"threadline: error: {describe(error)}\n")
                     continue
+                result = None
                 with anyio.CancelScope() as scope:
                     answering.append(scope)
                     try:
                         result = await stream_turn(conversation, prompt, io.stdout)
+                    except USER_FACING_ERRORS as error:
+                        # The turn failed and changed nothing; the chat goes on.
+                        io.stdout.write("\n")
+                        io.stderr.write(f"threadline: error: {describe(error)}\n")
+                        continue
                     finally:
                         answering.pop()
                 io.stdout.write("\n")
@@ -337,7 +352,13 @@ async def conversations(args: argparse.Namespace, io: _IO) -> int:
             from threadline._serialization import loads_conversation
 
             document = loads_conversation(await anyio.Path(args.file).read_bytes())
-            await store.save(document, expected_version=0)
+            try:
+                await store.save(document, expected_version=0)
+            except ConcurrentModificationError:
+                raise CliError(
+                    f"a conversation {document.id!r} already exists; delete it first "
+                    "or import into another --db"
+                ) from None
             io.stderr.write(f"imported conversation {document.id}\n")
         elif args.action == "delete":
             if not await store.delete(args.id):
@@ -526,7 +547,7 @@ def main(
     except KeyboardInterrupt:
         io.stderr.write("\n")
         return 130
-    except (CliError, ThreadlineError, OSError, ValueError) as error:
+    except USER_FACING_ERRORS as error:
         io.stderr.write(f"threadline: error: {describe(error)}\n")
         return EXIT_ERROR
 
