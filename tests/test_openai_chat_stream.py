@@ -431,6 +431,8 @@ async def test_a_server_that_ignores_stream_true_still_yields_the_response() -> 
     client, _ = transport(httpx.Response(200, json=whole))
     async with client, OpenAIChatDriver(BASE, http_client=client) as driver:
         chunks = await collect(driver)
-    assert len(chunks) == 1
-    assert isinstance(chunks[0], ResponseDone)
-    assert chunks[0].response.text == "all at once"
+    # Stream consumers still see the text, as one delta, then the whole response.
+    assert [type(c).__name__ for c in chunks] == ["TextChunk", "ResponseDone"]
+    assert chunks[0].text == "all at once"  # type: ignore[union-attr]
+    assert isinstance(chunks[1], ResponseDone)
+    assert chunks[1].response.text == "all at once"

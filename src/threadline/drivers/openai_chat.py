@@ -41,7 +41,15 @@ from threadline.drivers._openai_chat_wire import (
 )
 from threadline.drivers._replay import NO_REPLAY
 from threadline.drivers._sse import ServerSentEvent, aiter_sse
-from threadline.drivers.base import ProviderCall, ProviderResponse, ResponseDone, StreamChunk
+from threadline.drivers.base import (
+    ProviderCall,
+    ProviderResponse,
+    ReasoningChunk,
+    ResponseDone,
+    StreamChunk,
+    TextChunk,
+    ToolCallChunk,
+)
 
 # RetryPolicy is re-exported: it is how this driver's retrying is configured.
 __all__ = ["OpenAIChatDriver", "RetryPolicy"]
@@ -308,6 +316,16 @@ class OpenAIChatDriver:
         if response.headers.get("content-type", "").startswith("application/json"):
             # A server that ignored "stream": true and answered in one piece.
             whole = self._parse(await self._read(response), call, request_id)
+            # Stream consumers still see the text: as one delta of each kind.
+            message = whole.message
+            if message.reasoning is not None and message.reasoning.text:
+                yield ReasoningChunk(text=message.reasoning.text)
+            if message.text:
+                yield TextChunk(text=message.text)
+            for index, tool_call in enumerate(message.tool_calls):
+                yield ToolCallChunk(
+                    index=index, id=tool_call.id, name=tool_call.name, arguments=tool_call.arguments
+                )
             yield ResponseDone(response=whole)
             return
         assembler = StreamAssembler(
