@@ -560,3 +560,44 @@ async def test_both_limiting_steps_of_a_retried_round_are_in_the_ledger() -> Non
     assert round_.retry_limiting.dropped
     assert result.limiting == (round_.limiting, round_.retry_limiting)
     assert round_.retry_limiting.tokens_before == round_.limiting.tokens_after
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("build", "problem"),
+    [
+        (lambda r: r.with_tools(5), "with_tools takes a list"),
+        (lambda r: r.with_extra_body(5), "with_extra_body takes a mapping"),
+        (lambda r: r.with_stop(5), "with_stop takes a string"),
+        (lambda r: r.with_temperature("hot"), "with_temperature takes a finite number"),
+        (lambda r: r.with_top_p(float("nan")), "with_top_p takes a finite number"),
+        (lambda r: r.with_seed(1.5), "with_seed takes an int"),
+        (lambda r: r.with_token_counter("o200k_base"), "with_token_counter takes a TokenCounter"),
+    ],
+)
+async def test_wrong_builder_values_are_named_at_run_not_raised_obscurely(
+    build: object, problem: str
+) -> None:
+    driver = ScriptedDriver(["unused"])
+    request = build(Client(driver, default_model=MODEL).request().with_prompt("hi"))  # type: ignore[operator]
+    with pytest.raises(InvalidRequestError, match=problem):
+        await request.run()
+    assert driver.calls == []
+
+
+@pytest.mark.anyio
+async def test_one_stop_string_is_one_stop_sequence() -> None:
+    driver = ScriptedDriver(["ok"])
+    await Client(driver, default_model=MODEL).request().with_prompt("hi").with_stop("END").run()
+    assert driver.calls[0].sampling.stop == ("END",)
+
+
+def test_a_counter_given_by_name_is_refused_where_it_is_given() -> None:
+    from threadline import set_default_token_counter
+
+    with pytest.raises(TypeError):
+        set_default_token_counter("o200k_base")  # type: ignore[arg-type]
+    with pytest.raises(InvalidRequestError):
+        Client(ScriptedDriver(), token_counter="o200k_base")  # type: ignore[arg-type]
+    with pytest.raises(InvalidRequestError, match="drop_oldest_units"):
+        drop_oldest_units(5)  # type: ignore[arg-type]

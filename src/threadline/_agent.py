@@ -15,7 +15,7 @@ from threadline._models import Model
 from threadline._request import DEFAULT_MAX_ROUNDS, Request
 from threadline._tools import Tool, Toolset
 from threadline.counting import resolve_token_counter
-from threadline.counting._protocol import TokenCounter
+from threadline.counting._protocol import TokenCounter, is_token_counter
 
 __all__ = ["Agent"]
 
@@ -96,7 +96,7 @@ class Agent:
             )
         if not _is_int(max_rounds) or max_rounds < 1:
             raise InvalidRequestError(f"max_rounds must be an int of 1 or more, not {max_rounds!r}")
-        if token_counter is not None and not isinstance(token_counter, TokenCounter):
+        if token_counter is not None and not is_token_counter(token_counter):
             raise InvalidRequestError(
                 f"token_counter must be a TokenCounter, not {type(token_counter).__name__}"
             )

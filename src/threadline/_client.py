@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Self
 
 from threadline._errors import InvalidRequestError
 from threadline._models import Model
-from threadline.counting._protocol import TokenCounter
+from threadline.counting._protocol import TokenCounter, is_token_counter
 from threadline.drivers.base import Driver
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ class Client:
         token_counter: TokenCounter | None = None,
         default_model: Model | str | None = None,
     ) -> None:
-        if token_counter is not None and not isinstance(token_counter, TokenCounter):
+        if token_counter is not None and not is_token_counter(token_counter):
             raise InvalidRequestError(
                 f"token_counter must have a count(messages, tools) method, "
                 f"not {type(token_counter).__name__}"

@@ -29,7 +29,7 @@ from typing import Literal, TypeAlias
 import attrs
 
 from threadline._budget import Budget, BudgetReport, budget_report, message_costs
-from threadline._errors import HandlerError, TranscriptIntegrityError
+from threadline._errors import HandlerError, InvalidRequestError, TranscriptIntegrityError
 from threadline._messages import Message, Role
 from threadline._tools import Tool
 from threadline._units import (
@@ -44,7 +44,7 @@ from threadline._units import (
     unit_kind,
     unit_starts,
 )
-from threadline.counting._protocol import TokenCounter, is_incremental
+from threadline.counting._protocol import TokenCounter, is_incremental, is_token_counter
 
 __all__ = [
     "DroppedUnit",
@@ -242,7 +242,14 @@ def drop_oldest_units(counter: TokenCounter | None = None) -> TokenLimitHandler:
         request.pre_max_tokens_reached(summarize).post_max_tokens_reached(
             drop_oldest_units(None)
         )
+
+    Raises:
+        InvalidRequestError: ``counter`` is not a token counter.
     """
+    if counter is not None and not is_token_counter(counter):
+        raise InvalidRequestError(
+            f"drop_oldest_units takes a TokenCounter or None, not {type(counter).__name__}"
+        )
 
     async def handler(event: TokenLimitEvent) -> None:
         _drop_oldest(event, counter if counter is not None else event.counter)

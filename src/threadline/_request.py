@@ -42,7 +42,7 @@ from threadline._sentinel import NOT_GIVEN, NotGiven
 from threadline._tools import Tool, Toolset, tool
 from threadline._units import check_integrity
 from threadline.counting import resolve_token_counter
-from threadline.counting._protocol import TokenCounter
+from threadline.counting._protocol import TokenCounter, is_token_counter
 from threadline.drivers.base import (
     ProviderCall,
     ProviderResponse,
@@ -163,7 +163,10 @@ class Request:
 
     def with_tools(self, tools: Iterable[Tool | Any]) -> Self:
         """Tools the model may call: ``Tool`` objects or plain functions."""
-        self._tools = tuple(tools)
+        if isinstance(tools, str | bytes) or not isinstance(tools, Iterable):
+            self._problems.append(f"with_tools takes a list of tools, not {type(tools).__name__}")
+        else:
+            self._tools = tuple(tools)
         return self
 
     def with_tool_choice(self, choice: str | None) -> Self:
@@ -196,36 +199,49 @@ class Request:
 
     def with_temperature(self, temperature: float | None) -> Self:
         """Sampling temperature; ``None`` leaves the provider's default."""
-        return self._set_sampling("temperature", temperature)
+        return self._set_number("temperature", temperature)
 
     def with_top_p(self, top_p: float | None) -> Self:
         """Nucleus sampling; ``None`` leaves the provider's default."""
-        return self._set_sampling("top_p", top_p)
+        return self._set_number("top_p", top_p)
 
     def with_seed(self, seed: int | None) -> Self:
         """A sampling seed, for providers that honour one."""
+        if seed is not None and not _is_int(seed):
+            self._problems.append(f"with_seed takes an int, not {seed!r}")
+            return self
         return self._set_sampling("seed", seed)
 
-    def with_stop(self, stop: Sequence[str] | None) -> Self:
-        """Sequences that end the reply."""
+    def with_stop(self, stop: str | Sequence[str] | None) -> Self:
+        """Sequences that end the reply: one string, or several."""
+        if isinstance(stop, str):
+            stop = (stop,)
+        if stop is not None and (
+            not isinstance(stop, Sequence) or not all(isinstance(s, str) and s for s in stop)
+        ):
+            self._problems.append(f"with_stop takes a string or a list of strings, not {stop!r}")
+            return self
         return self._set_sampling("stop", None if stop is None else tuple(stop))
 
     def with_presence_penalty(self, penalty: float | None) -> Self:
         """Presence penalty, for providers that take one."""
-        return self._set_sampling("presence_penalty", penalty)
+        return self._set_number("presence_penalty", penalty)
 
     def with_frequency_penalty(self, penalty: float | None) -> Self:
         """Frequency penalty, for providers that take one."""
-        return self._set_sampling("frequency_penalty", penalty)
+        return self._set_number("frequency_penalty", penalty)
 
     def with_extra_body(self, extra: Mapping[str, Any]) -> Self:
         """Provider-specific fields merged into the request body as given."""
-        self._extra_body = dict(extra)
+        if not isinstance(extra, Mapping):
+            self._problems.append(f"with_extra_body takes a mapping, not {type(extra).__name__}")
+        else:
+            self._extra_body = dict(extra)
         return self
 
     def with_token_counter(self, counter: TokenCounter | None) -> Self:
         """The request tier of the counting chain; it wins over every other tier."""
-        if counter is not None and not isinstance(counter, TokenCounter):
+        if counter is not None and not is_token_counter(counter):
             self._problems.append(
                 f"with_token_counter takes a TokenCounter, not {type(counter).__name__}"
             )
@@ -251,6 +267,13 @@ class Request:
     def _set_sampling(self, name: str, value: Any) -> Self:
         self._sampling[name] = value
         return self
+
+    def _set_number(self, name: str, value: Any) -> Self:
+        is_number = isinstance(value, int | float) and not isinstance(value, bool)
+        if value is not None and not (is_number and math.isfinite(value)):
+            self._problems.append(f"with_{name} takes a finite number, not {value!r}")
+            return self
+        return self._set_sampling(name, value)
 
     def _check_handler(
         self, where: str, handler: TokenLimitHandler | None
@@ -572,10 +595,8 @@ def _tightened_budget(
     the retry sends less.
     """
     reported, limit = error.prompt_tokens, error.context_limit
-    if budget is not None:
-        reserve = budget.reserve
-    else:
-        reserve = plan.call_template.max_output_tokens or 0
+    reply_room = plan.call_template.max_output_tokens or 0
+    reserve = budget.reserve if budget is not None else reply_room
     ceiling = estimated * 0.9
     if limit and reported and reported > 0:
         target = min(ceiling, estimated * max(limit - reserve, 1) / reported)

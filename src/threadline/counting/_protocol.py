@@ -16,6 +16,7 @@ __all__ = [
     "ReplayProjection",
     "TokenCounter",
     "is_incremental",
+    "is_token_counter",
 ]
 
 
@@ -83,3 +84,15 @@ def is_incremental(counter: TokenCounter) -> TypeGuard[IncrementalTokenCounter]:
     if known is None:
         known = _incremental_kinds[kind] = isinstance(counter, IncrementalTokenCounter)
     return known
+
+
+def is_token_counter(value: object) -> bool:
+    """Whether ``value`` can serve as a counter.
+
+    The runtime protocol check only asks for a ``count`` attribute, which a
+    ``str`` or a ``list`` has too; those are refused here, so a counter given
+    by name fails where it is given, not deep inside a run.
+    """
+    if isinstance(value, str | bytes | bytearray | list | tuple | dict | set | frozenset):
+        return False
+    return isinstance(value, TokenCounter)

@@ -25,7 +25,12 @@ from typing import Protocol
 from threadline._models import Model
 from threadline.counting._approximate import ApproximateCounter
 from threadline.counting._builtin import BuiltinTokenCounter
-from threadline.counting._protocol import ModelTokenCounter, ReplayProjection, TokenCounter
+from threadline.counting._protocol import (
+    ModelTokenCounter,
+    ReplayProjection,
+    TokenCounter,
+    is_token_counter,
+)
 
 __all__ = [
     "builtin_token_counter",
@@ -70,7 +75,7 @@ def set_default_token_counter(counter: TokenCounter | None) -> None:
         TypeError: ``counter`` has no ``count`` method.
     """
     global _default
-    if counter is not None and not isinstance(counter, TokenCounter):
+    if counter is not None and not is_token_counter(counter):
         raise TypeError(
             f"a token counter needs a count(messages, tools) method; got {type(counter).__name__}"
         )

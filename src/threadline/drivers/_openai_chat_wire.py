@@ -64,7 +64,6 @@ class MalformedResponse(Exception):
 # --- request -----------------------------------------------------------------
 
 
-
 def invented_call_id() -> str:
     """An id for a tool call the server sent without one.
 
@@ -72,6 +71,7 @@ def invented_call_id() -> str:
     ``call_0`` would break the transcript's tool units.
     """
     return f"call_{uuid.uuid4().hex[:24]}"
+
 
 def _encode_part(part: TextPart | ImagePart) -> dict[str, Any]:
     if isinstance(part, TextPart):
