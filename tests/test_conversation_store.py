@@ -319,3 +319,16 @@ async def test_a_commit_refused_as_stale_hands_back_the_answer_with_the_error(
     texts = [e.message.text for e in (await stored(store)).events]
     assert "me first" in texts
     assert "the answer nobody stored" not in texts
+
+
+async def test_a_failed_first_turn_leaves_no_conversation_behind(
+    store: ConversationStore,
+) -> None:
+    driver = ScriptedDriver([ProviderUnavailableError("down"), "hello"])
+    with pytest.raises(ProviderUnavailableError):
+        await Conversation(agent_on(driver), id="fresh", store=store).run("hi")
+    assert await store.list() == []
+    # A new Conversation with the same id starts cleanly.
+    retry = Conversation(agent_on(driver), id="fresh", store=store)
+    assert (await retry.run("hi")).text == "hello"
+    assert [e.message.text for e in (await stored(store, "fresh")).events] == ["hi", "hello"]

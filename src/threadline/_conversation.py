@@ -67,6 +67,7 @@ class _TurnInProgress:
     prompt: Message
     request: Request
     pending_written: bool = False
+    created_store_entry: bool = False
     committed: bool = False
 
 
@@ -370,6 +371,7 @@ class Conversation:
         header = self._header(next_turn_id=turn.turn_id + 1, updated_at=_now())
         # Shielded, so the version we hold always matches what the store did.
         with anyio.CancelScope(shield=True):
+            turn.created_store_entry = self._version == 0
             self._version = await store.append_events(
                 self._id, [pending], header=header, expected_version=self._version
             )
@@ -425,6 +427,8 @@ class Conversation:
             return
         with anyio.CancelScope(shield=True):
             try:
+                if turn.created_store_entry and await self._delete_own_entry(store):
+                    return
                 self._version = await store.append_events(
                     self._id,
                     list(self._transcript.pending),
@@ -439,6 +443,16 @@ class Conversation:
                     self._id,
                     exc_info=True,
                 )
+
+    async def _delete_own_entry(self, store: ConversationStore) -> bool:
+        """Remove the stored conversation a failed first turn created, when no one
+        else has written it since; ``True`` when it is gone."""
+        stored = await store.load(self._id)
+        if stored.version != self._version:
+            return False
+        await store.delete(self._id)
+        self._version = 0
+        return True
 
     # -- rewriting ----------------------------------------------------------------------
 
