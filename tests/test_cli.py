@@ -374,3 +374,10 @@ def test_importing_a_conversation_twice_says_it_already_exists(db: Path, tmp_pat
     run = invoke("conversations", "--db", str(db), "import", str(path))
     assert run.code == 1
     assert "already exists" in run.err
+
+
+def test_undecodable_input_is_one_clear_line(db: Path) -> None:
+    run = invoke("chat", "--db", str(db), "--once", driver=ScriptedDriver([]), stdin="bad \udcff\n")
+    assert run.code == 1
+    assert "not UTF-8 text" in run.err
+    assert run.err.count("\n") == 1

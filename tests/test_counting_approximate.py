@@ -84,3 +84,11 @@ def test_approximate_counts_are_incremental(texts: list[str]) -> None:
     messages = [Message.user(text) for text in texts]
     expected = sum(map(counter.message_tokens, messages)) + counter.overhead_tokens()
     assert counter.count(messages) == expected
+
+
+def test_a_lone_surrogate_is_sized_not_an_error() -> None:
+    from threadline._messages import Message
+    from threadline.counting import ApproximateCounter
+
+    # 2 ASCII bytes and 3 for the surrogate: 4 + ceil(5 / 4)
+    assert ApproximateCounter().count([Message.user("ab\udcff")]) == 4 + 2

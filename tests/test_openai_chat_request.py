@@ -404,3 +404,11 @@ async def test_extra_body_cannot_turn_a_complete_into_a_stream(
     response = await driver.complete(call)
     assert "stream" not in sent_body(route)
     assert response.text == "ok"
+
+
+def test_a_lone_surrogate_is_refused_naming_the_problem() -> None:
+    from threadline._errors import InvalidRequestError
+    from threadline.drivers._openai_chat_wire import encode_body
+
+    with pytest.raises(InvalidRequestError, match="lone surrogate"):
+        encode_body({"messages": [{"role": "user", "content": "bad \udcff byte"}]})

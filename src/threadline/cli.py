@@ -163,6 +163,16 @@ def status_line(result: RunResult, conversation: Conversation) -> str:
     return f"[{budget} · dropped {dropped} unit(s) · {turns} turn(s)]"
 
 
+def check_text(prompt: str) -> None:
+    """Refuse a prompt holding bytes the terminal could not decode."""
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError:
+        raise CliError(
+            "the prompt holds bytes that are not UTF-8 text; check the terminal's encoding"
+        ) from None
+
+
 async def stream_turn(conversation: Conversation, prompt: str, out: TextIO) -> RunResult | None:
     """Stream one turn's answer to ``out``; ``None`` when it was cancelled."""
     result: RunResult | None = None
@@ -213,6 +223,7 @@ async def chat(args: argparse.Namespace, io: _IO, factory: DriverFactory) -> int
             prompt = io.stdin.read() if args.once == "-" else args.once
             if not prompt.strip():
                 raise CliError("--once needs a prompt (or text on standard input with --once -)")
+            check_text(prompt)
             result = await stream_turn(conversation, prompt, io.stdout)
             io.stdout.write("\n")
             io.stdout.flush()
@@ -255,6 +266,11 @@ async def interactive(conversation: Conversation, io: _IO) -> int:
                     return EXIT_OK
                 prompt = line.strip()
                 if not prompt:
+                    continue
+                try:
+                    check_text(prompt)
+                except CliError as error:
+                    io.stderr.write(f"threadline: error: {error}\n")
                     continue
                 if prompt.startswith("/"):
                     try:

@@ -36,7 +36,8 @@ _DEFAULT_PROJECTION = DefaultReplayProjection()
 
 
 def _utf8_size(text: str) -> int:
-    return len(text) if text.isascii() else len(text.encode("utf-8"))
+    # surrogatepass: a lone surrogate is sized, not an error (the driver refuses it).
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
 def estimate_content_tokens(text: str) -> int:

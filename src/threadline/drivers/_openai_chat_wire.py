@@ -297,7 +297,15 @@ def encode_body(body: Mapping[str, Any]) -> bytes:
         text = _ENCODER.encode(body)
     except (TypeError, ValueError) as exc:
         raise InvalidRequestError(f"the request cannot be encoded as JSON: {exc}") from None
-    return text.encode("utf-8")
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        # A lone surrogate, usually from input decoded with errors="surrogateescape".
+        bad = exc.object[exc.start : exc.end]
+        raise InvalidRequestError(
+            f"the request holds text that is not valid Unicode ({bad!r}, a lone surrogate, "
+            "often left by undecodable input); clean the text before sending it"
+        ) from None
 
 
 # --- response ----------------------------------------------------------------
