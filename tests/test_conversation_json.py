@@ -183,3 +183,19 @@ async def test_a_pending_prompt_travels_and_is_never_sent_as_answered() -> None:
     await conv.run("next")
     assert "lost in a crash" not in [m.text for m in driver.calls[0].messages]
     assert [m.text for m in conv.pending_messages()] == ["lost in a crash"]
+
+
+def test_a_saved_transcript_that_opens_with_an_answer_is_refused() -> None:
+    conversation_agent = Agent(Client(ScriptedDriver([])), model=Model("m", context_size=8192))
+    saved = Conversation(conversation_agent, id="c")
+    document = json.loads(saved.to_json())
+    document["events"] = [
+        {
+            "message": {"role": "assistant", "content": "an answer to nothing", "origin": "turn"},
+            "turn_id": 0,
+        }
+    ]
+    document["next_turn_id"] = 1
+    with pytest.raises(ConversationFormatError) as info:
+        Conversation.from_json(conversation_agent, json.dumps(document))
+    assert info.value.path == "$.events[0].message.role"

@@ -178,8 +178,8 @@ class Transcript:
         """The transcript a saved document holds, pending events set apart.
 
         Raises:
-            ConversationFormatError: the answered events break a tool unit
-                (the path names the event).
+            ConversationFormatError: the answered events break a tool unit or
+                do not start with a user message (the path names the event).
         """
         answered: list[ConversationEvent] = []
         where: list[int] = []
@@ -190,6 +190,14 @@ class Transcript:
             else:
                 answered.append(event)
                 where.append(index)
+        if answered and answered[0].message.role is not Role.USER:
+            # What replace_events refuses, a document may not bring in either:
+            # the next request would open with an answer to nothing.
+            raise ConversationFormatError(
+                f"a conversation's transcript starts with a user message, not a "
+                f"{answered[0].message.role.value} message",
+                path=f"$.events[{where[0]}].message.role",
+            )
         try:
             check_integrity([event.message for event in answered])
         except TranscriptIntegrityError as exc:
