@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from threadline._budget import is_int
 from threadline._client import Client
 from threadline._errors import InvalidRequestError
 from threadline._models import Model
@@ -20,10 +21,6 @@ from threadline.counting._protocol import TokenCounter, is_token_counter
 __all__ = ["Agent"]
 
 _SAMPLING = ("temperature", "top_p", "seed", "stop", "presence_penalty", "frequency_penalty")
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 # -- Agent ------------------------------------------------------------------------------
@@ -89,12 +86,12 @@ class Agent:
                     "the model calls, so each needs one"
                 )
         if max_output_tokens is not None and (
-            not _is_int(max_output_tokens) or max_output_tokens <= 0
+            not is_int(max_output_tokens) or max_output_tokens <= 0
         ):
             raise InvalidRequestError(
                 f"max_output_tokens must be a positive int, not {max_output_tokens!r}"
             )
-        if not _is_int(max_rounds) or max_rounds < 1:
+        if not is_int(max_rounds) or max_rounds < 1:
             raise InvalidRequestError(f"max_rounds must be an int of 1 or more, not {max_rounds!r}")
         if token_counter is not None and not is_token_counter(token_counter):
             raise InvalidRequestError(

@@ -69,11 +69,11 @@ class Budget:
     )
 
     def __attrs_post_init__(self) -> None:
-        if not _is_int(self.limit) or self.limit <= 0:
+        if not is_int(self.limit) or self.limit <= 0:
             raise InvalidRequestError(
                 f"the context limit must be a positive int, not {self.limit!r}"
             )
-        if not _is_int(self.reserve) or self.reserve < 0:
+        if not is_int(self.reserve) or self.reserve < 0:
             raise InvalidRequestError(
                 f"the output reserve must be an int of 0 or more, not {self.reserve!r}"
             )
@@ -98,7 +98,8 @@ class BudgetResolution:
     reason: str
 
 
-def _is_int(value: object) -> bool:
+def is_int(value: object) -> bool:
+    """An ``int`` that is not a ``bool`` (``True`` is no token count)."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -128,18 +129,18 @@ def resolve_budget(
         Budget(limit=100000, reserve=8000, prompt_tokens=92000)
     """
     if max_context_tokens is not None and (
-        not _is_int(max_context_tokens) or max_context_tokens <= 0
+        not is_int(max_context_tokens) or max_context_tokens <= 0
     ):
         raise InvalidRequestError(
             f"max_context_tokens must be a positive int, not {max_context_tokens!r}"
         )
-    if max_output_tokens is not None and (not _is_int(max_output_tokens) or max_output_tokens <= 0):
+    if max_output_tokens is not None and (not is_int(max_output_tokens) or max_output_tokens <= 0):
         raise InvalidRequestError(
             f"max_output_tokens must be a positive int, not {max_output_tokens!r}"
         )
 
     if not isinstance(output_reserve_tokens, NotGiven):
-        if not _is_int(output_reserve_tokens) or output_reserve_tokens < 0:
+        if not is_int(output_reserve_tokens) or output_reserve_tokens < 0:
             raise InvalidRequestError(
                 f"output_reserve_tokens must be an int of 0 or more, not {output_reserve_tokens!r}"
             )

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from threadline._budget import is_int
 from threadline._documents import ConversationDocument, JsonValue
 from threadline._errors import ConversationFormatError, InvalidRequestError
 from threadline._limiting import TokenLimitHandler
@@ -25,26 +26,22 @@ __all__ = [
 ]
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def check_history_limit(value: Any) -> int:
-    if not _is_int(value) or value < 0:
+    if not is_int(value) or value < 0:
         raise InvalidRequestError(f"history_limit must be an int of 0 or more, not {value!r}")
     limit: int = value
     return limit
 
 
 def check_max_context(value: Any) -> int | None:
-    if value is not None and (not _is_int(value) or value <= 0):
+    if value is not None and (not is_int(value) or value <= 0):
         raise InvalidRequestError(f"max_context_tokens must be a positive int, not {value!r}")
     limit: int | None = value
     return limit
 
 
 def check_reserve(value: Any) -> int | NotGiven:
-    if not isinstance(value, NotGiven) and (not _is_int(value) or value < 0):
+    if not isinstance(value, NotGiven) and (not is_int(value) or value < 0):
         raise InvalidRequestError(
             f"output_reserve_tokens must be an int of 0 or more, not {value!r}"
         )

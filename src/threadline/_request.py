@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 import attrs
 
-from threadline._budget import Budget, BudgetResolution, resolve_budget
+from threadline._budget import Budget, BudgetResolution, is_int, resolve_budget
 from threadline._errors import (
     ContextLengthExceededError,
     InvalidRequestError,
@@ -207,7 +207,7 @@ class Request:
 
     def with_seed(self, seed: int | None) -> Self:
         """A sampling seed, for providers that honour one."""
-        if seed is not None and not _is_int(seed):
+        if seed is not None and not is_int(seed):
             self._problems.append(f"with_seed takes an int, not {seed!r}")
             return self
         return self._set_sampling("seed", seed)
@@ -350,16 +350,16 @@ class Request:
             problems.append("no model: call with_model() or give the Client a default_model")
         if self._prompt is None and not self._history:
             problems.append("nothing to send: call with_prompt() or with_messages()")
-        if not _is_int(self._max_rounds) or self._max_rounds < 1:
+        if not is_int(self._max_rounds) or self._max_rounds < 1:
             problems.append(f"with_max_rounds needs an int of 1 or more, not {self._max_rounds!r}")
         for name, value in (
             ("with_max_context_tokens", self._max_context_tokens),
             ("with_max_output_tokens", self._max_output_tokens),
         ):
-            if value is not None and (not _is_int(value) or value <= 0):
+            if value is not None and (not is_int(value) or value <= 0):
                 problems.append(f"{name} needs a positive int, not {value!r}")
         reserve = self._output_reserve
-        if not isinstance(reserve, NotGiven) and (not _is_int(reserve) or reserve < 0):
+        if not isinstance(reserve, NotGiven) and (not is_int(reserve) or reserve < 0):
             problems.append(
                 f"with_output_reserve_tokens needs an int of 0 or more, not {reserve!r}"
             )
@@ -427,10 +427,6 @@ class Request:
         async with aclosing(run.events()) as events:
             async for event in events:
                 yield event
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 class _Run:
