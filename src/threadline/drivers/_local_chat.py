@@ -24,6 +24,7 @@ from typing import Any, Final, Literal, Protocol, TypeAlias
 from threadline._errors import InvalidRequestError
 from threadline._messages import ImagePart, Message, Origin, Role, ToolCall
 from threadline._tools import Tool
+from threadline.drivers._tool_calls import tool_call_dicts
 
 __all__ = [
     "CHATML_FUNCTION_CALLING",
@@ -84,14 +85,7 @@ def to_llama_messages(messages: Sequence[Message]) -> list[LlamaMessage]:
             )
         entry: LlamaMessage = {"role": message.role.value, "content": message.text}
         if message.tool_calls:
-            entry["tool_calls"] = [
-                {
-                    "id": call.id,
-                    "type": "function",
-                    "function": {"name": call.name, "arguments": call.arguments},
-                }
-                for call in message.tool_calls
-            ]
+            entry["tool_calls"] = tool_call_dicts(message.tool_calls)
         if message.tool_call_id is not None:
             entry["tool_call_id"] = message.tool_call_id
         if message.name is not None:

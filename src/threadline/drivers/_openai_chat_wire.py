@@ -31,6 +31,7 @@ from threadline._messages import (
 )
 from threadline._tools import Tool
 from threadline.drivers._replay import check_transcript_reasoning
+from threadline.drivers._tool_calls import tool_call_dicts
 from threadline.drivers.base import (
     ProviderCall,
     ProviderResponse,
@@ -92,14 +93,7 @@ def _encode_message(message: Message) -> dict[str, Any]:
         # A reply that only calls tools keeps "content": "" rather than the
         # null the API itself returns: OpenAI, vLLM and Ollama take either,
         # but llama-cpp-python's server, LM Studio and older llama.cpp refuse null.
-        wire["tool_calls"] = [
-            {
-                "id": call.id,
-                "type": "function",
-                "function": {"name": call.name, "arguments": call.arguments},
-            }
-            for call in message.tool_calls
-        ]
+        wire["tool_calls"] = tool_call_dicts(message.tool_calls)
     if message.tool_call_id is not None:
         wire["tool_call_id"] = message.tool_call_id
     if message.name is not None:
