@@ -40,11 +40,8 @@ from statistics import mean
 import anyio
 import httpx
 
-from threadline._agent import Agent
-from threadline._client import Client
-from threadline._conversation import Conversation
-from threadline._models import Model
-from threadline.drivers.openai_chat import OpenAIChatDriver
+from threadline import Agent, Client, Conversation, Model
+from threadline.drivers import OpenAIChatDriver
 from threadline.testing import ScriptedDriver
 
 RATIO_TARGET = 1.5

@@ -27,8 +27,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from threadline._messages import Message, ToolCall
-from threadline._tools import Tool
+from threadline import Message, Tool, ToolCall
 from threadline.counting import ApproximateCounter, BuiltinTokenCounter, o200k_base_encoding
 
 SIZES = (100, 1_000, 10_000)

@@ -31,12 +31,14 @@ from typing import Any
 
 import anyio
 
-from threadline._budget import Budget
-from threadline._errors import TranscriptIntegrityError
-from threadline._limiting import TokenLimitEvent, apply_limits, drop_oldest_units
-from threadline._messages import Message, Origin, Role, ToolCall
-from threadline._tools import Tool
-from threadline._units import check_integrity
+from threadline import Budget, Message, Origin, Role, Tool, ToolCall
+from threadline.limiting import (
+    TokenLimitEvent,
+    TranscriptIntegrityError,
+    check_integrity,
+    drop_oldest_units,
+)
+from threadline.limiting._engine import apply_limits
 
 try:
     from langchain_core.messages import (

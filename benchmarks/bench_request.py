@@ -45,10 +45,9 @@ import anyio
 import httpx
 
 from threadline import Client, FinalResult, Message, Model, TextDelta
+from threadline.drivers import OpenAIChatDriver, ProviderCall
 from threadline.drivers._http import DEFAULT_LIMITS
 from threadline.drivers._openai_chat_wire import MessageJSONCache, request_body
-from threadline.drivers.base import ProviderCall
-from threadline.drivers.openai_chat import OpenAIChatDriver
 
 try:
     import openai

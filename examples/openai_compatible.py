@@ -36,7 +36,8 @@ from threadline import (
     ToolResultEvent,
     tool,
 )
-from threadline.drivers.openai_chat import DEFAULT_BASE_URL, OpenAIChatDriver
+from threadline.drivers import OpenAIChatDriver
+from threadline.drivers.openai_chat import DEFAULT_BASE_URL
 
 
 @tool

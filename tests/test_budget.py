@@ -9,20 +9,25 @@ from collections.abc import Sequence
 
 import pytest
 
-from threadline._budget import (
-    DEFAULT_OUTPUT_RESERVE_TOKENS,
+from threadline import (
+    NOT_GIVEN,
     Budget,
+    InvalidRequestError,
+    Message,
+    Model,
+    Origin,
+    Tool,
+    ToolCall,
+)
+from threadline._sentinel import NotGiven
+from threadline.limiting._budget import (
+    DEFAULT_OUTPUT_RESERVE_TOKENS,
     budget_report,
     is_token_limit_reached,
     message_costs,
     resolve_budget,
 )
-from threadline._errors import InvalidRequestError
-from threadline._messages import Message, Origin, ToolCall
-from threadline._models import Model
-from threadline._sentinel import NOT_GIVEN, NotGiven
-from threadline._tools import Tool
-from threadline._units import pinned_messages
+from threadline.limiting._units import pinned_messages
 
 
 class WordCounter:

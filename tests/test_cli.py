@@ -19,8 +19,8 @@ import pytest
 import respx
 
 from threadline import Message, Model
-from threadline._serialization import dumps_messages, loads_conversation
 from threadline.cli import main
+from threadline.serialization import dumps_messages, loads_conversation
 from threadline.testing import ScriptedDriver
 
 MODEL = Model("scripted", context_size=4096)

@@ -5,17 +5,25 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from threadline._agent import Agent
-from threadline._client import Client
-from threadline._conversation import Conversation
-from threadline._documents import ConversationEvent
-from threadline._errors import InvalidRequestError, ProviderUnavailableError
-from threadline._messages import Message, Origin, Role, ToolCall, Usage
-from threadline._models import Model
-from threadline._sentinel import NOT_GIVEN
-from threadline._tools import Tool, tool
+from threadline import (
+    NOT_GIVEN,
+    Agent,
+    Client,
+    Conversation,
+    InvalidRequestError,
+    Message,
+    Model,
+    Origin,
+    ProviderUnavailableError,
+    Role,
+    Tool,
+    ToolCall,
+    Usage,
+    tool,
+)
 from threadline.counting import ApproximateCounter
-from threadline.drivers.base import ProviderCall, ProviderResponse
+from threadline.drivers import ProviderCall, ProviderResponse
+from threadline.serialization import ConversationEvent
 from threadline.testing import ScriptedDriver, ScriptedReply
 
 pytestmark = pytest.mark.anyio

@@ -6,17 +6,25 @@ import json
 
 import pytest
 
-from threadline._agent import Agent
-from threadline._client import Client
-from threadline._conversation import Conversation
-from threadline._documents import ConversationDocument, ConversationEvent
-from threadline._errors import ConversationFormatError
-from threadline._messages import Message, ToolCall, Usage
-from threadline._models import Model
-from threadline._sentinel import NOT_GIVEN
-from threadline._serialization import dumps_conversation, loads_conversation
-from threadline._tools import tool
-from threadline.drivers.openai_chat import OpenAIChatDriver
+from threadline import (
+    NOT_GIVEN,
+    Agent,
+    Client,
+    Conversation,
+    ConversationFormatError,
+    Message,
+    Model,
+    ToolCall,
+    Usage,
+    tool,
+)
+from threadline.drivers import OpenAIChatDriver
+from threadline.serialization import (
+    ConversationDocument,
+    ConversationEvent,
+    dumps_conversation,
+    loads_conversation,
+)
 from threadline.testing import ScriptedDriver
 
 pytestmark = pytest.mark.anyio

@@ -10,10 +10,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from threadline._agent import Agent
-from threadline._client import Client
-from threadline._conversation import Conversation
-from threadline._models import Model
+from threadline import Agent, Client, Conversation, Model
 from threadline.stores.sqlite import SQLiteStore
 from threadline.testing import ScriptedDriver
 
@@ -24,10 +21,10 @@ MODEL = Model("scripted-model", context_size=8192)
 CONTINUE_FROM_JSON = """
 import json, sys
 import anyio
-from threadline._agent import Agent
-from threadline._client import Client
-from threadline._conversation import Conversation
-from threadline._models import Model
+from threadline import Agent
+from threadline import Client
+from threadline import Conversation
+from threadline import Model
 from threadline.testing import ScriptedDriver
 
 saved, replies, prompt, backend = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], sys.argv[4]
@@ -50,10 +47,10 @@ anyio.run(main, backend=backend)
 CRASH_MID_TURN = """
 import os, sys
 import anyio
-from threadline._agent import Agent
-from threadline._client import Client
-from threadline._conversation import Conversation
-from threadline._models import Model
+from threadline import Agent
+from threadline import Client
+from threadline import Conversation
+from threadline import Model
 from threadline.stores.sqlite import SQLiteStore
 from threadline.testing import ScriptedDriver
 

@@ -11,21 +11,21 @@ from pathlib import Path
 import anyio
 import pytest
 
-from threadline._agent import Agent
-from threadline._client import Client
-from threadline._conversation import Conversation
-from threadline._documents import ConversationDocument, ConversationEvent
-from threadline._errors import (
+from threadline import (
+    Agent,
+    Client,
     ConcurrentModificationError,
+    Conversation,
     ConversationNotFoundError,
     InvalidRequestError,
+    Message,
+    Model,
     ProviderUnavailableError,
+    TextDelta,
 )
-from threadline._events import TextDelta
-from threadline._messages import Message
-from threadline._models import Model
-from threadline.drivers.base import ProviderCall, ProviderResponse
-from threadline.stores.base import ConversationStore
+from threadline.drivers import ProviderCall, ProviderResponse
+from threadline.serialization import ConversationDocument, ConversationEvent
+from threadline.stores import ConversationStore
 from threadline.stores.memory import MemoryStore
 from threadline.stores.sqlite import SQLiteStore
 from threadline.testing import ScriptedDriver, ScriptedReply

@@ -12,13 +12,18 @@ from typing import Any
 import anyio
 import pytest
 
-from threadline._agent import Agent
-from threadline._client import Client
-from threadline._conversation import Conversation
-from threadline._errors import ProviderUnavailableError
-from threadline._events import FinalResult, RoundDone, StreamEvent, TextDelta
-from threadline._models import Model
-from threadline.drivers.base import ProviderCall, StreamChunk, TextChunk
+from threadline import (
+    Agent,
+    Client,
+    Conversation,
+    FinalResult,
+    Model,
+    ProviderUnavailableError,
+    RoundDone,
+    StreamEvent,
+    TextDelta,
+)
+from threadline.drivers import ProviderCall, StreamChunk, TextChunk
 from threadline.testing import ScriptedDriver
 
 pytestmark = pytest.mark.anyio

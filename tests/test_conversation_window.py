@@ -6,14 +6,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from threadline._agent import Agent
-from threadline._client import Client
-from threadline._conversation import Conversation
-from threadline._documents import ConversationEvent
-from threadline._messages import Message, Role, ToolCall
-from threadline._models import Model
+from threadline import Agent, Client, Conversation, Message, Model, Role, ToolCall
 from threadline._transcript import Transcript
-from threadline._units import check_integrity
+from threadline.limiting import check_integrity
+from threadline.serialization import ConversationEvent
 from threadline.testing import ScriptedDriver
 
 pytestmark = pytest.mark.anyio

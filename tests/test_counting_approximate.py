@@ -7,8 +7,7 @@ import math
 from hypothesis import given
 from hypothesis import strategies as st
 
-from threadline._messages import ImagePart, Message, Reasoning, TextPart, ToolCall
-from threadline._tools import Tool
+from threadline import ImagePart, Message, Reasoning, TextPart, Tool, ToolCall
 from threadline.counting import (
     ApproximateCounter,
     IncrementalTokenCounter,
@@ -87,7 +86,7 @@ def test_approximate_counts_are_incremental(texts: list[str]) -> None:
 
 
 def test_a_lone_surrogate_is_sized_not_an_error() -> None:
-    from threadline._messages import Message
+    from threadline import Message
     from threadline.counting import ApproximateCounter
 
     # 2 ASCII bytes and 3 for the surrogate: 4 + ceil(5 / 4)

@@ -9,16 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from threadline._messages import (
-    ContentPart,
-    ImagePart,
-    Message,
-    Reasoning,
-    Role,
-    TextPart,
-    ToolCall,
-)
-from threadline._tools import Tool
+from threadline import ImagePart, Message, Reasoning, Role, TextPart, Tool, ToolCall
+from threadline._messages import ContentPart
 from threadline.counting import (
     BuiltinTokenCounter,
     IncrementalTokenCounter,
@@ -183,7 +175,7 @@ def test_the_built_in_is_an_incremental_and_model_counter() -> None:
 
 
 def test_for_model_keeps_the_counter() -> None:
-    from threadline._models import Model
+    from threadline import Model
 
     counter = BuiltinTokenCounter()
     assert counter.for_model(Model("gpt-4o")) is counter

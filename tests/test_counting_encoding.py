@@ -15,8 +15,8 @@ import pytest
 import tiktoken
 import tiktoken_ext.openai_public  # type: ignore[import-untyped]
 
-from threadline import _errors
-from threadline.counting import _encoding, o200k_base_encoding
+from threadline import ThreadlineError
+from threadline.counting import TokenizerDataError, _encoding, o200k_base_encoding
 
 
 def _shipped_vocabulary() -> bytes:
@@ -106,34 +106,34 @@ def test_concurrent_first_loads_build_the_encoding_once(monkeypatch: pytest.Monk
 
 
 def test_a_file_that_is_not_gzip_is_reported_as_damaged() -> None:
-    with pytest.raises(_errors.TokenizerDataError, match="damaged: it is not a readable gzip"):
+    with pytest.raises(TokenizerDataError, match="damaged: it is not a readable gzip"):
         _encoding.build_o200k_base(b"IQ== 0\nIg== 1\n")
 
 
 def test_a_truncated_file_is_reported_as_damaged() -> None:
     truncated = _shipped_vocabulary()[:100_000]
-    with pytest.raises(_errors.TokenizerDataError, match="damaged"):
+    with pytest.raises(TokenizerDataError, match="damaged"):
         _encoding.build_o200k_base(truncated)
 
 
 def test_a_changed_vocabulary_fails_the_hash_check() -> None:
     contents = gzip.decompress(_shipped_vocabulary())
     tampered = gzip.compress(contents.replace(b"IQ== 0", b"IQ== 7", 1))
-    with pytest.raises(_errors.TokenizerDataError, match=r"sha256 is [0-9a-f]{64}, expected 446a"):
+    with pytest.raises(TokenizerDataError, match=r"sha256 is [0-9a-f]{64}, expected 446a"):
         _encoding.build_o200k_base(tampered)
 
 
 def test_a_missing_file_says_to_reinstall(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_encoding, "_encoding", None)
     monkeypatch.setattr(_encoding, "_VOCABULARY_FILE", "no-such-vocabulary.tiktoken.gz")
-    with pytest.raises(_errors.TokenizerDataError, match=r"missing.*reinstall threadline"):
+    with pytest.raises(TokenizerDataError, match=r"missing.*reinstall threadline"):
         o200k_base_encoding()
     # A failed load is not remembered as a success.
     assert _encoding._encoding is None
 
 
 def test_the_error_is_a_threadline_error() -> None:
-    assert issubclass(_errors.TokenizerDataError, _errors.ThreadlineError)
+    assert issubclass(TokenizerDataError, ThreadlineError)
 
 
 _OFFLINE_SCRIPT = textwrap.dedent(
@@ -150,7 +150,7 @@ _OFFLINE_SCRIPT = textwrap.dedent(
     socket.create_connection = refuse
     socket.getaddrinfo = refuse
 
-    from threadline._messages import Message
+    from threadline import Message
     from threadline.counting import BuiltinTokenCounter, o200k_base_encoding
 
     count = BuiltinTokenCounter().count([Message.user("hello world")])

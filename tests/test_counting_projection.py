@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from threadline._messages import Message, Reasoning
+from threadline import Message, Reasoning
 from threadline.counting import (
     ApproximateCounter,
     BuiltinTokenCounter,

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import pytest
 
-from threadline._messages import Message, Role
+from threadline import Message, Role
 from threadline.counting import BuiltinTokenCounter
 
 SUMMARY_REQUEST = (

@@ -8,9 +8,7 @@ from collections.abc import Iterator, Sequence
 import pytest
 
 import threadline.counting
-from threadline._messages import Message, Reasoning
-from threadline._models import Model
-from threadline._tools import Tool
+from threadline import Message, Model, Reasoning, Tool
 from threadline.counting import (
     ApproximateCounter,
     BuiltinTokenCounter,

@@ -6,15 +6,23 @@ import logging
 
 import pytest
 
-from threadline._agent import Agent
-from threadline._client import Client
-from threadline._conversation import Conversation
-from threadline._errors import InvalidRequestError
-from threadline._limiting import TokenLimitEvent, drop_oldest_units
-from threadline._messages import Message, Role, ToolCall
-from threadline._models import Model
+from threadline import (
+    Agent,
+    Client,
+    Conversation,
+    InvalidRequestError,
+    Message,
+    Model,
+    Role,
+    ToolCall,
+)
 from threadline.counting import ApproximateCounter
-from threadline.handlers import SUMMARY_HEADING, summarize_oldest
+from threadline.limiting import (
+    SUMMARY_HEADING,
+    TokenLimitEvent,
+    drop_oldest_units,
+    summarize_oldest,
+)
 from threadline.testing import ScriptedDriver
 
 pytestmark = pytest.mark.anyio
@@ -180,7 +188,7 @@ async def test_a_blank_summary_leaves_the_transcript(caplog: pytest.LogCaptureFi
     messages = history()
     event = event_for(messages)
 
-    with caplog.at_level(logging.WARNING, logger="threadline.handlers"):
+    with caplog.at_level(logging.WARNING, logger="threadline.limiting"):
         await summarize_oldest(client)(event)
 
     assert event.messages == messages

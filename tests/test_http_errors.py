@@ -7,7 +7,7 @@ import json
 import httpx
 import pytest
 
-from threadline._errors import (
+from threadline import (
     AuthenticationError,
     BadRequestError,
     ContextLengthExceededError,

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from threadline._errors import (
+from threadline import (
     AuthenticationError,
     BadRequestError,
     ContextLengthExceededError,
@@ -17,9 +17,9 @@ from threadline._errors import (
     ProviderUnavailableError,
     RateLimitError,
 )
+from threadline.drivers import RetryPolicy
 from threadline.drivers._http import (
     DEFAULT_TIMEOUT,
-    RetryPolicy,
     build_http_client,
     is_retryable_status,
     retry_after_seconds,

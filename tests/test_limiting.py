@@ -7,17 +7,16 @@ from collections.abc import Sequence
 
 import pytest
 
-from threadline._budget import Budget
-from threadline._errors import HandlerError, TranscriptIntegrityError
-from threadline._limiting import (
+from threadline import Budget, HandlerError, Message, Origin, Role, Tool, ToolCall
+from threadline.limiting import (
+    PinReason,
     TokenLimitEvent,
-    apply_limits,
+    TranscriptIntegrityError,
+    UnitKind,
     drop_oldest_units,
-    handler_name,
 )
-from threadline._messages import Message, Origin, Role, ToolCall
-from threadline._tools import Tool
-from threadline._units import PinReason, UnitKind, match_messages
+from threadline.limiting._engine import apply_limits, handler_name
+from threadline.limiting._units import match_messages
 
 pytestmark = pytest.mark.anyio
 

@@ -11,13 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from threadline._budget import Budget
-from threadline._errors import TranscriptIntegrityError
-from threadline._limiting import LimitingOutcome, apply_limits
-from threadline._messages import Message, Origin, Role, ToolCall
-from threadline._tools import Tool
-from threadline._units import Unit, check_integrity, split_units
-from threadline.counting._protocol import TokenCounter
+from threadline import Budget, Message, Origin, Role, Tool, ToolCall
+from threadline.counting import TokenCounter
+from threadline.limiting import TranscriptIntegrityError, Unit, check_integrity, split_units
+from threadline.limiting._engine import LimitingOutcome, apply_limits
 
 # -- counters --------------------------------------------------------------------------
 

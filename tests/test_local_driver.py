@@ -12,9 +12,8 @@ from typing import Any
 
 import pytest
 
-from threadline._errors import InvalidRequestError
-from threadline._messages import ImagePart, Message, Origin, TextPart, ToolCall
-from threadline._tools import Tool
+from threadline import ImagePart, InvalidRequestError, Message, Origin, TextPart, Tool, ToolCall
+from threadline.drivers import LocalDriver
 from threadline.drivers._local_chat import (
     CHAT_TEMPLATE,
     CHATML_FUNCTION_CALLING,
@@ -28,7 +27,7 @@ from threadline.drivers._local_chat import (
 )
 from threadline.drivers._local_generation import held_back
 from threadline.drivers._local_llama import import_bindings, without_extra_buffers
-from threadline.drivers.local import LocalDriver, default_model_path
+from threadline.drivers.local import default_model_path
 
 CHATML = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
@@ -360,7 +359,7 @@ def test_the_driver_describes_its_model_without_loading_it(tmp_path: Path) -> No
 
 
 def _reasoning() -> Any:
-    from threadline._messages import Reasoning
+    from threadline import Reasoning
 
     return Reasoning(text="thinking", provider_reasoning=b'{"a": 1}')
 

@@ -17,19 +17,25 @@ import anyio.lowlevel
 import anyio.to_thread
 import pytest
 
-from threadline._client import Client
-from threadline._errors import ContextLengthExceededError, InvalidRequestError
-from threadline._messages import Message, Origin, Role, ToolCall
-from threadline._tools import Tool
-from threadline.drivers._local_chat import to_llama_messages
-from threadline.drivers.base import (
+from threadline import (
+    Client,
+    ContextLengthExceededError,
+    InvalidRequestError,
+    Message,
+    Origin,
+    Role,
+    Tool,
+    ToolCall,
+)
+from threadline.drivers import (
+    LocalDriver,
     ProviderCall,
     ResponseDone,
     StreamChunk,
     TextChunk,
     ToolCallChunk,
 )
-from threadline.drivers.local import LocalDriver
+from threadline.drivers._local_chat import to_llama_messages
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 BACKENDS = pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])

@@ -5,18 +5,20 @@ from __future__ import annotations
 import attrs
 import pytest
 
-from threadline._errors import InvalidRequestError, ThreadlineError, ToolArgumentsError
-from threadline._messages import (
+from threadline import (
     ImagePart,
+    InvalidRequestError,
     Message,
     Origin,
     Reasoning,
     Role,
     TextPart,
+    ThreadlineError,
     ToolCall,
     Usage,
-    has_provider_reasoning,
 )
+from threadline._messages import has_provider_reasoning
+from threadline.tools import ToolArgumentsError
 
 # --- constructors -------------------------------------------------------------
 

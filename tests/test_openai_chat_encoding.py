@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from threadline import ImagePart, Message, Model, TextPart, Tool, ToolCall
+from threadline.drivers import ProviderCall, SamplingSettings
 from threadline.drivers._openai_chat_wire import MessageJSONCache, encode_request, request_body
-from threadline.drivers.base import ProviderCall, SamplingSettings
 
 MODEL = Model("gpt-test")
 WEATHER = Tool(

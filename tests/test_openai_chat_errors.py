@@ -10,20 +10,18 @@ import httpx
 import pytest
 import respx
 
-from threadline._errors import (
+from threadline import (
     AuthenticationError,
     BadRequestError,
     ContextLengthExceededError,
+    Message,
+    Model,
     ProviderError,
     ProviderResponseError,
     ProviderUnavailableError,
     RateLimitError,
 )
-from threadline._messages import Message
-from threadline._models import Model
-from threadline.drivers._http import RetryPolicy
-from threadline.drivers.base import ProviderCall
-from threadline.drivers.openai_chat import OpenAIChatDriver
+from threadline.drivers import OpenAIChatDriver, ProviderCall, RetryPolicy
 
 FAKE_KEY = "sk-FAKE-threadline-test-key-do-not-use-42"
 BASE = "https://llm.example/v1"

@@ -9,12 +9,17 @@ import httpx
 import pytest
 import respx
 
-from threadline._errors import InvalidRequestError
-from threadline._messages import ImagePart, Message, Reasoning, TextPart, ToolCall
-from threadline._models import Model
-from threadline._tools import Tool
-from threadline.drivers.base import Driver, ProviderCall, SamplingSettings
-from threadline.drivers.openai_chat import OpenAIChatDriver
+from threadline import (
+    ImagePart,
+    InvalidRequestError,
+    Message,
+    Model,
+    Reasoning,
+    TextPart,
+    Tool,
+    ToolCall,
+)
+from threadline.drivers import Driver, OpenAIChatDriver, ProviderCall, SamplingSettings
 
 FAKE_KEY = "sk-FAKE-threadline-test-key-0000000000"
 BASE = "https://llm.example/v1"
@@ -407,7 +412,7 @@ async def test_extra_body_cannot_turn_a_complete_into_a_stream(
 
 
 def test_a_lone_surrogate_is_refused_naming_the_problem() -> None:
-    from threadline._errors import InvalidRequestError
+    from threadline import InvalidRequestError
     from threadline.drivers._openai_chat_wire import encode_body
 
     with pytest.raises(InvalidRequestError, match="lone surrogate"):

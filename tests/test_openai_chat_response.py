@@ -9,14 +9,18 @@ import httpx
 import pytest
 import respx
 
-from threadline._errors import (
+from threadline import (
+    Message,
+    Model,
+    Origin,
     ProviderResponseError,
     ProviderUnavailableError,
+    Reasoning,
+    Role,
+    ToolCall,
+    Usage,
 )
-from threadline._messages import Message, Origin, Reasoning, Role, ToolCall, Usage
-from threadline._models import Model
-from threadline.drivers.base import ProviderCall
-from threadline.drivers.openai_chat import OpenAIChatDriver
+from threadline.drivers import OpenAIChatDriver, ProviderCall
 
 BASE = "https://llm.example/v1"
 URL = f"{BASE}/chat/completions"

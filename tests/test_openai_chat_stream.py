@@ -11,24 +11,27 @@ import httpx
 import pytest
 import respx
 
-from threadline._errors import (
+from threadline import (
     ContextLengthExceededError,
+    Message,
+    Model,
     ProviderResponseError,
     ProviderUnavailableError,
     RateLimitError,
+    Reasoning,
+    ToolCall,
+    Usage,
 )
-from threadline._messages import Message, Reasoning, ToolCall, Usage
-from threadline._models import Model
-from threadline.drivers._http import RetryPolicy
-from threadline.drivers.base import (
+from threadline.drivers import (
+    OpenAIChatDriver,
     ProviderCall,
     ReasoningChunk,
     ResponseDone,
+    RetryPolicy,
     StreamChunk,
     TextChunk,
     ToolCallChunk,
 )
-from threadline.drivers.openai_chat import OpenAIChatDriver
 
 BASE = "https://llm.example/v1"
 URL = f"{BASE}/chat/completions"

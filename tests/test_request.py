@@ -5,27 +5,30 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from threadline._budget import Budget
-from threadline._client import Client
-from threadline._errors import (
+from threadline import (
+    Budget,
+    Client,
     ContextLengthExceededError,
-    InvalidRequestError,
-    MaxRoundsExceededError,
-    ProviderUnavailableError,
-)
-from threadline._events import (
     FinalResult,
+    InvalidRequestError,
     LimitApplied,
+    MaxRoundsExceededError,
+    Message,
+    Model,
+    Origin,
+    ProviderUnavailableError,
+    Role,
     RoundDone,
     TextDelta,
+    Tool,
+    ToolCall,
     ToolCallEvent,
+    ToolResult,
     ToolResultEvent,
+    tool,
 )
-from threadline._limiting import TokenLimitEvent, drop_oldest_units
-from threadline._messages import Message, Origin, Role, ToolCall
-from threadline._models import Model
-from threadline._tools import Tool, ToolResult, tool
 from threadline.counting import ApproximateCounter
+from threadline.limiting import TokenLimitEvent, drop_oldest_units
 from threadline.testing import ScriptedDriver
 
 MODEL = Model("scripted-model", context_size=8192)
@@ -593,7 +596,7 @@ async def test_one_stop_string_is_one_stop_sequence() -> None:
 
 
 def test_a_counter_given_by_name_is_refused_where_it_is_given() -> None:
-    from threadline import set_default_token_counter
+    from threadline.counting import set_default_token_counter
 
     with pytest.raises(TypeError):
         set_default_token_counter("o200k_base")  # type: ignore[arg-type]

@@ -8,9 +8,8 @@ from typing import Any
 
 import pytest
 
-from threadline._documents import ConversationDocument, ConversationEvent
-from threadline._errors import ConversationFormatError
-from threadline._messages import (
+from threadline import (
+    ConversationFormatError,
     ImagePart,
     Message,
     Origin,
@@ -19,8 +18,10 @@ from threadline._messages import (
     ToolCall,
     Usage,
 )
-from threadline._serialization import (
+from threadline.serialization import (
     FORMAT_VERSION,
+    ConversationDocument,
+    ConversationEvent,
     dumps_conversation,
     dumps_messages,
     loads_conversation,

@@ -8,9 +8,9 @@ from typing import Any
 import attrs
 import pytest
 
-from threadline._documents import ConversationDocument, ConversationEvent, json_value_problem
-from threadline._errors import InvalidRequestError
-from threadline._messages import Message, Origin, Usage
+from threadline import InvalidRequestError, Message, Origin, Usage
+from threadline.serialization import ConversationDocument, ConversationEvent
+from threadline.serialization._documents import json_value_problem
 
 
 def _event(turn_id: int = 0, **fields: Any) -> ConversationEvent:

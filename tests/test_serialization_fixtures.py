@@ -11,18 +11,11 @@ import json
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
-from threadline._documents import ConversationDocument, ConversationEvent
-from threadline._messages import (
-    ImagePart,
-    Message,
-    Origin,
-    Reasoning,
-    TextPart,
-    ToolCall,
-    Usage,
-)
-from threadline._serialization import (
+from threadline import ImagePart, Message, Origin, Reasoning, TextPart, ToolCall, Usage
+from threadline.serialization import (
     FORMAT_VERSION,
+    ConversationDocument,
+    ConversationEvent,
     dumps_conversation,
     dumps_messages,
     loads_conversation,

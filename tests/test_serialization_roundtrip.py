@@ -9,24 +9,17 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from threadline._documents import ConversationDocument, ConversationEvent, JsonValue
-from threadline._messages import (
-    ContentPart,
-    ImagePart,
-    Message,
-    Origin,
-    Reasoning,
-    Role,
-    TextPart,
-    ToolCall,
-    Usage,
-)
-from threadline._serialization import (
+from threadline import ImagePart, Message, Origin, Reasoning, Role, TextPart, ToolCall, Usage
+from threadline._messages import ContentPart
+from threadline.serialization import (
+    ConversationDocument,
+    ConversationEvent,
     dumps_conversation,
     dumps_messages,
     loads_conversation,
     loads_messages,
 )
+from threadline.serialization._documents import JsonValue
 
 # Any code point, lone surrogates included: a Python str may hold them.
 any_text = st.text(st.characters(exclude_categories=()), max_size=30)

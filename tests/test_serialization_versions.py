@@ -13,17 +13,12 @@ from typing import Any
 
 import pytest
 
-from threadline import _serialization
-from threadline._errors import ConversationFormatError
-from threadline._messages import Message, Reasoning
-from threadline._serialization import (
-    FORMAT_VERSION,
-    Migration,
-    _migrate,
-    loads_conversation,
-    loads_messages,
-    register_migration,
-)
+from threadline import ConversationFormatError, Message, Reasoning
+from threadline.serialization import FORMAT_VERSION, loads_conversation, loads_messages
+
+# Migrations are the converter's private room: these tests register and run them.
+from threadline.serialization import _converter as _serialization
+from threadline.serialization._converter import Migration, _migrate, register_migration
 
 
 @pytest.fixture

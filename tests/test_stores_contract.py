@@ -16,15 +16,19 @@ import anyio
 import attrs
 import pytest
 
-from threadline._documents import ConversationDocument, ConversationEvent
-from threadline._errors import (
+from threadline import (
     ConcurrentModificationError,
     ConversationFormatError,
     ConversationNotFoundError,
     InvalidRequestError,
+    Message,
+    Origin,
+    Reasoning,
+    ToolCall,
+    Usage,
 )
-from threadline._messages import Message, Origin, Reasoning, ToolCall, Usage
-from threadline.stores.base import ConversationStore
+from threadline.serialization import ConversationDocument, ConversationEvent
+from threadline.stores import ConversationStore
 from threadline.stores.memory import MemoryStore
 from threadline.stores.sqlite import SQLiteStore
 

@@ -8,12 +8,14 @@ from typing import Any
 
 import pytest
 
-from threadline._documents import ConversationDocument, ConversationEvent
-from threadline._errors import ConversationFormatError
-from threadline._messages import Message, Origin, Reasoning, ToolCall, Usage
-from threadline._serialization import (
+from threadline import ConversationFormatError, Message, Origin, Reasoning, ToolCall, Usage
+from threadline.serialization import (
     FORMAT_VERSION,
+    ConversationDocument,
+    ConversationEvent,
     dumps_conversation,
+)
+from threadline.serialization._converter import (
     dumps_conversation_header,
     dumps_event,
     loads_conversation_parts,

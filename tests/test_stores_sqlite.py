@@ -19,10 +19,17 @@ import attrs
 import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from threadline import _serialization
-from threadline._documents import ConversationDocument, ConversationEvent
-from threadline._errors import ConversationFormatError, InvalidRequestError, StoreError
-from threadline._messages import Message, Origin
+from threadline import (
+    ConversationFormatError,
+    InvalidRequestError,
+    Message,
+    Origin,
+    StoreError,
+)
+from threadline.serialization import ConversationDocument, ConversationEvent
+
+# The migration table is private; one test registers an old format in it.
+from threadline.serialization import _converter as _serialization
 from threadline.stores.sqlite import SCHEMA_VERSION, SQLiteStore
 
 pytestmark = pytest.mark.anyio
@@ -334,9 +341,9 @@ _RACER = """
 
     import anyio
 
-    from threadline._documents import ConversationDocument, ConversationEvent
-    from threadline._errors import ConcurrentModificationError
-    from threadline._messages import Message, Origin
+    from threadline.serialization import ConversationDocument, ConversationEvent
+    from threadline import ConcurrentModificationError
+    from threadline import Message, Origin
     from threadline.stores.sqlite import SQLiteStore
 
 
@@ -398,9 +405,9 @@ _RETRIER = """
     import anyio
     import attrs
 
-    from threadline._documents import ConversationEvent
-    from threadline._errors import ConcurrentModificationError
-    from threadline._messages import Message, Origin
+    from threadline.serialization import ConversationEvent
+    from threadline import ConcurrentModificationError
+    from threadline import Message, Origin
     from threadline.stores.sqlite import SQLiteStore
 
 
@@ -457,8 +464,8 @@ _CRASHER = """
     import anyio
     import attrs
 
-    from threadline._documents import ConversationEvent
-    from threadline._messages import Message, Origin
+    from threadline.serialization import ConversationEvent
+    from threadline import Message, Origin
     from threadline.stores import sqlite
     from threadline.stores.sqlite import SQLiteStore
 

@@ -11,9 +11,8 @@ from typing import Any
 import attrs
 import pytest
 
-from threadline._errors import InvalidRequestError
-from threadline._messages import Message, Origin, ToolCall
-from threadline._tools import Tool, ToolResult, Toolset, tool
+from threadline import InvalidRequestError, Message, Origin, Tool, ToolCall, ToolResult, tool
+from threadline.tools import Toolset
 
 
 def greet(name: str) -> str:

@@ -12,9 +12,8 @@ import anyio
 import attrs
 import pytest
 
-from threadline._errors import InvalidRequestError, ToolArgumentsError
-from threadline._messages import Message, Origin, Role, ToolCall
-from threadline._tools import Tool, ToolOutcome, ToolResult, Toolset, tool
+from threadline import InvalidRequestError, Message, Origin, Role, Tool, ToolCall, ToolResult, tool
+from threadline.tools import ToolArgumentsError, ToolOutcome, Toolset
 
 pytestmark = pytest.mark.anyio
 

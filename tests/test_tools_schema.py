@@ -8,9 +8,8 @@ from typing import Annotated, Any, Literal, Optional
 import attrs
 import pytest
 
-from threadline._errors import InvalidRequestError
-from threadline._schema import parse_docstring
-from threadline._tools import tool
+from threadline import InvalidRequestError, tool
+from threadline.tools._schema import parse_docstring
 
 
 def properties_of(function: Any) -> dict[str, Any]:

@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from threadline._errors import InvalidRequestError, TranscriptIntegrityError
-from threadline._messages import Message, Origin, ToolCall
-from threadline._units import (
+from threadline import InvalidRequestError, Message, Origin, ToolCall
+from threadline.limiting import (
     PinReason,
+    TranscriptIntegrityError,
     Unit,
     UnitKind,
     check_integrity,
-    current_prompt_index,
-    pinned_messages,
     split_units,
-    units_for,
 )
+from threadline.limiting._units import current_prompt_index, pinned_messages, units_for
 
 
 def call(call_id: str, name: str = "lookup") -> ToolCall:

@@ -1,11 +1,17 @@
 """threadline: async LLM agent conversations that never overflow the context window.
 
-The public names live here; everything is defined in private modules.
-See README.md and docs/ for the guide.
+The names users build, call or catch live here; everything else lives in a
+documented subpackage: :mod:`threadline.limiting` (budgets, units, handlers,
+the ledger), :mod:`threadline.counting`, :mod:`threadline.tools`,
+:mod:`threadline.drivers`, :mod:`threadline.stores`,
+:mod:`threadline.serialization` and :mod:`threadline.testing`. See README.md
+and docs/ for the guide.
 """
 
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _version
+
 from threadline._agent import Agent
-from threadline._budget import Budget, BudgetReport, BudgetResolution
 from threadline._client import Client
 from threadline._conversation import Conversation
 from threadline._errors import (
@@ -24,9 +30,6 @@ from threadline._errors import (
     RateLimitError,
     StoreError,
     ThreadlineError,
-    TokenizerDataError,
-    ToolArgumentsError,
-    TranscriptIntegrityError,
 )
 from threadline._events import (
     FinalResult,
@@ -38,16 +41,7 @@ from threadline._events import (
     ToolCallEvent,
     ToolResultEvent,
 )
-from threadline._limiting import (
-    DroppedUnit,
-    HandlerRun,
-    LimitingRecord,
-    TokenLimitEvent,
-    TokenLimitHandler,
-    drop_oldest_units,
-)
 from threadline._messages import (
-    ContentPart,
     ImagePart,
     Message,
     Origin,
@@ -58,83 +52,46 @@ from threadline._messages import (
     Usage,
 )
 from threadline._models import Model
+from threadline._public import publish
 from threadline._request import Request
 from threadline._result import RoundRecord, RunResult
-from threadline._sentinel import NOT_GIVEN, NotGiven
-from threadline._serialization import (
-    FORMAT_VERSION,
-    ConversationDocument,
-    ConversationEvent,
-    dumps_conversation,
-    dumps_messages,
-    loads_conversation,
-    loads_messages,
-)
-from threadline._tools import Tool, ToolOutcome, ToolResult, Toolset, tool
+from threadline._sentinel import NOT_GIVEN
 from threadline._transcript import Turn
-from threadline._units import PinReason, Unit, UnitKind, check_integrity, split_units
-from threadline.counting import (
-    ApproximateCounter,
-    BuiltinTokenCounter,
-    DefaultReplayProjection,
-    IncrementalTokenCounter,
-    ModelTokenCounter,
-    ReplayProjection,
-    TokenCounter,
-    default_token_counter,
-    estimate_content_tokens,
-    estimate_message_tokens,
-    set_default_token_counter,
-)
-from threadline.drivers.base import Driver, ProviderCall, ProviderResponse
+from threadline.limiting import Budget
+from threadline.tools import Tool, ToolResult, tool
+
+try:
+    __version__ = _version("threadline")
+except PackageNotFoundError:  # pragma: no cover - running from a bare source tree
+    __version__ = "0+unknown"
 
 __all__ = [
+    "NOT_GIVEN",
     "Agent",
-    "ApproximateCounter",
     "AuthenticationError",
     "BadRequestError",
     "Budget",
-    "BudgetReport",
-    "BudgetResolution",
-    "BuiltinTokenCounter",
     "Client",
     "ConcurrentModificationError",
-    "ContentPart",
     "ContextLengthExceededError",
     "Conversation",
-    "ConversationDocument",
-    "ConversationEvent",
     "ConversationFormatError",
     "ConversationNotFoundError",
-    "DefaultReplayProjection",
-    "Driver",
-    "DroppedUnit",
-    "FORMAT_VERSION",
     "FinalResult",
     "HandlerError",
-    "HandlerRun",
     "ImagePart",
-    "IncrementalTokenCounter",
     "InvalidRequestError",
     "LimitApplied",
-    "LimitingRecord",
     "MaxRoundsExceededError",
     "Message",
     "Model",
-    "ModelTokenCounter",
-    "NOT_GIVEN",
-    "NotGiven",
     "Origin",
-    "PinReason",
-    "ProviderCall",
     "ProviderError",
-    "ProviderResponse",
     "ProviderResponseError",
     "ProviderUnavailableError",
     "RateLimitError",
     "Reasoning",
     "ReasoningDelta",
-    "ReplayProjection",
     "Request",
     "Role",
     "RoundDone",
@@ -145,33 +102,16 @@ __all__ = [
     "TextDelta",
     "TextPart",
     "ThreadlineError",
-    "TokenCounter",
-    "TokenLimitEvent",
-    "TokenLimitHandler",
-    "TokenizerDataError",
     "Tool",
-    "ToolArgumentsError",
     "ToolCall",
     "ToolCallEvent",
-    "ToolOutcome",
     "ToolResult",
     "ToolResultEvent",
-    "Toolset",
-    "TranscriptIntegrityError",
     "Turn",
-    "Unit",
-    "UnitKind",
     "Usage",
-    "check_integrity",
-    "default_token_counter",
-    "drop_oldest_units",
-    "dumps_conversation",
-    "dumps_messages",
-    "estimate_content_tokens",
-    "estimate_message_tokens",
-    "loads_conversation",
-    "loads_messages",
-    "set_default_token_counter",
-    "split_units",
+    "__version__",
     "tool",
 ]
+
+publish(globals(), __all__, __name__)
+del PackageNotFoundError, publish

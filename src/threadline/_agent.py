@@ -9,14 +9,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from threadline._budget import is_int
 from threadline._client import Client
 from threadline._errors import InvalidRequestError
 from threadline._models import Model
 from threadline._request import DEFAULT_MAX_ROUNDS, Request
-from threadline._tools import Tool, Toolset
 from threadline.counting import resolve_token_counter
 from threadline.counting._protocol import TokenCounter, is_token_counter
+from threadline.limiting._budget import is_int
+from threadline.tools._tools import Tool, Toolset
 
 __all__ = ["Agent"]
 

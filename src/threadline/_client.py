@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Self
 
 from threadline._errors import InvalidRequestError
 from threadline._models import Model
+from threadline._provider import Driver
 from threadline.counting._protocol import TokenCounter, is_token_counter
-from threadline.drivers.base import Driver
 
 if TYPE_CHECKING:
     from threadline._request import Request

@@ -27,7 +27,6 @@ import anyio.lowlevel
 import attrs
 
 from threadline._agent import Agent
-from threadline._budget import resolve_budget
 from threadline._conversation_settings import (
     check_handler,
     check_history_limit,
@@ -36,18 +35,19 @@ from threadline._conversation_settings import (
     settings_from,
     settings_to,
 )
-from threadline._documents import ConversationDocument, ConversationEvent, JsonValue
 from threadline._errors import ConcurrentModificationError, InvalidRequestError
 from threadline._events import FinalResult, StreamEvent
-from threadline._limiting import TokenLimitHandler
 from threadline._messages import Message, Origin, Role, Usage
+from threadline._provider import ProviderResponse
 from threadline._request import Request
 from threadline._result import RunResult
 from threadline._sentinel import NOT_GIVEN, NotGiven
-from threadline._serialization import dumps_conversation, loads_conversation
+from threadline._store import ConversationStore
 from threadline._transcript import Transcript, Turn, checked_replacement, sum_usage, turn_events
-from threadline.drivers.base import ProviderResponse
-from threadline.stores.base import ConversationStore
+from threadline.limiting._budget import resolve_budget
+from threadline.limiting._engine import TokenLimitHandler
+from threadline.serialization._converter import dumps_conversation, loads_conversation
+from threadline.serialization._documents import ConversationDocument, ConversationEvent, JsonValue
 
 __all__ = ["Agent", "Conversation", "Turn"]
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from threadline._budget import is_int
-from threadline._documents import ConversationDocument, JsonValue
 from threadline._errors import ConversationFormatError, InvalidRequestError
-from threadline._limiting import TokenLimitHandler
 from threadline._sentinel import NotGiven
+from threadline.limiting._budget import is_int
+from threadline.limiting._engine import TokenLimitHandler
+from threadline.serialization._documents import ConversationDocument, JsonValue
 
 __all__ = [
     "check_handler",

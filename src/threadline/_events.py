@@ -16,8 +16,8 @@ import attrs
 from threadline._messages import Message, ToolCall
 
 if TYPE_CHECKING:
-    from threadline._limiting import LimitingRecord
     from threadline._result import RoundRecord, RunResult
+    from threadline.limiting._engine import LimitingRecord
 
 __all__ = [
     "FinalResult",

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any, Self
 
 import attrs
 
-from threadline._budget import Budget, BudgetResolution, is_int, resolve_budget
 from threadline._errors import (
     ContextLengthExceededError,
     InvalidRequestError,
@@ -34,16 +33,9 @@ from threadline._events import (
     ToolCallEvent,
     ToolResultEvent,
 )
-from threadline._limiting import LimitingOutcome, TokenLimitHandler, apply_limits
 from threadline._messages import Message, Origin, Role
 from threadline._models import Model
-from threadline._result import RoundRecord, RunResult
-from threadline._sentinel import NOT_GIVEN, NotGiven
-from threadline._tools import Tool, Toolset, tool
-from threadline._units import check_integrity
-from threadline.counting import resolve_token_counter
-from threadline.counting._protocol import TokenCounter, is_token_counter
-from threadline.drivers.base import (
+from threadline._provider import (
     ProviderCall,
     ProviderResponse,
     ReasoningChunk,
@@ -51,6 +43,14 @@ from threadline.drivers.base import (
     SamplingSettings,
     TextChunk,
 )
+from threadline._result import RoundRecord, RunResult
+from threadline._sentinel import NOT_GIVEN, NotGiven
+from threadline.counting import resolve_token_counter
+from threadline.counting._protocol import TokenCounter, is_token_counter
+from threadline.limiting._budget import Budget, BudgetResolution, is_int, resolve_budget
+from threadline.limiting._engine import LimitingOutcome, TokenLimitHandler, apply_limits
+from threadline.limiting._units import check_integrity
+from threadline.tools._tools import Tool, Toolset, tool
 
 if TYPE_CHECKING:
     from threadline._client import Client

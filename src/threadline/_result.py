@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING
 import attrs
 
 from threadline._messages import Message, Usage
-from threadline.drivers.base import ProviderResponse
+from threadline._provider import ProviderResponse
 
 if TYPE_CHECKING:
-    from threadline._budget import Budget
-    from threadline._limiting import LimitingRecord
+    from threadline.limiting._budget import Budget
+    from threadline.limiting._engine import LimitingRecord
 
 __all__ = ["RoundRecord", "RunResult"]
 

@@ -12,16 +12,16 @@ from collections.abc import Iterable, Sequence
 
 import attrs
 
-from threadline._documents import ConversationDocument, ConversationEvent
 from threadline._errors import (
     ConversationFormatError,
     InvalidRequestError,
     TranscriptIntegrityError,
 )
 from threadline._messages import Message, Role, Usage
+from threadline._provider import ProviderResponse
 from threadline._result import RunResult
-from threadline._units import check_integrity
-from threadline.drivers.base import ProviderResponse
+from threadline.limiting._units import check_integrity
+from threadline.serialization._documents import ConversationDocument, ConversationEvent
 
 __all__ = ["Transcript", "Turn", "checked_replacement", "sum_usage", "turn_events"]
 

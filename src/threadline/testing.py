@@ -20,9 +20,7 @@ import anyio.lowlevel
 from threadline._errors import ThreadlineError
 from threadline._messages import Message, Origin, Reasoning, Role, Usage
 from threadline._models import Model
-from threadline.counting import estimate_message_tokens
-from threadline.counting._protocol import TokenCounter
-from threadline.drivers.base import (
+from threadline._provider import (
     ProviderCall,
     ProviderResponse,
     ReasoningChunk,
@@ -31,6 +29,8 @@ from threadline.drivers.base import (
     TextChunk,
     ToolCallChunk,
 )
+from threadline.counting import estimate_message_tokens
+from threadline.counting._protocol import TokenCounter
 
 __all__ = ["ProviderCall", "ScriptExhaustedError", "ScriptedDriver"]
 

@@ -28,7 +28,7 @@ from threadline import (
     ToolResultEvent,
     tool,
 )
-from threadline.drivers.openai_chat import OpenAIChatDriver
+from threadline.drivers import OpenAIChatDriver
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 

@@ -12,11 +12,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from threadline import Client, Model, drop_oldest_units
-from threadline._agent import Agent
-from threadline._conversation import Conversation
-from threadline.drivers.openai_chat import OpenAIChatDriver
-from threadline.handlers import SUMMARY_HEADING, summarize_oldest
+from threadline import Agent, Client, Conversation, Model
+from threadline.drivers import OpenAIChatDriver
+from threadline.limiting import SUMMARY_HEADING, drop_oldest_units, summarize_oldest
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 

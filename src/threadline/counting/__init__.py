@@ -3,6 +3,8 @@
 See docs/counting.md for what each counter counts and why.
 """
 
+from threadline._errors import TokenizerDataError
+from threadline._public import publish
 from threadline.counting._approximate import (
     ApproximateCounter,
     estimate_content_tokens,
@@ -31,6 +33,7 @@ __all__ = [
     "ModelTokenCounter",
     "ReplayProjection",
     "TokenCounter",
+    "TokenizerDataError",
     "default_token_counter",
     "estimate_content_tokens",
     "estimate_message_tokens",
@@ -38,3 +41,5 @@ __all__ = [
     "resolve_token_counter",
     "set_default_token_counter",
 ]
+
+publish(globals(), __all__, __name__)

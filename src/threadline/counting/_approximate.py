@@ -19,10 +19,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from threadline._messages import ImagePart, Message
-from threadline._tools import Tool
 from threadline.counting._builtin import schema_json
 from threadline.counting._framing import image_tokens
 from threadline.counting._projection import DefaultReplayProjection
+from threadline.tools._tools import Tool
 
 if TYPE_CHECKING:
     from threadline.counting._protocol import ReplayProjection

@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING, Any
 from tiktoken import Encoding
 
 from threadline._messages import ImagePart, Message
-from threadline._tools import Tool
 from threadline.counting._encoding import TextEncoder, o200k_base_encoding
 from threadline.counting._framing import (
     MESSAGE_TOKENS,
@@ -48,6 +47,7 @@ from threadline.counting._framing import (
     image_tokens,
 )
 from threadline.counting._projection import DefaultReplayProjection
+from threadline.tools._tools import Tool
 
 if TYPE_CHECKING:
     from threadline._models import Model

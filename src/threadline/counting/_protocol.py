@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Protocol, TypeGuard, runtime_checkable
 if TYPE_CHECKING:
     from threadline._messages import Message, Reasoning
     from threadline._models import Model
-    from threadline._tools import Tool
+    from threadline.tools._tools import Tool
 
 __all__ = [
     "IncrementalTokenCounter",

@@ -2,19 +2,34 @@
 
 ``OpenAIChatDriver`` speaks OpenAI Chat Completions (and every
 OpenAI-compatible server); ``LocalDriver`` runs a GGUF model in process and
-needs the ``threadline[local]`` extra, so it is imported only when asked for.
+needs the ``threadline[local]`` extra. The driver contract (``Driver``,
+``ProviderCall``, ``ProviderResponse`` and the stream chunks) lives in the
+core; the drivers themselves are imported only when first asked for, so
+``import threadline`` loads none of them.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
-from threadline.drivers._http import RetryPolicy
-from threadline.drivers.base import Driver, ProviderCall, ProviderResponse
-from threadline.drivers.openai_chat import OpenAIChatDriver
+from threadline._provider import (
+    Driver,
+    ProviderCall,
+    ProviderResponse,
+    ReasoningChunk,
+    ResponseDone,
+    SamplingSettings,
+    StreamChunk,
+    TextChunk,
+    ToolCallChunk,
+)
+from threadline._public import publish
 
 if TYPE_CHECKING:
+    from threadline.drivers._http import RetryPolicy
     from threadline.drivers.local import LocalDriver
+    from threadline.drivers.openai_chat import OpenAIChatDriver
 
 __all__ = [
     "Driver",
@@ -22,13 +37,34 @@ __all__ = [
     "OpenAIChatDriver",
     "ProviderCall",
     "ProviderResponse",
+    "ReasoningChunk",
+    "ResponseDone",
     "RetryPolicy",
+    "SamplingSettings",
+    "StreamChunk",
+    "TextChunk",
+    "ToolCallChunk",
 ]
+
+# name -> the module that defines it, imported on first access.
+_LAZY = {
+    "LocalDriver": "threadline.drivers.local",
+    "OpenAIChatDriver": "threadline.drivers.openai_chat",
+    "RetryPolicy": "threadline.drivers._http",
+}
+
+publish(globals(), [name for name in __all__ if name not in _LAZY], __name__)
 
 
 def __getattr__(name: str) -> Any:
-    if name == "LocalDriver":
-        from threadline.drivers.local import LocalDriver
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'threadline.drivers' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    publish({name: value}, [name], __name__)
+    globals()[name] = value
+    return value
 
-        return LocalDriver
-    raise AttributeError(f"module 'threadline.drivers' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

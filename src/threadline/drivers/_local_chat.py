@@ -23,15 +23,15 @@ from typing import Any, Final, Literal, Protocol, TypeAlias
 
 from threadline._errors import InvalidRequestError
 from threadline._messages import ImagePart, Message, Origin, Role, ToolCall
-from threadline._tools import Tool
 from threadline.drivers._tool_calls import tool_call_dicts
+from threadline.tools._tools import Tool
 
 __all__ = [
     "CHATML_FUNCTION_CALLING",
     "CHAT_TEMPLATE",
+    "MESSAGE_PREFIX",
     "ChatFormatName",
     "LlamaMessage",
-    "MESSAGE_PREFIX",
     "PromptFormat",
     "TemplateRenderer",
     "call_prefix",

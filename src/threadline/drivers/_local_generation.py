@@ -21,15 +21,15 @@ import attrs
 
 from threadline._messages import Usage
 from threadline._models import Model
-from threadline.drivers._local_chat import MESSAGE_PREFIX, choice_grammar, from_llama_message
-from threadline.drivers._local_llama import Bindings, Llama
-from threadline.drivers.base import (
+from threadline._provider import (
     ProviderCall,
     ProviderResponse,
     StreamChunk,
     TextChunk,
     ToolCallChunk,
 )
+from threadline.drivers._local_chat import MESSAGE_PREFIX, choice_grammar, from_llama_message
+from threadline.drivers._local_llama import Bindings, Llama
 
 __all__ = ["ConsumerGone", "Generation", "GenerationHost", "Prepared", "held_back"]
 

@@ -29,10 +29,7 @@ from threadline._messages import (
     ToolCall,
     Usage,
 )
-from threadline._tools import Tool
-from threadline.drivers._replay import check_transcript_reasoning
-from threadline.drivers._tool_calls import tool_call_dicts
-from threadline.drivers.base import (
+from threadline._provider import (
     ProviderCall,
     ProviderResponse,
     ReasoningChunk,
@@ -40,6 +37,9 @@ from threadline.drivers.base import (
     TextChunk,
     ToolCallChunk,
 )
+from threadline.drivers._replay import check_transcript_reasoning
+from threadline.drivers._tool_calls import tool_call_dicts
+from threadline.tools._tools import Tool
 
 __all__ = [
     "MalformedResponse",

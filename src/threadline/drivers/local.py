@@ -40,7 +40,12 @@ from threadline._errors import (
 )
 from threadline._messages import Message
 from threadline._models import Model
-from threadline._tools import Tool
+from threadline._provider import (
+    ProviderCall,
+    ProviderResponse,
+    ResponseDone,
+    StreamChunk,
+)
 from threadline.counting._protocol import ReplayProjection, TokenCounter
 from threadline.drivers._local_chat import (
     CHAT_TEMPLATE,
@@ -59,12 +64,7 @@ from threadline.drivers._local_llama import (
     without_extra_buffers,
 )
 from threadline.drivers._replay import NO_REPLAY
-from threadline.drivers.base import (
-    ProviderCall,
-    ProviderResponse,
-    ResponseDone,
-    StreamChunk,
-)
+from threadline.tools._tools import Tool
 
 __all__ = ["LocalDriver", "LocalTokenCounter", "default_model_path"]
 

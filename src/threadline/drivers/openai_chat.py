@@ -21,6 +21,15 @@ import attrs
 import httpx
 
 from threadline._models import Model
+from threadline._provider import (
+    ProviderCall,
+    ProviderResponse,
+    ReasoningChunk,
+    ResponseDone,
+    StreamChunk,
+    TextChunk,
+    ToolCallChunk,
+)
 from threadline._sentinel import NOT_GIVEN, NotGiven
 from threadline.counting._protocol import ReplayProjection, TokenCounter
 from threadline.drivers._http import (
@@ -41,15 +50,6 @@ from threadline.drivers._openai_chat_wire import (
 )
 from threadline.drivers._replay import NO_REPLAY
 from threadline.drivers._sse import ServerSentEvent, aiter_sse
-from threadline.drivers.base import (
-    ProviderCall,
-    ProviderResponse,
-    ReasoningChunk,
-    ResponseDone,
-    StreamChunk,
-    TextChunk,
-    ToolCallChunk,
-)
 
 # RetryPolicy is re-exported: it is how this driver's retrying is configured.
 __all__ = ["OpenAIChatDriver", "RetryPolicy"]

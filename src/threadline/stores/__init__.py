@@ -1,12 +1,23 @@
 """Conversation stores: where conversations persist between runs and processes.
 
 ``SQLiteStore`` is the embedded default (one file); ``MemoryStore`` keeps
-everything in the process, for tests and short-lived programs.
+everything in the process, for tests and short-lived programs. The store
+contract (``ConversationStore`` and its records) lives in the core; each
+store is imported only when first asked for, so ``import threadline`` loads
+no ``sqlite3``.
 """
 
-from threadline.stores.base import ConversationInfo, ConversationStore, StoredConversation
-from threadline.stores.memory import MemoryStore
-from threadline.stores.sqlite import SQLiteStore
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from threadline._public import publish
+from threadline._store import ConversationInfo, ConversationStore, StoredConversation
+
+if TYPE_CHECKING:
+    from threadline.stores.memory import MemoryStore
+    from threadline.stores.sqlite import SQLiteStore
 
 __all__ = [
     "ConversationInfo",
@@ -15,3 +26,25 @@ __all__ = [
     "SQLiteStore",
     "StoredConversation",
 ]
+
+# name -> the module that defines it, imported on first access.
+_LAZY = {
+    "MemoryStore": "threadline.stores.memory",
+    "SQLiteStore": "threadline.stores.sqlite",
+}
+
+publish(globals(), [name for name in __all__ if name not in _LAZY], __name__)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'threadline.stores' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    publish({name: value}, [name], __name__)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

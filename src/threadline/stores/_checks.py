@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from threadline._documents import ConversationDocument, ConversationEvent
 from threadline._errors import InvalidRequestError
+from threadline.serialization._documents import ConversationDocument, ConversationEvent
 
 __all__ = [
     "check_append",

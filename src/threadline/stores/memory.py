@@ -10,9 +10,10 @@ from typing import TypeAlias
 import anyio
 import attrs
 
-from threadline._documents import ConversationDocument, ConversationEvent
 from threadline._errors import ConcurrentModificationError, ConversationNotFoundError
-from threadline._serialization import dumps_conversation, dumps_event
+from threadline._store import ConversationInfo, StoredConversation
+from threadline.serialization._converter import dumps_conversation, dumps_event
+from threadline.serialization._documents import ConversationDocument, ConversationEvent
 from threadline.stores._checks import (
     check_append,
     check_conversation_id,
@@ -21,7 +22,6 @@ from threadline.stores._checks import (
     check_turn_ids_below,
     utc_now,
 )
-from threadline.stores.base import ConversationInfo, StoredConversation
 
 __all__ = ["MemoryStore"]
 
@@ -44,7 +44,7 @@ class _Entry:
 
 
 class MemoryStore:
-    """A :class:`~threadline.stores.base.ConversationStore` that keeps everything in memory.
+    """A :class:`~threadline._store.ConversationStore` that keeps everything in memory.
 
     It has the semantics of the persistent stores, version checks included,
     and refuses what they would refuse (a message the saved format cannot

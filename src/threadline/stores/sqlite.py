@@ -33,7 +33,6 @@ from typing import Any, Final, TypeAlias, TypeVar
 import anyio
 import anyio.to_thread
 
-from threadline._documents import ConversationDocument, ConversationEvent
 from threadline._errors import (
     ConcurrentModificationError,
     ConversationFormatError,
@@ -41,12 +40,14 @@ from threadline._errors import (
     InvalidRequestError,
     StoreError,
 )
-from threadline._serialization import (
+from threadline._store import ConversationInfo, StoredConversation
+from threadline.serialization._converter import (
     FORMAT_VERSION,
     dumps_conversation_header,
     dumps_event,
     loads_conversation_parts,
 )
+from threadline.serialization._documents import ConversationDocument, ConversationEvent
 from threadline.stores._checks import (
     check_append,
     check_conversation_id,
@@ -55,7 +56,6 @@ from threadline.stores._checks import (
     check_turn_ids_below,
     utc_now,
 )
-from threadline.stores.base import ConversationInfo, StoredConversation
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
@@ -101,7 +101,7 @@ _EventRow: TypeAlias = tuple[int, bool, str]
 
 
 class SQLiteStore:
-    """A :class:`~threadline.stores.base.ConversationStore` in one SQLite file.
+    """A :class:`~threadline._store.ConversationStore` in one SQLite file.
 
     The file (and its parent directories) is created on first use, in WAL
     mode so readers never wait for a writer. Every call runs its blocking

@@ -19,19 +19,21 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from threadline._agent import Agent
-from threadline._client import Client
 from threadline._errors import InvalidRequestError
-from threadline._limiting import TokenLimitEvent, TokenLimitHandler
 from threadline._messages import Message, Role
 from threadline._models import Model
-from threadline._units import PinReason, UnitKind
+from threadline.limiting._engine import TokenLimitEvent, TokenLimitHandler
+from threadline.limiting._units import PinReason, UnitKind
+
+if TYPE_CHECKING:
+    from threadline._agent import Agent
+    from threadline._client import Client
 
 __all__ = ["DEFAULT_SUMMARY_INSTRUCTIONS", "SUMMARY_HEADING", "summarize_oldest"]
 
-logger = logging.getLogger("threadline.handlers")
+logger = logging.getLogger("threadline.limiting")
 
 DEFAULT_SUMMARY_INSTRUCTIONS = (
     "You condense conversations. Summarize the transcript you are given for an assistant "
@@ -168,6 +170,10 @@ def summarize_oldest(
         InvalidRequestError: no model to summarize with, or a negative
             ``keep_last_turns``.
     """
+    # Imported here: the limiting room sits below the client and the agent.
+    from threadline._agent import Agent
+    from threadline._client import Client
+
     if isinstance(summarizer, Agent):
         client = summarizer.client
         model = model or summarizer.model

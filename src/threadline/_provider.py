@@ -16,8 +16,8 @@ import attrs
 
 from threadline._messages import Message, Usage
 from threadline._models import Model
-from threadline._tools import Tool
 from threadline.counting._protocol import ReplayProjection, TokenCounter
+from threadline.tools._tools import Tool
 
 __all__ = [
     "Driver",

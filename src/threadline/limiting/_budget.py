@@ -24,9 +24,9 @@ from threadline._errors import InvalidRequestError
 from threadline._messages import Message
 from threadline._models import Model
 from threadline._sentinel import NOT_GIVEN, NotGiven
-from threadline._tools import Tool
-from threadline._units import PinReason, pinned_units, unit_starts
 from threadline.counting._protocol import TokenCounter, is_incremental
+from threadline.limiting._units import PinReason, pinned_units, unit_starts
+from threadline.tools._tools import Tool
 
 __all__ = [
     "DEFAULT_OUTPUT_RESERVE_TOKENS",
@@ -246,7 +246,7 @@ def budget_report(
 ) -> BudgetReport:
     """Break the count of ``messages`` and ``tools`` down for the ledger.
 
-    ``pinned`` is what :func:`threadline._units.pinned_messages` returned for
+    ``pinned`` is what :func:`threadline.limiting._units.pinned_messages` returned for
     ``messages``; ``total_tokens`` the count already made, if any. The
     framing overhead absorbs whatever a non-additive counter does not
     attribute to single messages, so the parts always add up.

@@ -37,10 +37,10 @@ from threadline._errors import (
 from threadline._events import FinalResult, TextDelta
 from threadline._messages import Message
 from threadline._models import Model
+from threadline._provider import Driver
 from threadline._result import RunResult
-from threadline._serialization import loads_messages
 from threadline.counting import BuiltinTokenCounter
-from threadline.drivers.base import Driver
+from threadline.serialization._converter import loads_messages
 from threadline.stores.sqlite import SQLiteStore
 
 __all__ = ["main"]
@@ -365,7 +365,7 @@ async def conversations(args: argparse.Namespace, io: _IO) -> int:
             else:
                 io.stdout.write(text)
         elif args.action == "import":
-            from threadline._serialization import loads_conversation
+            from threadline.serialization._converter import loads_conversation
 
             document = loads_conversation(await anyio.Path(args.file).read_bytes())
             try:
@@ -384,7 +384,7 @@ async def conversations(args: argparse.Namespace, io: _IO) -> int:
 
 
 def export_text(document: Any, form: str) -> str:
-    from threadline._serialization import dumps_conversation
+    from threadline.serialization._converter import dumps_conversation
 
     if form == "json":
         return dumps_conversation(document, indent=2) + "\n"

@@ -12,8 +12,8 @@ One limiting step (:func:`apply_limits`) per round:
 A handler gets a :class:`TokenLimitEvent` whose ``messages`` is a copy; what
 it leaves there is what is sent. The engine adopts a rewrite only when the
 handler returns normally, the rewrite passes
-:func:`~threadline._units.check_integrity`, and every pinned message is still
-there (by value and in order, see :func:`~threadline._units.match_messages`);
+:func:`~threadline.limiting._units.check_integrity`, and every pinned message is still
+there (by value and in order, see :func:`~threadline.limiting._units.match_messages`);
 otherwise it raises :class:`HandlerError` and keeps its own transcript. A
 handler that raises aborts with its own error.
 """
@@ -28,11 +28,11 @@ from typing import Literal, TypeAlias
 
 import attrs
 
-from threadline._budget import Budget, BudgetReport, budget_report, message_costs
 from threadline._errors import HandlerError, InvalidRequestError, TranscriptIntegrityError
 from threadline._messages import Message, Role
-from threadline._tools import Tool
-from threadline._units import (
+from threadline.counting._protocol import TokenCounter, is_incremental, is_token_counter
+from threadline.limiting._budget import Budget, BudgetReport, budget_report, message_costs
+from threadline.limiting._units import (
     PinReason,
     Unit,
     UnitKind,
@@ -44,7 +44,7 @@ from threadline._units import (
     unit_kind,
     unit_starts,
 )
-from threadline.counting._protocol import TokenCounter, is_incremental, is_token_counter
+from threadline.tools._tools import Tool
 
 __all__ = [
     "DroppedUnit",
@@ -77,7 +77,7 @@ class TokenLimitEvent:
         await my_handler(event)
 
     ``prompt_index`` marks the current prompt as in
-    :func:`~threadline._units.split_units`; the engine passes ``pinned``
+    :func:`~threadline.limiting._units.split_units`; the engine passes ``pinned``
     instead, which wins when given.
     """
 
@@ -152,7 +152,7 @@ class TokenLimitEvent:
         """The units of ``messages`` as they are now, each marked pinned or droppable.
 
         A message stays pinned while it is still there, in the same order
-        (see :func:`~threadline._units.match_messages`).
+        (see :func:`~threadline.limiting._units.match_messages`).
 
         Raises:
             TranscriptIntegrityError: the current ``messages`` are broken.
@@ -426,7 +426,7 @@ async def apply_limits(
     ``budget`` ``None`` sends the transcript as it is. ``pre`` unset is
     ``drop_oldest_units(None)``; a ``pre`` given replaces it outright.
     ``post`` has no default. ``prompt_index`` is the position of the current
-    prompt (see :func:`~threadline._units.split_units` for what it pins).
+    prompt (see :func:`~threadline.limiting._units.split_units` for what it pins).
     ``messages`` is never modified.
 
     Raises:

@@ -1,6 +1,6 @@
 """The ``ConversationStore`` protocol every store implements.
 
-A store keeps conversation documents (``threadline._documents``) under an
+A store keeps conversation documents (``threadline.serialization._documents``) under an
 optimistic version: every write names the version it was based on, and a
 store whose current version differs refuses the write with
 ``ConcurrentModificationError`` and changes nothing. Version 0 means "does
@@ -24,7 +24,7 @@ from typing import Protocol, runtime_checkable
 
 import attrs
 
-from threadline._documents import ConversationDocument, ConversationEvent
+from threadline.serialization._documents import ConversationDocument, ConversationEvent
 
 __all__ = ["ConversationInfo", "ConversationStore", "StoredConversation"]
 

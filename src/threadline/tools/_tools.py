@@ -25,7 +25,7 @@ import attrs
 
 from threadline._errors import InvalidRequestError, ToolArgumentsError
 from threadline._messages import Message, Origin, Role, ToolCall
-from threadline._schema import (
+from threadline.tools._schema import (
     check,
     convert,
     json_default,

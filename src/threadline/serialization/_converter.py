@@ -83,7 +83,6 @@ from cattrs.errors import (
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 from cattrs.preconf.json import JsonConverter, make_converter
 
-from threadline._documents import ConversationDocument, ConversationEvent, member_path
 from threadline._errors import ConversationFormatError, ThreadlineError
 from threadline._messages import (
     ContentPart,
@@ -97,6 +96,7 @@ from threadline._messages import (
     Usage,
     has_provider_reasoning,
 )
+from threadline.serialization._documents import ConversationDocument, ConversationEvent, member_path
 
 __all__ = [
     "FORMAT_VERSION",

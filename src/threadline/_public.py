@@ -1,0 +1,45 @@
+"""Makes a public name report the package it is documented under.
+
+Classes and functions are defined in private modules; a user reading a
+traceback, a ``repr`` or the API reference should see ``threadline.Message``,
+not ``threadline._messages.Message``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import attrs
+
+__all__ = ["publish"]
+
+
+def publish(namespace: dict[str, Any], names: list[str], package: str) -> None:
+    """Set ``__module__`` of each class or function in ``names`` to ``package``.
+
+    The top-level face runs last and a name it publishes keeps ``threadline``.
+
+    attrs classes have their string annotations resolved first, against the
+    module that defined them, so cattrs and ``typing.get_type_hints`` keep
+    working after the rename.
+    """
+    for name in names:
+        obj = namespace[name]
+        if not isinstance(obj, type) and not callable(obj):
+            continue
+        module = getattr(obj, "__module__", "") or ""
+        # Defined in a private module of threadline's (the top-level face also
+        # claims names a subpackage published), and not claimed already.
+        private = "._" in module or package == "threadline"
+        if not module.startswith("threadline.") or module == package or not private:
+            continue
+        if isinstance(obj, type) and attrs.has(obj):
+            # A class annotated with names imported only for type checking
+            # is never structured by cattrs; it keeps its strings.
+            with contextlib.suppress(NameError):
+                attrs.resolve_types(obj)
+        try:
+            obj.__module__ = package
+        except (AttributeError, TypeError):  # pragma: no cover - builtins, slots
+            continue

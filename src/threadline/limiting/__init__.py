@@ -1,0 +1,49 @@
+"""Limiting: budgets, units, the Pre/Post handlers and the ledger of what was dropped.
+
+A request over its prompt budget runs its handlers on a copy of the
+transcript; ``drop_oldest_units`` (the default) drops whole units oldest
+first, and ``summarize_oldest`` replaces the oldest with a summary. A
+handler of your own gets a :class:`TokenLimitEvent` and can do everything the
+built-ins do. See docs/limiting.md.
+"""
+
+from threadline._errors import TranscriptIntegrityError
+from threadline._public import publish
+from threadline.limiting._budget import Budget, BudgetReport, BudgetResolution
+from threadline.limiting._engine import (
+    DroppedUnit,
+    HandlerRun,
+    LimitingRecord,
+    TokenLimitEvent,
+    TokenLimitHandler,
+    drop_oldest_units,
+)
+from threadline.limiting._summarize import (
+    DEFAULT_SUMMARY_INSTRUCTIONS,
+    SUMMARY_HEADING,
+    summarize_oldest,
+)
+from threadline.limiting._units import PinReason, Unit, UnitKind, check_integrity, split_units
+
+__all__ = [
+    "DEFAULT_SUMMARY_INSTRUCTIONS",
+    "SUMMARY_HEADING",
+    "Budget",
+    "BudgetReport",
+    "BudgetResolution",
+    "DroppedUnit",
+    "HandlerRun",
+    "LimitingRecord",
+    "PinReason",
+    "TokenLimitEvent",
+    "TokenLimitHandler",
+    "TranscriptIntegrityError",
+    "Unit",
+    "UnitKind",
+    "check_integrity",
+    "drop_oldest_units",
+    "split_units",
+    "summarize_oldest",
+]
+
+publish(globals(), __all__, __name__)
