@@ -27,10 +27,12 @@ def unit(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
-    """ruff's checks and its formatter, as CI runs them."""
-    session.install("ruff")
+    """ruff, the import contracts and the size limits, as CI runs them."""
+    session.install("-e", ".[dev]")
     session.run("ruff", "check", *PYTHON_PATHS)
     session.run("ruff", "format", "--check", *PYTHON_PATHS)
+    session.run("lint-imports")
+    session.run("python", ".ci/check_sizes.py", "src")
 
 
 @nox.session(python=PYTHON)
