@@ -8,6 +8,8 @@ it is given only (the source files are not touched):
 - a role naming a public object to a link to its page in the API reference,
   under the name users import it by (``threadline.stores.ConversationStore``,
   never the private module that defines it); any other role to inline code;
+- a mention of a guide page (``docs/limiting.md``) to a link to that page;
+- the first paragraph to one line, the summary the reference's tables show;
 - a paragraph ending in ``::`` followed by an indented block to a fenced code
   block (Python when it parses as Python, plain text otherwise), and a lone
   ``Example::`` to Google's ``Example:`` section.
@@ -18,6 +20,7 @@ from __future__ import annotations
 import ast
 import re
 import textwrap
+from pathlib import Path
 from typing import Any
 
 import griffe
@@ -37,7 +40,29 @@ PUBLIC_PACKAGES = (
 )
 
 ROLE = re.compile(r":(?:class|mod|func|meth|attr|exc|data|obj|const):`(~?)([\w.]+)`")
+GUIDE_PAGE = re.compile(r"(?<![\w/`])docs/(\w+)\.md\b")
+DOCS = Path(__file__).parent
+SECTION = re.compile(r"^\w[\w ]*:\s*$")
 LITERAL = re.compile(r"^(?P<indent>[ ]*)(?P<text>\S.*?)::[ ]*$")
+
+
+def join_summary(text: str) -> str:
+    """Put the first paragraph on one line: the reference's tables show the first line."""
+    lines = text.splitlines()
+    end = 0
+    while end < len(lines) and lines[end].strip() and not SECTION.match(lines[end]):
+        end += 1
+    if end <= 1:
+        return text
+    return "\n".join([" ".join(line.strip() for line in lines[:end]), *lines[end:]])
+
+
+def _guide_link(match: re.Match[str]) -> str:
+    # Links resolve from the reference page, docs/reference/NAME.md.
+    page = match[1]
+    if not (DOCS / f"{page}.md").is_file():
+        return match[0]
+    return f"[{match[0]}](../{page}.md)"
 
 
 def _python(code: str) -> bool:
@@ -110,6 +135,7 @@ class RestRoles(griffe.Extension):
         public: dict[str, str] = {}
         for package_path in PUBLIC_PACKAGES:
             package = loader.modules_collection[package_path]
+            public[package_path] = package_path
             for name in package.exports or ():
                 name = str(name)
                 member = package.members.get(name)
@@ -124,8 +150,9 @@ class RestRoles(griffe.Extension):
 
     def _rewrite(self, obj: griffe.Object, loader: griffe.GriffeLoader) -> None:
         if obj.docstring is not None:
-            value = fence_literal_blocks(obj.docstring.value)
-            obj.docstring.value = ROLE.sub(lambda m: self._role(m, obj, loader), value)
+            value = fence_literal_blocks(join_summary(obj.docstring.value))
+            value = ROLE.sub(lambda m: self._role(m, obj, loader), value)
+            obj.docstring.value = GUIDE_PAGE.sub(_guide_link, value)
         for member in obj.members.values():
             if not member.is_alias:
                 self._rewrite(member, loader)  # type: ignore[arg-type]
