@@ -8,7 +8,15 @@ nox.options.sessions = ["tests", "lint", "typecheck"]
 nox.options.default_venv_backend = "venv"
 
 PYTHON = "3.11"
-PYTHON_PATHS = ("src", "tests", "benchmarks", "examples", "docs/griffe_rest_roles.py", "noxfile.py")
+PYTHON_PATHS = (
+    "src",
+    "tests",
+    "benchmarks",
+    "examples",
+    "docs/griffe_rest_roles.py",
+    "docs/site_hooks.py",
+    "noxfile.py",
+)
 
 
 @nox.session(python=PYTHON)
