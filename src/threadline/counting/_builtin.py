@@ -32,8 +32,6 @@ from itertools import accumulate
 from operator import add, sub
 from typing import TYPE_CHECKING, Any
 
-from tiktoken import Encoding
-
 from threadline._messages import ImagePart, Message
 from threadline.counting._encoding import TextEncoder, o200k_base_encoding
 from threadline.counting._framing import (
@@ -136,6 +134,8 @@ class _SharedState:
             # Python method around it, which saves a Python call per text;
             # token_lengths falls back to the method for the one input the
             # Rust side refuses: text with lone surrogates, which it repairs.
+            from tiktoken import Encoding  # loaded with the vocabulary, not at import
+
             core = getattr(encoding, "_core_bpe", None) if isinstance(encoding, Encoding) else None
             batch = getattr(core, "encode_ordinary", None)
             self._encode_batch = batch if callable(batch) else encoding.encode_ordinary
