@@ -142,13 +142,14 @@ class RestRoles(griffe.Extension):
                 if member is None:
                     # A lazy name (module __getattr__) that Griffe cannot see would be
                     # missing from the reference without a word: a warning fails --strict.
-                    griffe.logger.warning(
-                        "%s.__all__ names %r, which the API reference cannot find; import "
-                        "it under `if TYPE_CHECKING:` in %s",
-                        package_path,
-                        name,
-                        package.filepath,
-                    )
+                    if not name.startswith("_"):
+                        griffe.logger.warning(
+                            "%s.__all__ names %r, which the API reference cannot find; "
+                            "import it under `if TYPE_CHECKING:` in %s",
+                            package_path,
+                            name,
+                            package.filepath,
+                        )
                     continue
                 try:
                     defined = member.final_target.path if member.is_alias else member.path
