@@ -97,8 +97,8 @@ async def _answer(session: ChatSession, prompt: str, answering: list[anyio.Cance
 
 def _banner(session: ChatSession) -> str:
     conversation = session.conversation
-    window = session.model.context_size
-    size = f" · window {window:,}" if window else ""
+    window = conversation.max_context_tokens or session.model.context_size
+    size = f" · window {window:,}" if window else " · window unknown"
     earlier = conversation.turn_count()
     turns = f"{earlier} earlier turn" + ("" if earlier == 1 else "s")
     return (
