@@ -11,7 +11,9 @@ cancelled run removes the pending copy again, under a shielded cancel scope,
 so the conversation and its store are left as they were.
 
 Per-turn work is proportional to the window, not to the transcript (see
-``_transcript``).
+``_transcript``). What a conversation holds and shows (its state, settings,
+token helpers and saved form) is in ``_conversation_state``; this module adds
+what changes it: turns, rewrites and loading.
 """
 
 from __future__ import annotations
