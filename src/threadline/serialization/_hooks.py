@@ -1,10 +1,14 @@
 """The cattrs converters: how each type becomes JSON and JSON becomes each type.
 
-:func:`make_document_converter` builds the converter of saved documents
-(messages, saved conversations): nothing is coerced (``"3"`` is not ``3``),
-unknown fields are refused, and every refusal is an :class:`Invalid` or a
-cattrs error that ``_converter`` turns into a ``ConversationFormatError`` with
-its path.
+threadline has one structuring engine, cattrs, configured for its two jobs:
+
+- :func:`make_document_converter`, for saved documents (messages, saved
+  conversations): nothing is coerced (``"3"`` is not ``3``), unknown fields
+  are refused, and every refusal is an :class:`Invalid` or a cattrs error
+  that ``_converter`` turns into a ``ConversationFormatError`` with its path;
+- :func:`make_argument_converter`, for tool arguments: it builds the values
+  a tool function's parameters ask for from decoded JSON that already fits
+  the tool's schema.
 
 Each type's hooks are registered by a small function of its own. A generated
 hook captures the hooks of its fields when it is made, so the leaves are
@@ -13,12 +17,16 @@ registered before the classes that hold them.
 
 from __future__ import annotations
 
+import enum
 import json
-from collections.abc import Callable
+import types
+import typing
+from collections.abc import Callable, Mapping, MutableMapping, MutableSequence, Sequence
 from datetime import datetime
-from typing import Any, NoReturn
+from typing import Annotated, Any, Literal, NoReturn, Union
 
 import attrs
+from cattrs import Converter
 from cattrs.cols import homogenous_tuple_structure_factory, is_sequence
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 from cattrs.preconf.json import JsonConverter, make_converter
@@ -36,10 +44,11 @@ from threadline._messages import (
     has_provider_reasoning,
 )
 from threadline.serialization._documents import ConversationDocument, ConversationEvent, MessageList
-from threadline.serialization._json import describe, member_path
+from threadline.serialization._json import describe, json_equal, member_path
 
 __all__ = [
     "Invalid",
+    "make_argument_converter",
     "make_document_converter",
     "provider_reasoning_problem",
     "refuse_constant",
@@ -315,3 +324,170 @@ def _register_documents(converter: JsonConverter) -> None:
         created_at=timestamp,
         updated_at=timestamp,
     )
+
+
+# --- tool arguments ----------------------------------------------------------------
+
+FitTest = Callable[[Any], Callable[[Any], bool]]
+"""Given a type hint, the test whether a decoded JSON value fits that hint's schema."""
+
+_NONE_TYPE = type(None)
+_SEQUENCES: frozenset[Any] = frozenset({list, tuple, Sequence, MutableSequence})
+_MAPPINGS: frozenset[Any] = frozenset({dict, Mapping, MutableMapping})
+_UNIONS: frozenset[Any] = frozenset({Union, types.UnionType})
+
+
+def make_argument_converter(fits: FitTest) -> Converter:
+    """The converter that builds what a tool function's parameters ask for.
+
+    It structures decoded JSON arguments that already fit the tool's schema,
+    and checks nothing itself: Enum values become members, objects attrs
+    instances (keyed by their fields' aliases), arrays tuples where a tuple
+    is asked for and lists otherwise, whole floats ints and ints floats where
+    the hint asks for them; ``Any`` and plain values are passed as they are.
+    A union takes its first member whose schema the value fits, as
+    ``fits(member)`` tells. What an attrs class raises on its values comes
+    out as it is.
+    """
+    converter = _ArgumentConverter(detailed_validation=False)
+    _register_plain_arguments(converter)
+    _register_containers(converter)
+    _register_choices(converter)
+    _register_unions(converter, fits)
+    _register_attrs_arguments(converter)
+    return converter
+
+
+def _origin(hint: Any) -> Any:
+    return typing.get_origin(hint)
+
+
+def _as_it_is(value: Any, _: Any) -> Any:
+    return value
+
+
+# cattrs keeps one hook for hints that compare equal, and typing compares
+# int | float equal to float | int (and Literal[1, 2] to Literal[2, 1]). So the
+# hooks below read the hint they are called with, whose order is the one the
+# function's author wrote: the first union member that fits wins.
+
+
+def _register_plain_arguments(converter: Converter) -> None:
+    # str, int, float, bool and their Enum subclasses are cattrs' own: it calls
+    # the class, so 2.0 becomes 2 for an int and 2 becomes 2.0 for a float.
+    bare = (object, list, dict, None, _NONE_TYPE)
+    converter.register_structure_hook_func(lambda hint: hint in bare, _as_it_is)
+    converter.register_structure_hook_func(
+        lambda hint: hint is tuple, lambda value, _: tuple(value)
+    )
+
+
+def _register_containers(converter: Converter) -> None:
+    def sequence(value: Any, hint: Any) -> Any:
+        make = tuple if _origin(hint) is tuple else list
+        args = typing.get_args(hint)
+        if not args:
+            return make(value)
+        item = converter.get_structure_hook(args[0])
+        return make(item(element, args[0]) for element in value)
+
+    def mapping(value: Any, hint: Any) -> Any:
+        item_hint = typing.get_args(hint)[1]
+        item = converter.get_structure_hook(item_hint)
+        return {key: item(each, item_hint) for key, each in value.items()}
+
+    converter.register_structure_hook_func(lambda hint: _origin(hint) in _SEQUENCES, sequence)
+    converter.register_structure_hook_func(lambda hint: _origin(hint) in _MAPPINGS, mapping)
+
+
+def _register_choices(converter: Converter) -> None:
+    def literal(value: Any, hint: Any) -> Any:
+        # 2.0 is the choice 2, and "celsius" the choice Unit.CELSIUS.
+        choices = typing.get_args(hint)
+        return next((c for c in choices if json_equal(_choice_json(c), value)), value)
+
+    converter.register_structure_hook_func(lambda hint: _origin(hint) is Literal, literal)
+    converter.register_structure_hook_func(
+        lambda hint: isinstance(hint, type) and issubclass(hint, enum.Enum),
+        lambda value, hint: hint(value),
+    )
+
+
+def _choice_json(choice: Any) -> Any:
+    return choice.value if isinstance(choice, enum.Enum) else choice
+
+
+def _register_unions(converter: Converter, fits: FitTest) -> None:
+    def union(first_seen: Any) -> Hook:
+        # Each member's test is made once, for every union equal to this one.
+        tests = [(member, _member_test(member, fits)) for member in typing.get_args(first_seen)]
+
+        def structure(value: Any, hint: Any) -> Any:
+            for member in typing.get_args(hint):
+                fits_member = next(test for known, test in tests if known == member)
+                if fits_member(value):
+                    return value if fits_member is _is_none else converter.structure(value, member)
+            return value
+
+        return structure
+
+    converter.register_structure_hook_factory(lambda hint: _origin(hint) in _UNIONS, union)
+
+
+def _member_test(member: Any, fits: FitTest) -> Callable[[Any], bool]:
+    if member is None or member is _NONE_TYPE:
+        return _is_none
+    return fits(member)
+
+
+def _is_none(value: Any) -> bool:
+    return value is None
+
+
+def _register_attrs_arguments(converter: Converter) -> None:
+    def attrs_class(cls: type[Any]) -> Hook:
+        attrs.resolve_types(cls)
+        # A field's Annotated metadata is left out as a parameter's is.
+        plain = {field.name: _without_annotations(field.type) for field in attrs.fields(cls)}
+        overrides: dict[str, Any] = {
+            field.name: override(struct_hook=_structure_as(converter, plain[field.name]))
+            for field in attrs.fields(cls)
+            if plain[field.name] is not field.type
+        }
+        return make_dict_structure_fn(cls, converter, _cattrs_use_alias=True, **overrides)
+
+    converter.register_structure_hook_factory(
+        lambda hint: isinstance(hint, type) and attrs.has(hint), attrs_class
+    )
+
+
+def _structure_as(converter: Converter, hint: Any) -> Hook:
+    return lambda value, _: converter.structure(value, hint)
+
+
+def _without_annotations(hint: Any) -> Any:
+    """``hint`` with every ``Annotated[X, ...]`` in it replaced by its ``X``.
+
+    The metadata says nothing about how to build a value, and it may not be
+    hashable (``Annotated[int, {"minimum": 0}]``), while cattrs finds its hooks
+    through a cache keyed by the hint.
+    """
+    origin = _origin(hint)
+    if origin is Annotated:
+        return _without_annotations(typing.get_args(hint)[0])
+    args = typing.get_args(hint)
+    if not args or origin is Literal:
+        return hint
+    plain = tuple(_without_annotations(arg) for arg in args)
+    if all(new is old for new, old in zip(plain, args, strict=True)):
+        return hint
+    if origin in _UNIONS:
+        return Union[plain]  # noqa: UP007 (X | Y cannot take a tuple of members)
+    return origin[plain]
+
+
+class _ArgumentConverter(Converter):
+    """A cattrs converter that reads every hint without its ``Annotated`` metadata."""
+
+    def structure(self, obj: Any, cl: Any) -> Any:
+        return super().structure(obj, _without_annotations(cl))
