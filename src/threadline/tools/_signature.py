@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Mapping
-from typing import Any, Final
+from typing import Any
 
 import attrs
 from cattrs import Converter
@@ -24,7 +24,7 @@ from threadline.tools._check import check
 from threadline.tools._docstrings import parse_docstring
 from threadline.tools._schema import object_schema, schema_for, type_hints, with_default
 
-__all__ = ["ARGUMENTS", "Binder", "call_method", "docstring", "signature_parameters"]
+__all__ = ["Binder", "argument_converter", "call_method", "docstring", "signature_parameters"]
 
 
 def _fits_schema_of(hint: Any) -> Callable[[Any], bool]:
@@ -32,9 +32,13 @@ def _fits_schema_of(hint: Any) -> Callable[[Any], bool]:
     return lambda value: not check(value, schema)
 
 
-ARGUMENTS: Final[Converter] = make_argument_converter(fits=_fits_schema_of)
-"""The converter that builds a tool function's arguments; a union member is
-chosen by the first member schema the value passes."""
+@functools.cache
+def argument_converter() -> Converter:
+    """The converter that builds a tool function's arguments, made on first use.
+
+    A union's member is the first whose schema the value passes.
+    """
+    return make_argument_converter(fits=_fits_schema_of)
 
 
 @attrs.frozen
@@ -46,8 +50,9 @@ class Binder:
 
     def bind(self, arguments: Mapping[str, Any]) -> tuple[list[Any], dict[str, Any]]:
         """The positional and keyword arguments for ``arguments`` that passed the schema."""
+        converter = argument_converter()
         values = {
-            name: ARGUMENTS.structure(value, self.hints[name]) for name, value in arguments.items()
+            name: converter.structure(value, self.hints[name]) for name, value in arguments.items()
         }
         given = [p.name in values for p in self.positional_only]
         last = max((i for i, present in enumerate(given) if present), default=-1)
