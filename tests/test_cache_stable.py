@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import pytest
@@ -164,9 +165,7 @@ async def test_appended_turns_after_a_cut_keep_the_prefix_until_the_budget_is_re
         history = [*outcome.messages, Message.assistant(f"a{t} " + "word " * 5)]
     # 150 tokens of room between the mark and the budget: a cut every ~8 turns.
     assert 3 <= cuts <= 6
-    stable = sum(
-        1 for before, after in zip(sent, sent[1:], strict=False) if after[: len(before)] == before
-    )
+    stable = sum(1 for before, after in itertools.pairwise(sent) if after[: len(before)] == before)
     assert stable == len(sent) - 1 - (cuts - 1)
 
 

@@ -341,7 +341,7 @@ def limit_cache_stable(
 def test_a_cache_stable_cut_keeps_every_unit_rule(
     counter: TokenCounter, scenario: Scenario, share: int, low_water: float
 ) -> None:
-    outcome, units, mark = limit_cache_stable(scenario, counter, share, low_water)
+    outcome, units, _mark = limit_cache_stable(scenario, counter, share, low_water)
     check_integrity(outcome.messages)
     kept = {id(m) for m in outcome.messages}
     pinned = [scenario.messages[i] for u in units if u.pinned for i in u.indices]

@@ -29,6 +29,13 @@ import attrs
 from threadline._agent import Agent, combined_settings
 from threadline._conversation_settings import saved_changes
 from threadline._conversation_state import ConversationState, now
+from threadline._conversation_window import (
+    KeptWindow,
+    SentWindow,
+    keeps_window,
+    saved_window,
+    window_after,
+)
 from threadline._errors import ConcurrentModificationError, InvalidRequestError
 from threadline._events import FinalResult, StreamEvent
 from threadline._messages import Message, Origin, Role
@@ -51,6 +58,7 @@ class _TurnInProgress:
     turn_id: int
     prompt: Message
     request: Request
+    sent: SentWindow
     pending_written: bool = False
     created_store_entry: bool = False
     committed: bool = False
@@ -150,14 +158,15 @@ class Conversation(ConversationState):
             message = prompt.with_origin(Origin.TURN)
         else:
             fail("prompt", "a str or a user Message", prompt)
+        sent = self._sent_window()
         request = (
             self._agent.request()
             .with_settings(self._settings)
-            .with_messages(self._transcript.window(self._history_limit))
+            .with_messages(sent.history)
             .with_prompt(message)
         )
         return _TurnInProgress(
-            turn_id=self._transcript.next_turn_id, prompt=message, request=request
+            turn_id=self._transcript.next_turn_id, prompt=message, request=request, sent=sent
         )
 
     async def _write_pending(self, turn: _TurnInProgress) -> None:
@@ -194,12 +203,17 @@ class Conversation(ConversationState):
         )
         if resubmitted is not None:
             leftover = leftover[:resubmitted] + leftover[resubmitted + 1 :]
+        window = KeptWindow()
+        if keeps_window(self._settings):
+            instructions = self._agent.instructions is not None
+            window = window_after(turn.sent, result, instructions=instructions)
         with anyio.CancelScope(shield=True):
             if self._store is not None:
                 header = self._header(
                     next_turn_id=max(self._transcript.next_turn_id, turn.turn_id + 1),
                     total_usage=self._transcript.total_usage + usage,
                     updated_at=now(),
+                    window=window,
                 )
                 try:
                     self._version = await self._store.append_events(
@@ -217,6 +231,7 @@ class Conversation(ConversationState):
                 self._updated_at = header.updated_at
             self._transcript.pending = leftover
             self._transcript.append_turn(events, result.response, usage)
+            self._window = window
             turn.committed = True
 
     async def _abandon(self, turn: _TurnInProgress) -> None:
@@ -278,7 +293,8 @@ class Conversation(ConversationState):
                     pending=transcript.pending,
                     next_turn_id=next_turn_id,
                     total_usage=sum_usage(replacement),
-                )
+                ),
+                window=KeptWindow(),
             )
 
     async def reset(self) -> None:
@@ -287,7 +303,9 @@ class Conversation(ConversationState):
         Turn ids keep counting forward. With a store, the empty conversation is saved.
         """
         async with self._turn_lock():
-            await self._rewrite(Transcript(next_turn_id=self._transcript.next_turn_id))
+            await self._rewrite(
+                Transcript(next_turn_id=self._transcript.next_turn_id), window=KeptWindow()
+            )
 
     async def discard_pending(self) -> None:
         """Drop the pending prompts a crashed process left behind."""
@@ -314,7 +332,9 @@ class Conversation(ConversationState):
         async with self._turn_lock():
             await self._rewrite(self._transcript)
 
-    async def _rewrite(self, transcript: Transcript) -> None:
+    async def _rewrite(self, transcript: Transcript, *, window: KeptWindow | None = None) -> None:
+        """Install ``transcript`` (and ``window``; ``None`` keeps the kept window)."""
+        window = self._window if window is None else window
         # Shielded, so a cancel cannot leave the store rewritten and the memory not.
         with anyio.CancelScope(shield=True):
             if self._store is not None:
@@ -322,11 +342,13 @@ class Conversation(ConversationState):
                     next_turn_id=transcript.next_turn_id,
                     total_usage=transcript.total_usage,
                     updated_at=now(),
+                    window=window,
                 )
                 document = attrs.evolve(header, events=(*transcript.events, *transcript.pending))
                 self._version = await self._store.save(document, expected_version=self._version)
                 self._updated_at = header.updated_at
             self._transcript = transcript
+            self._window = window
 
     @classmethod
     def from_document(
@@ -353,6 +375,7 @@ class Conversation(ConversationState):
             raise TypeError(f"expected a ConversationDocument, not {type(document).__name__}")
         saved, extra = saved_changes(document)
         transcript = Transcript.from_document(document)
+        window = saved_window(extra, transcript.messages_from(0))
         conversation = cls(
             agent,
             id=document.id,
@@ -367,6 +390,7 @@ class Conversation(ConversationState):
         conversation._created_at = document.created_at
         conversation._updated_at = document.updated_at
         conversation._transcript = transcript
+        conversation._window = window
         return conversation
 
     @classmethod
