@@ -24,11 +24,12 @@ from threadline import (
     Message,
     Origin,
     Reasoning,
+    StoreError,
     ToolCall,
     Usage,
 )
 from threadline.serialization import ConversationDocument, ConversationEvent
-from threadline.stores import ConversationStore
+from threadline.stores import ConversationStore, StoreClosedError
 from threadline.stores.memory import MemoryStore
 from threadline.stores.sqlite import SQLiteStore
 
@@ -621,3 +622,23 @@ async def test_writes_to_different_conversations_do_not_conflict(
     infos = await store.list()
     assert sorted(info.id for info in infos) == sorted(f"c{index}" for index in range(10))
     assert {(info.version, info.events) for info in infos} == {(2, 2)}
+
+
+async def test_a_closed_store_refuses_every_call_with_store_closed_error(
+    store: ConversationStore,
+) -> None:
+    await store.save(header("c1"), expected_version=0)
+    await store.aclose()
+    await store.aclose()  # closing twice is harmless
+
+    calls = [
+        store.load("c1"),
+        store.save(header("c2"), expected_version=0),
+        store.append_events("c1", [], header=header("c1"), expected_version=1),
+        store.list(),
+        store.delete("c1"),
+    ]
+    for call in calls:
+        with pytest.raises(StoreClosedError, match="closed"):
+            await call
+    assert issubclass(StoreClosedError, StoreError)

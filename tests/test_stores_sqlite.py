@@ -30,6 +30,7 @@ from threadline.serialization import ConversationDocument, ConversationEvent
 
 # The migration table is private; one test registers an old format in it.
 from threadline.serialization import _converter as _serialization
+from threadline.stores import StoreClosedError
 from threadline.stores.sqlite import SCHEMA_VERSION, SQLiteStore
 
 pytestmark = pytest.mark.anyio
@@ -147,7 +148,7 @@ async def test_a_closed_store_refuses_calls_and_closing_twice_is_fine(path: Path
     await store.aclose()
     await store.aclose()
 
-    with pytest.raises(RuntimeError, match="closed"):
+    with pytest.raises(StoreClosedError, match="closed"):
         await store.load("c1")
 
 

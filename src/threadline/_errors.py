@@ -13,6 +13,7 @@ Everything threadline raises on purpose derives from one root, so
     ├── ConcurrentModificationError  a store write based on a stale version
     ├── ConversationNotFoundError  (also a KeyError) a store has no such conversation
     ├── StoreError                 a store could not do its work (locked, unreachable)
+    │   └── StoreClosedError           the store was closed with ``aclose()``
     ├── TokenizerDataError         the embedded vocabulary is missing or damaged
     ├── ToolArgumentsError         (also a ValueError) a tool call's arguments are not valid JSON
     └── ProviderError              the provider failed; carries status, body, request id
@@ -46,6 +47,7 @@ __all__ = [
     "ProviderResponseError",
     "ProviderUnavailableError",
     "RateLimitError",
+    "StoreClosedError",
     "StoreError",
     "ThreadlineError",
     "TokenizerDataError",
@@ -148,6 +150,10 @@ class StoreError(ThreadlineError):
     """A store could not do its work: its database is locked past the time-out,
     its server cannot be reached, its file cannot be written. Nothing was
     changed; the operation may be retried."""
+
+
+class StoreClosedError(StoreError):
+    """A store was used after ``aclose()``; open a new store to go on."""
 
 
 class TokenizerDataError(ThreadlineError):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from threadline._errors import StoreClosedError
 from threadline._public import publish
 from threadline._store import ConversationInfo, ConversationStore, StoredConversation
 
@@ -24,6 +25,7 @@ __all__ = [
     "ConversationStore",
     "MemoryStore",
     "SQLiteStore",
+    "StoreClosedError",
     "StoredConversation",
 ]
 

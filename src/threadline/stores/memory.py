@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import datetime
-from types import TracebackType
 from typing import TypeAlias
 
 import anyio
@@ -12,16 +10,8 @@ import attrs
 
 from threadline._errors import ConcurrentModificationError, ConversationNotFoundError
 from threadline._store import ConversationInfo, StoredConversation
-from threadline.serialization._converter import dumps_conversation, dumps_event
 from threadline.serialization._documents import ConversationDocument, ConversationEvent
-from threadline.stores._checks import (
-    check_append,
-    check_conversation_id,
-    check_document,
-    check_expected_version,
-    check_turn_ids_below,
-    utc_now,
-)
+from threadline.stores._base import StoreBase, Write, check_turn_ids_below, utc_now
 
 __all__ = ["MemoryStore"]
 
@@ -43,7 +33,7 @@ class _Entry:
     """Orders the listing: higher was written later."""
 
 
-class MemoryStore:
+class MemoryStore(StoreBase):
     """A :class:`~threadline._store.ConversationStore` that keeps everything in memory.
 
     It has the semantics of the persistent stores, version checks included,
@@ -66,24 +56,10 @@ class MemoryStore:
         self._lock = anyio.Lock()
         self._writes = 0
 
-    async def __aenter__(self) -> MemoryStore:
-        return self
+    def __repr__(self) -> str:
+        return f"MemoryStore(<{len(self._entries)} conversations>)"
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-    async def load(self, conversation_id: str) -> StoredConversation:
-        """The conversation's document and current version.
-
-        Raises:
-            ConversationNotFoundError: no conversation has that id.
-        """
-        check_conversation_id(conversation_id)
+    async def _load(self, conversation_id: str) -> StoredConversation:
         async with self._lock:
             entry = self._entries.get(conversation_id)
             if entry is None:
@@ -92,85 +68,40 @@ class MemoryStore:
             document = attrs.evolve(entry.header, events=tuple(entry.events))
             return StoredConversation(document=document, version=entry.version)
 
-    async def save(self, document: ConversationDocument, *, expected_version: int) -> int:
-        """Replace the whole conversation (create it when ``expected_version`` is 0).
-
-        Returns the new version.
-
-        Raises:
-            ConcurrentModificationError: the conversation is not at ``expected_version``.
-            ConversationFormatError: a message the saved format cannot hold.
-        """
-        check_document(document)
-        check_expected_version(expected_version)
-        dumps_conversation(document)
+    async def _write(self, write: Write) -> int:
+        new_events = [record.event for record in write.records]
         async with self._lock:
-            current = self._check_version(document.id, expected_version)
-            events = list(document.events)
-            self._put(
-                document.id,
-                header=document,
-                events=events,
-                pending=sum(1 for event in events if event.pending),
-                max_turn_id=max((event.turn_id for event in events), default=-1),
-                version=current + 1,
-            )
-            return current + 1
-
-    async def append_events(
-        self,
-        conversation_id: str,
-        events: Sequence[ConversationEvent],
-        *,
-        header: ConversationDocument,
-        expected_version: int,
-        drop_pending: bool = False,
-    ) -> int:
-        """Atomically append ``events`` and store ``header``'s state; see the protocol.
-
-        Raises:
-            ConcurrentModificationError: the conversation is not at ``expected_version``.
-            ConversationFormatError: a message the saved format cannot hold.
-            InvalidRequestError: a header for another conversation, or events
-                whose turn ids are not below the header's ``next_turn_id``.
-        """
-        conversation_id, new_events, header = check_append(conversation_id, events, header)
-        check_expected_version(expected_version)
-        for event in new_events:
-            dumps_event(event)
-        async with self._lock:
-            current = self._check_version(conversation_id, expected_version)
-            entry = self._entries.get(conversation_id)
-            if entry is None:
+            current = self._check_version(write.conversation_id, write.expected_version)
+            entry = self._entries.get(write.conversation_id)
+            if write.replace or entry is None:
                 kept: _Events = []
                 pending, max_turn_id = 0, -1
             else:
                 kept, pending, max_turn_id = entry.events, entry.pending, entry.max_turn_id
-            dropping = drop_pending and pending > 0
-            if header.next_turn_id <= max_turn_id:
+            dropping = write.drop_pending and pending > 0
+            if write.header.next_turn_id <= max_turn_id:
                 # The bound may be stale after earlier drops: check the exact one.
                 max_turn_id = max(
                     (event.turn_id for event in kept if not (dropping and event.pending)),
                     default=-1,
                 )
-                check_turn_ids_below(max_turn_id, header)
+                check_turn_ids_below(max_turn_id, write.header)
             # Every check has passed: from here on the entry may change in place.
             if dropping:
                 _drop_pending(kept, pending)
                 pending = 0
             kept.extend(new_events)
             self._put(
-                conversation_id,
-                header=header,
+                write.conversation_id,
+                header=write.header,
                 events=kept,
                 pending=pending + sum(1 for event in new_events if event.pending),
-                max_turn_id=max([max_turn_id, *(event.turn_id for event in new_events)]),
+                max_turn_id=max(max_turn_id, write.max_turn_id),
                 version=current + 1,
             )
             return current + 1
 
-    async def list(self) -> list[ConversationInfo]:
-        """Every conversation, most recently updated first."""
+    async def _list(self) -> list[ConversationInfo]:
         async with self._lock:
             entries = sorted(self._entries.values(), key=lambda entry: -entry.touched)
             return [
@@ -184,14 +115,12 @@ class MemoryStore:
                 for entry in entries
             ]
 
-    async def delete(self, conversation_id: str) -> bool:
-        """Delete the conversation; ``False`` when there was none."""
-        check_conversation_id(conversation_id)
+    async def _delete(self, conversation_id: str) -> bool:
         async with self._lock:
             return self._entries.pop(conversation_id, None) is not None
 
-    async def aclose(self) -> None:
-        """Nothing to release; the conversations stay until the store is dropped."""
+    async def _close(self) -> None:
+        """Nothing to release; the conversations go with the store."""
 
     def _check_version(self, conversation_id: str, expected_version: int) -> int:
         entry = self._entries.get(conversation_id)

@@ -27,7 +27,6 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from datetime import datetime
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Final, TypeAlias, TypeVar
 
 import anyio
@@ -43,19 +42,11 @@ from threadline._errors import (
 from threadline._store import ConversationInfo, StoredConversation
 from threadline.serialization._converter import (
     FORMAT_VERSION,
-    dumps_conversation_header,
     dumps_event,
     loads_conversation_parts,
 )
-from threadline.serialization._documents import ConversationDocument, ConversationEvent
-from threadline.stores._checks import (
-    check_append,
-    check_conversation_id,
-    check_document,
-    check_expected_version,
-    check_turn_ids_below,
-    utc_now,
-)
+from threadline.serialization._documents import ConversationDocument
+from threadline.stores._base import EventRecord, StoreBase, Write, check_turn_ids_below, utc_now
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
@@ -96,11 +87,9 @@ _CREATE_TABLES: Final = (
 _EVENT_PATH: Final = re.compile(r"\$\.events\[(\d+)\]")
 
 _T = TypeVar("_T")
-_EventRow: TypeAlias = tuple[int, bool, str]
-"""An event as written: its turn id, whether it is pending, its JSON."""
 
 
-class SQLiteStore:
+class SQLiteStore(StoreBase):
     """A :class:`~threadline._store.ConversationStore` in one SQLite file.
 
     The file (and its parent directories) is created on first use, in WAL
@@ -125,7 +114,7 @@ class SQLiteStore:
             written by a newer threadline (a newer schema version), or a
             stored row is damaged (the error names the conversation and the
             event).
-        RuntimeError: the store was closed with :meth:`aclose`.
+        StoreClosedError: the store was closed with :meth:`aclose`.
 
     Example::
 
@@ -139,7 +128,6 @@ class SQLiteStore:
             raise InvalidRequestError("SQLiteStore needs a file path (or ':memory:'), not ''")
         self._timeout = timeout
         self._connection: sqlite3.Connection | None = None
-        self._closed = False
         # The anyio lock queues tasks without holding worker threads; the thread
         # lock keeps the one connection to one thread even if the store is
         # shared between event loops.
@@ -154,106 +142,23 @@ class SQLiteStore:
     def __repr__(self) -> str:
         return f"SQLiteStore({self._path!r})"
 
-    async def __aenter__(self) -> SQLiteStore:
-        return self
+    # --- the backend ---------------------------------------------------------------
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-    # --- the protocol ------------------------------------------------------------
-
-    async def load(self, conversation_id: str) -> StoredConversation:
-        """The conversation's document and current version.
-
-        Raises:
-            ConversationNotFoundError: no conversation has that id.
-            ConversationFormatError: a stored row is damaged; the error names
-                the conversation and the event.
-        """
-        check_conversation_id(conversation_id)
+    async def _load(self, conversation_id: str) -> StoredConversation:
         return await self._run(lambda connection: _load(connection, conversation_id))
 
-    async def save(self, document: ConversationDocument, *, expected_version: int) -> int:
-        """Replace the whole conversation (create it when ``expected_version`` is 0).
+    async def _write(self, write: Write) -> int:
+        return await self._run(lambda connection: _write(connection, write))
 
-        Returns the new version.
-
-        Raises:
-            ConcurrentModificationError: the conversation is not at ``expected_version``.
-            ConversationFormatError: a message the saved format cannot hold.
-        """
-        check_document(document)
-        check_expected_version(expected_version)
-
-        def work(connection: sqlite3.Connection) -> int:
-            rows = _event_rows(document.events)
-            return _write(
-                connection,
-                document,
-                rows,
-                expected_version=expected_version,
-                replace=True,
-                drop_pending=False,
-            )
-
-        return await self._run(work)
-
-    async def append_events(
-        self,
-        conversation_id: str,
-        events: Sequence[ConversationEvent],
-        *,
-        header: ConversationDocument,
-        expected_version: int,
-        drop_pending: bool = False,
-    ) -> int:
-        """Atomically append ``events`` and store ``header``'s state; see the protocol.
-
-        Writes the new events and the header, not the transcript before them.
-
-        Raises:
-            ConcurrentModificationError: the conversation is not at ``expected_version``.
-            ConversationFormatError: a message the saved format cannot hold.
-            InvalidRequestError: a header for another conversation, or events
-                whose turn ids are not below the header's ``next_turn_id``.
-        """
-        conversation_id, new_events, header = check_append(conversation_id, events, header)
-        check_expected_version(expected_version)
-
-        def work(connection: sqlite3.Connection) -> int:
-            rows = _event_rows(new_events)
-            return _write(
-                connection,
-                header,
-                rows,
-                expected_version=expected_version,
-                replace=False,
-                drop_pending=drop_pending,
-            )
-
-        return await self._run(work)
-
-    async def list(self) -> list[ConversationInfo]:
-        """Every conversation, most recently updated first.
-
-        ``updated_at`` is when the store last wrote the conversation.
-        """
+    async def _list(self) -> list[ConversationInfo]:
         return await self._run(_list)
 
-    async def delete(self, conversation_id: str) -> bool:
-        """Delete the conversation; ``False`` when there was none."""
-        check_conversation_id(conversation_id)
+    async def _delete(self, conversation_id: str) -> bool:
         return await self._run(lambda connection: _delete(connection, conversation_id))
 
-    async def aclose(self) -> None:
-        """Close the connection. Closing twice is fine; any other call afterwards raises."""
+    async def _close(self) -> None:
         async with self._lock:
-            await anyio.to_thread.run_sync(self._close)
+            await anyio.to_thread.run_sync(self._close_connection)
 
     # --- the connection --------------------------------------------------------------
 
@@ -264,7 +169,7 @@ class SQLiteStore:
     def _call(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
         with self._thread_lock:
             if self._closed:
-                raise RuntimeError(f"{self!r} is closed")
+                raise self._closed_error()
             try:
                 if self._connection is None:
                     self._connection = _connect(self._path, self._timeout)
@@ -274,9 +179,8 @@ class SQLiteStore:
                 # transaction was rolled back, so nothing changed.
                 raise StoreError(f"SQLite store {self._path}: {exc}") from exc
 
-    def _close(self) -> None:
+    def _close_connection(self) -> None:
         with self._thread_lock:
-            self._closed = True
             if self._connection is not None:
                 self._connection.close()
                 self._connection = None
@@ -356,10 +260,6 @@ def _transaction(connection: sqlite3.Connection, mode: str = "") -> Iterator[Non
 # --- the work, run in a worker thread ---------------------------------------------------
 
 
-def _event_rows(events: Sequence[ConversationEvent]) -> list[_EventRow]:
-    return [(event.turn_id, event.pending, dumps_event(event)) for event in events]
-
-
 def _load(connection: sqlite3.Connection, conversation_id: str) -> StoredConversation:
     # One read transaction: the header and the events of the same version.
     with _transaction(connection):
@@ -404,95 +304,121 @@ def _assemble(
         raise ConversationFormatError(f"{where}: {exc.reason}", path=exc.path) from None
 
 
-def _write(
-    connection: sqlite3.Connection,
-    header: ConversationDocument,
-    rows: list[_EventRow],
-    *,
-    expected_version: int,
-    replace: bool,
-    drop_pending: bool,
-) -> int:
-    conversation_id = header.id
-    header_text = dumps_conversation_header(header)
-    metadata = json.dumps(header.metadata)
+def _write(connection: sqlite3.Connection, write: Write) -> int:
+    """Check the version, write the events, then the header: one transaction."""
     with _transaction(connection, "IMMEDIATE"):
-        found = connection.execute(
-            "SELECT version, format_version, event_count FROM threadline_conversations "
-            "WHERE id = ?",
-            (conversation_id,),
-        ).fetchone()
-        current = 0 if found is None else found[0]
-        if current != expected_version:
-            raise ConcurrentModificationError(
-                conversation_id,
-                expected=expected_version,
-                actual=None if found is None else current,
-            )
-        count = 0 if found is None else found[2]
-        if replace:
-            connection.execute(
-                "DELETE FROM threadline_events WHERE conversation_id = ?", (conversation_id,)
-            )
-            count = 0
-        elif found is not None:
-            if found[1] != FORMAT_VERSION:
-                count = _rewrite_in_current_format(connection, conversation_id)
-            if drop_pending:
-                count -= connection.execute(
-                    "DELETE FROM threadline_events WHERE conversation_id = ? AND pending",
-                    (conversation_id,),
-                ).rowcount
-        first_seq = connection.execute(
-            "SELECT coalesce(max(seq) + 1, 0) FROM threadline_events WHERE conversation_id = ?",
-            (conversation_id,),
-        ).fetchone()[0]
-        connection.executemany(
-            "INSERT INTO threadline_events (conversation_id, seq, turn_id, pending, event) "
-            "VALUES (?, ?, ?, ?, ?)",
-            [
-                (conversation_id, first_seq + offset, turn_id, pending, text)
-                for offset, (turn_id, pending, text) in enumerate(rows)
-            ],
+        found = _check_version(connection, write)
+        count = _append_rows(connection, write, found)
+        return _upsert_header(connection, write, found, count)
+
+
+_Found: TypeAlias = tuple[int, int, int]
+"""A stored conversation's row as a write sees it: version, format version, event count."""
+
+
+def _check_version(connection: sqlite3.Connection, write: Write) -> _Found | None:
+    """The conversation's row, when ``write.expected_version`` is its version.
+
+    Raises:
+        ConcurrentModificationError: it is at another version (or absent).
+    """
+    found: _Found | None = connection.execute(
+        "SELECT version, format_version, event_count FROM threadline_conversations WHERE id = ?",
+        (write.conversation_id,),
+    ).fetchone()
+    current = 0 if found is None else found[0]
+    if current != write.expected_version:
+        raise ConcurrentModificationError(
+            write.conversation_id,
+            expected=write.expected_version,
+            actual=None if found is None else current,
         )
-        count += len(rows)
-        highest = connection.execute(
-            "SELECT max(turn_id) FROM threadline_events WHERE conversation_id = ?",
-            (conversation_id,),
-        ).fetchone()[0]
-        if highest is not None:
-            check_turn_ids_below(highest, header)
-        now = utc_now().isoformat()
-        touched = "(SELECT coalesce(max(touched), 0) + 1 FROM threadline_conversations)"
-        if found is None:
-            connection.execute(
-                "INSERT INTO threadline_conversations (id, version, format_version, header, "
-                "metadata, event_count, created_at, updated_at, touched) "
-                f"VALUES (?, ?, ?, ?, ?, ?, ?, ?, {touched})",
-                (conversation_id, 1, FORMAT_VERSION, header_text, metadata, count, now, now),
-            )
-        else:
-            # Compare-and-set: BEGIN IMMEDIATE already excludes other writers,
-            # and the version in the WHERE keeps that true if this code changes.
-            updated = connection.execute(
-                "UPDATE threadline_conversations SET version = ?, format_version = ?, "
-                f"header = ?, metadata = ?, event_count = ?, updated_at = ?, touched = {touched} "
-                "WHERE id = ? AND version = ?",
-                (
-                    current + 1,
-                    FORMAT_VERSION,
-                    header_text,
-                    metadata,
-                    count,
-                    now,
-                    conversation_id,
-                    current,
-                ),
-            )
-            if updated.rowcount != 1:
-                raise ConcurrentModificationError(
-                    conversation_id, expected=expected_version, actual=None
-                )
+    return found
+
+
+def _append_rows(connection: sqlite3.Connection, write: Write, found: _Found | None) -> int:
+    """Write the event rows (replacing or after the kept ones); the new event count."""
+    conversation_id = write.conversation_id
+    count = 0 if found is None else found[2]
+    if write.replace:
+        connection.execute(
+            "DELETE FROM threadline_events WHERE conversation_id = ?", (conversation_id,)
+        )
+        count = 0
+    elif found is not None:
+        if found[1] != FORMAT_VERSION:
+            count = _rewrite_in_current_format(connection, conversation_id)
+        if write.drop_pending:
+            count -= connection.execute(
+                "DELETE FROM threadline_events WHERE conversation_id = ? AND pending",
+                (conversation_id,),
+            ).rowcount
+    first_seq = connection.execute(
+        "SELECT coalesce(max(seq) + 1, 0) FROM threadline_events WHERE conversation_id = ?",
+        (conversation_id,),
+    ).fetchone()[0]
+    _insert_rows(connection, conversation_id, first_seq, write.records)
+    highest = connection.execute(
+        "SELECT max(turn_id) FROM threadline_events WHERE conversation_id = ?",
+        (conversation_id,),
+    ).fetchone()[0]
+    if highest is not None:
+        check_turn_ids_below(highest, write.header)
+    return count + len(write.records)
+
+
+def _insert_rows(
+    connection: sqlite3.Connection,
+    conversation_id: str,
+    first_seq: int,
+    records: Sequence[EventRecord],
+) -> None:
+    connection.executemany(
+        "INSERT INTO threadline_events (conversation_id, seq, turn_id, pending, event) "
+        "VALUES (?, ?, ?, ?, ?)",
+        [
+            (conversation_id, first_seq + offset, record.turn_id, record.pending, record.text)
+            for offset, record in enumerate(records)
+        ],
+    )
+
+
+def _upsert_header(
+    connection: sqlite3.Connection, write: Write, found: _Found | None, count: int
+) -> int:
+    """Create or update the conversation's row; the new version."""
+    header = write.header
+    metadata = json.dumps(header.metadata)
+    now = utc_now().isoformat()
+    touched = "(SELECT coalesce(max(touched), 0) + 1 FROM threadline_conversations)"
+    if found is None:
+        connection.execute(
+            "INSERT INTO threadline_conversations (id, version, format_version, header, "
+            "metadata, event_count, created_at, updated_at, touched) "
+            f"VALUES (?, ?, ?, ?, ?, ?, ?, ?, {touched})",
+            (header.id, 1, FORMAT_VERSION, write.header_text, metadata, count, now, now),
+        )
+        return 1
+    current = found[0]
+    # Compare-and-set: BEGIN IMMEDIATE already excludes other writers,
+    # and the version in the WHERE keeps that true if this code changes.
+    updated = connection.execute(
+        "UPDATE threadline_conversations SET version = ?, format_version = ?, "
+        f"header = ?, metadata = ?, event_count = ?, updated_at = ?, touched = {touched} "
+        "WHERE id = ? AND version = ?",
+        (
+            current + 1,
+            FORMAT_VERSION,
+            write.header_text,
+            metadata,
+            count,
+            now,
+            header.id,
+            current,
+        ),
+    )
+    if updated.rowcount != 1:
+        raise ConcurrentModificationError(header.id, expected=write.expected_version, actual=None)
     return current + 1
 
 
@@ -510,16 +436,9 @@ def _rewrite_in_current_format(connection: sqlite3.Connection, conversation_id: 
     connection.execute(
         "DELETE FROM threadline_events WHERE conversation_id = ?", (conversation_id,)
     )
-    rows = _event_rows(document.events)
-    connection.executemany(
-        "INSERT INTO threadline_events (conversation_id, seq, turn_id, pending, event) "
-        "VALUES (?, ?, ?, ?, ?)",
-        [
-            (conversation_id, seq, turn_id, pending, text)
-            for seq, (turn_id, pending, text) in enumerate(rows)
-        ],
-    )
-    return len(rows)
+    records = [EventRecord(event, dumps_event(event)) for event in document.events]
+    _insert_rows(connection, conversation_id, 0, records)
+    return len(records)
 
 
 def _list(connection: sqlite3.Connection) -> list[ConversationInfo]:
