@@ -124,11 +124,18 @@ class ConcurrentModificationError(ThreadlineError):
 
     unsaved_result: Any = None
 
-    def __init__(self, conversation_id: str, *, expected: int, actual: int | None) -> None:
+    def __init__(
+        self,
+        conversation_id: str,
+        *,
+        expected: int,
+        actual: int | None,
+        reason: str | None = None,
+    ) -> None:
         found = "no conversation" if actual is None else f"version {actual}"
         super().__init__(
-            f"conversation {conversation_id!r} changed under you: expected version "
-            f"{expected}, store has {found}"
+            f"conversation {conversation_id!r} changed under you: "
+            + (reason or f"expected version {expected}, store has {found}")
         )
         self.conversation_id = conversation_id
         self.expected = expected

@@ -14,7 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 from threadline._errors import StoreClosedError
 from threadline._public import publish
-from threadline._store import ConversationInfo, ConversationStore, StoredConversation
+from threadline._store import (
+    ConversationInfo,
+    ConversationPage,
+    ConversationStore,
+    StoredConversation,
+)
 
 if TYPE_CHECKING:
     from threadline.stores.memory import MemoryStore
@@ -22,6 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ConversationInfo",
+    "ConversationPage",
     "ConversationStore",
     "MemoryStore",
     "SQLiteStore",

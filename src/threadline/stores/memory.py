@@ -8,10 +8,16 @@ from typing import TypeAlias
 import anyio
 import attrs
 
-from threadline._errors import ConcurrentModificationError, ConversationNotFoundError
+from threadline._errors import ConversationNotFoundError
 from threadline._store import ConversationInfo, StoredConversation
 from threadline.serialization._documents import ConversationDocument, ConversationEvent
-from threadline.stores._base import StoreBase, Write, check_turn_ids_below, utc_now
+from threadline.stores._base import (
+    StoreBase,
+    Write,
+    check_turn_ids_below,
+    new_generation,
+    utc_now,
+)
 
 __all__ = ["MemoryStore"]
 
@@ -23,11 +29,15 @@ _Events: TypeAlias = list[ConversationEvent]
 class _Entry:
     header: ConversationDocument
     """The conversation's state, with no events: those are in ``events``."""
-    events: list[ConversationEvent]
+    events: _Events
+    markers: list[str | None]
+    """The marker of each event (``None`` for one that is not pending or has none)."""
     pending: int
     max_turn_id: int
     """At least the highest turn id in ``events`` (exact until pending events are dropped)."""
     version: int
+    generation: str
+    last_write: str
     updated_at: datetime
     touched: int
     """Orders the listing: higher was written later."""
@@ -66,51 +76,100 @@ class MemoryStore(StoreBase):
                 raise ConversationNotFoundError(conversation_id)
             # evolve runs the converters again, so settings and metadata are fresh copies.
             document = attrs.evolve(entry.header, events=tuple(entry.events))
-            return StoredConversation(document=document, version=entry.version)
+            return StoredConversation(
+                document=document,
+                version=entry.version,
+                generation=entry.generation,
+                pending_markers=tuple(
+                    marker
+                    for event, marker in zip(entry.events, entry.markers, strict=True)
+                    if event.pending
+                ),
+            )
 
     async def _write(self, write: Write) -> int:
-        new_events = [record.event for record in write.records]
         async with self._lock:
-            current = self._check_version(write.conversation_id, write.expected_version)
             entry = self._entries.get(write.conversation_id)
-            if write.replace or entry is None:
-                kept: _Events = []
-                pending, max_turn_id = 0, -1
-            else:
-                kept, pending, max_turn_id = entry.events, entry.pending, entry.max_turn_id
-            dropping = write.drop_pending and pending > 0
-            if write.header.next_turn_id <= max_turn_id:
-                # The bound may be stale after earlier drops: check the exact one.
-                max_turn_id = max(
-                    (event.turn_id for event in kept if not (dropping and event.pending)),
-                    default=-1,
+            if entry is None:
+                if write.expected_version != 0:
+                    raise write.conflict(None)
+                entry = _Entry(
+                    header=write.header,
+                    events=[],
+                    markers=[],
+                    pending=0,
+                    max_turn_id=-1,
+                    version=0,
+                    generation=write.generation or new_generation(),
+                    last_write="",
+                    updated_at=utc_now(),
+                    touched=0,
                 )
-                check_turn_ids_below(max_turn_id, write.header)
+            elif entry.version != write.expected_version:
+                raise write.conflict(entry.version)
+            elif write.generation is not None and write.generation != entry.generation:
+                raise write.generation_refusal(entry.generation, entry.version)
+            events, markers = _kept(entry, write)
+            max_turn_id = entry.max_turn_id if events is entry.events else -1
+            if write.header.next_turn_id <= max_turn_id or events is not entry.events:
+                # The bound may be stale after earlier drops: check the exact one.
+                max_turn_id = max((event.turn_id for event in events), default=-1)
+            check_turn_ids_below(max(max_turn_id, write.max_turn_id), write.header)
             # Every check has passed: from here on the entry may change in place.
-            if dropping:
-                _drop_pending(kept, pending)
-                pending = 0
-            kept.extend(new_events)
-            self._put(
-                write.conversation_id,
-                header=write.header,
-                events=kept,
-                pending=pending + sum(1 for event in new_events if event.pending),
-                max_turn_id=max(max_turn_id, write.max_turn_id),
-                version=current + 1,
-            )
-            return current + 1
+            pending = entry.pending if events is entry.events else sum(e.pending for e in events)
+            for record in write.records:
+                events.append(record.event)
+                markers.append(write.pending_marker if record.pending else None)
+            entry.max_turn_id = max(max_turn_id, write.max_turn_id)
+            self._writes += 1
+            entry.header = attrs.evolve(write.header, events=())
+            entry.events, entry.markers = events, markers
+            entry.pending = pending + sum(record.pending for record in write.records)
+            entry.version += 1
+            entry.last_write = write.write_id
+            entry.updated_at = utc_now()
+            entry.touched = self._writes
+            self._entries[write.conversation_id] = entry
+            return entry.version
 
-    async def _list(self) -> list[ConversationInfo]:
+    async def _remove_pending(self, conversation_id: str, marker: str) -> bool:
         async with self._lock:
-            entries = sorted(self._entries.values(), key=lambda entry: -entry.touched)
+            entry = self._entries.get(conversation_id)
+            if entry is None or not entry.pending:
+                return False
+            kept = [
+                index
+                for index, (event, own) in enumerate(zip(entry.events, entry.markers, strict=True))
+                if not (event.pending and own == marker)
+            ]
+            if len(kept) == len(entry.events):
+                return False
+            entry.pending -= len(entry.events) - len(kept)
+            entry.events = [entry.events[index] for index in kept]
+            entry.markers = [entry.markers[index] for index in kept]
+            return True
+
+    async def _list_page(self, limit: int, after: int | None) -> list[tuple[ConversationInfo, int]]:
+        async with self._lock:
+            entries = sorted(
+                (
+                    entry
+                    for entry in self._entries.values()
+                    if after is None or entry.touched < after
+                ),
+                key=lambda entry: -entry.touched,
+            )[:limit]
             return [
-                ConversationInfo(
-                    id=entry.header.id,
-                    version=entry.version,
-                    events=len(entry.events),
-                    updated_at=entry.updated_at,
-                    metadata=dict(entry.header.metadata),
+                (
+                    ConversationInfo(
+                        id=entry.header.id,
+                        version=entry.version,
+                        events=len(entry.events),
+                        updated_at=entry.updated_at,
+                        metadata=dict(entry.header.metadata),
+                        generation=entry.generation,
+                    ),
+                    entry.touched,
                 )
                 for entry in entries
             ]
@@ -122,45 +181,17 @@ class MemoryStore(StoreBase):
     async def _close(self) -> None:
         """Nothing to release; the conversations go with the store."""
 
-    def _check_version(self, conversation_id: str, expected_version: int) -> int:
-        entry = self._entries.get(conversation_id)
-        current = 0 if entry is None else entry.version
-        if current != expected_version:
-            raise ConcurrentModificationError(
-                conversation_id,
-                expected=expected_version,
-                actual=None if entry is None else current,
-            )
-        return current
 
-    def _put(
-        self,
-        conversation_id: str,
-        *,
-        header: ConversationDocument,
-        events: _Events,
-        pending: int,
-        max_turn_id: int,
-        version: int,
-    ) -> None:
-        self._writes += 1
-        self._entries[conversation_id] = _Entry(
-            # evolve copies settings and metadata: the caller's dicts stay the caller's.
-            header=attrs.evolve(header, events=()),
-            events=events,
-            pending=pending,
-            max_turn_id=max_turn_id,
-            version=version,
-            updated_at=utc_now(),
-            touched=self._writes,
-        )
-
-
-def _drop_pending(events: list[ConversationEvent], pending: int) -> None:
-    """Remove the ``pending`` events marked pending, in place."""
-    tail = len(events) - pending
-    # The usual case, a crash or a turn in flight: the pending message is the last event.
-    if all(event.pending for event in events[tail:]):
-        del events[tail:]
-    else:
-        events[:] = [event for event in events if not event.pending]
+def _kept(entry: _Entry, write: Write) -> tuple[_Events, list[str | None]]:
+    """The stored events the write keeps, with their markers: the entry's own
+    lists when it keeps them all (the usual append), new lists otherwise."""
+    if write.replace:
+        return [], []
+    if not entry.pending or not (write.drop_all or write.drop_marker):
+        return entry.events, entry.markers
+    kept = [
+        index
+        for index, (event, marker) in enumerate(zip(entry.events, entry.markers, strict=True))
+        if not write.drops(event.pending, marker)
+    ]
+    return [entry.events[index] for index in kept], [entry.markers[index] for index in kept]

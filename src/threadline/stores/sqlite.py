@@ -1,11 +1,14 @@
 """``SQLiteStore``: conversations in one SQLite file, the embedded default.
 
-The layout, schema version 1::
+The layout, schema version 2::
 
     threadline_schema         (version)
     threadline_conversations  (id, version, format_version, header, metadata,
-                               event_count, created_at, updated_at, touched)
-    threadline_events         (conversation_id, seq, turn_id, pending, event)
+                               event_count, created_at, updated_at, touched,
+                               generation)
+    threadline_events         (conversation_id, seq, turn_id, pending, event, marker)
+
+A file of schema version 1 (no generation, no marker) is migrated when opened.
 
 ``header`` is the saved conversation without its events and ``event`` one
 event, both JSON of ``_serialization``'s format; every event of a
@@ -50,7 +53,7 @@ from threadline.stores._base import EventRecord, StoreBase, Write, check_turn_id
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 """The layout of the tables this threadline writes, and the newest it reads."""
 
 _CREATE_TABLES: Final = (
@@ -64,7 +67,8 @@ _CREATE_TABLES: Final = (
         event_count INTEGER NOT NULL,
         created_at TEXT NOT NULL,
         updated_at TEXT NOT NULL,
-        touched INTEGER NOT NULL
+        touched INTEGER NOT NULL,
+        generation TEXT NOT NULL DEFAULT ''
     )
     """,
     "CREATE INDEX threadline_conversations_touched ON threadline_conversations (touched)",
@@ -75,6 +79,7 @@ _CREATE_TABLES: Final = (
         turn_id INTEGER NOT NULL,
         pending INTEGER NOT NULL,
         event TEXT NOT NULL,
+        marker TEXT,
         PRIMARY KEY (conversation_id, seq)
     ) WITHOUT ROWID
     """,
@@ -83,6 +88,15 @@ _CREATE_TABLES: Final = (
     # For drop_pending: find the few pending rows without reading the transcript.
     "CREATE INDEX threadline_events_pending ON threadline_events (conversation_id) WHERE pending",
 )
+
+# What brings a file of each older schema version to the next one.
+_MIGRATIONS: Final = {
+    1: (
+        "ALTER TABLE threadline_conversations ADD COLUMN generation TEXT NOT NULL DEFAULT ''",
+        "UPDATE threadline_conversations SET generation = lower(hex(randomblob(16)))",
+        "ALTER TABLE threadline_events ADD COLUMN marker TEXT",
+    ),
+}
 
 _EVENT_PATH: Final = re.compile(r"\$\.events\[(\d+)\]")
 
@@ -150,8 +164,13 @@ class SQLiteStore(StoreBase):
     async def _write(self, write: Write) -> int:
         return await self._run(lambda connection: _write(connection, write))
 
-    async def _list(self) -> list[ConversationInfo]:
-        return await self._run(_list)
+    async def _list_page(self, limit: int, after: int | None) -> list[tuple[ConversationInfo, int]]:
+        return await self._run(lambda connection: _list_page(connection, limit, after))
+
+    async def _remove_pending(self, conversation_id: str, marker: str) -> bool:
+        return await self._run(
+            lambda connection: _remove_pending(connection, conversation_id, marker)
+        )
 
     async def _delete(self, conversation_id: str) -> bool:
         return await self._run(lambda connection: _delete(connection, conversation_id))
@@ -217,12 +236,19 @@ def _prepare_schema(connection: sqlite3.Connection, path: str) -> None:
         connection.execute(
             "CREATE TABLE IF NOT EXISTS threadline_schema (version INTEGER NOT NULL)"
         )
-        if _schema_version(connection, path) is None:
+        version = _schema_version(connection, path)
+        if version is None:
             for statement in _CREATE_TABLES:
                 connection.execute(statement)
             connection.execute(
                 "INSERT INTO threadline_schema (version) VALUES (?)", (SCHEMA_VERSION,)
             )
+            return
+        while version < SCHEMA_VERSION:
+            for statement in _MIGRATIONS[version]:
+                connection.execute(statement)
+            version += 1
+        connection.execute("UPDATE threadline_schema SET version = ?", (SCHEMA_VERSION,))
 
 
 def _schema_version(connection: sqlite3.Connection, path: str) -> int | None:
@@ -264,14 +290,23 @@ def _load(connection: sqlite3.Connection, conversation_id: str) -> StoredConvers
     # One read transaction: the header and the events of the same version.
     with _transaction(connection):
         row = connection.execute(
-            "SELECT version, header FROM threadline_conversations WHERE id = ?",
+            "SELECT version, header, generation FROM threadline_conversations WHERE id = ?",
             (conversation_id,),
         ).fetchone()
         if row is None:
             raise ConversationNotFoundError(conversation_id)
-        events = _read_events(connection, conversation_id)
-    version, header = row
-    return StoredConversation(document=_assemble(conversation_id, header, events), version=version)
+        events = connection.execute(
+            "SELECT seq, event, pending, marker FROM threadline_events "
+            "WHERE conversation_id = ? ORDER BY seq",
+            (conversation_id,),
+        ).fetchall()
+    version, header, generation = row
+    return StoredConversation(
+        document=_assemble(conversation_id, header, events),
+        version=version,
+        generation=generation,
+        pending_markers=tuple(marker for _, _, pending, marker in events if pending),
+    )
 
 
 def _read_events(connection: sqlite3.Connection, conversation_id: str) -> list[tuple[Any, Any]]:
@@ -283,20 +318,20 @@ def _read_events(connection: sqlite3.Connection, conversation_id: str) -> list[t
 
 
 def _assemble(
-    conversation_id: str, header: object, events: Sequence[tuple[Any, Any]]
+    conversation_id: str, header: object, events: Sequence[tuple[Any, ...]]
 ) -> ConversationDocument:
     """The stored parts as one document; a damaged row is refused, naming where it is."""
     where = f"stored conversation {conversation_id!r}"
     if not isinstance(header, str | bytes):
         raise ConversationFormatError(f"{where}: the header is not JSON text but {header!r}")
-    for index, (seq, text) in enumerate(events):
+    for index, (seq, text, *_) in enumerate(events):
         if not isinstance(text, str | bytes):
             raise ConversationFormatError(
                 f"{where}, event seq {seq}: expected JSON text, not {text!r}",
                 path=f"$.events[{index}]",
             )
     try:
-        return loads_conversation_parts(header, [text for _, text in events])
+        return loads_conversation_parts(header, [row[1] for row in events])
     except ConversationFormatError as exc:
         match = _EVENT_PATH.match(exc.path)
         if match:
@@ -312,8 +347,9 @@ def _write(connection: sqlite3.Connection, write: Write) -> int:
         return _upsert_header(connection, write, found, count)
 
 
-_Found: TypeAlias = tuple[int, int, int]
-"""A stored conversation's row as a write sees it: version, format version, event count."""
+_Found: TypeAlias = tuple[int, int, int, str]
+"""A stored conversation's row as a write sees it: version, format version, event count,
+generation."""
 
 
 def _check_version(connection: sqlite3.Connection, write: Write) -> _Found | None:
@@ -323,7 +359,8 @@ def _check_version(connection: sqlite3.Connection, write: Write) -> _Found | Non
         ConcurrentModificationError: it is at another version (or absent).
     """
     found: _Found | None = connection.execute(
-        "SELECT version, format_version, event_count FROM threadline_conversations WHERE id = ?",
+        "SELECT version, format_version, event_count, generation FROM threadline_conversations "
+        "WHERE id = ?",
         (write.conversation_id,),
     ).fetchone()
     current = 0 if found is None else found[0]
@@ -333,6 +370,8 @@ def _check_version(connection: sqlite3.Connection, write: Write) -> _Found | Non
             expected=write.expected_version,
             actual=None if found is None else current,
         )
+    if found is not None and write.generation is not None and write.generation != found[3]:
+        raise write.generation_refusal(found[3], current)
     return found
 
 
@@ -348,16 +387,22 @@ def _append_rows(connection: sqlite3.Connection, write: Write, found: _Found | N
     elif found is not None:
         if found[1] != FORMAT_VERSION:
             count = _rewrite_in_current_format(connection, conversation_id)
-        if write.drop_pending:
+        if write.drop_all:
             count -= connection.execute(
                 "DELETE FROM threadline_events WHERE conversation_id = ? AND pending",
                 (conversation_id,),
+            ).rowcount
+        elif write.drop_marker is not None:
+            count -= connection.execute(
+                "DELETE FROM threadline_events WHERE conversation_id = ? AND pending "
+                "AND marker = ?",
+                (conversation_id, write.drop_marker),
             ).rowcount
     first_seq = connection.execute(
         "SELECT coalesce(max(seq) + 1, 0) FROM threadline_events WHERE conversation_id = ?",
         (conversation_id,),
     ).fetchone()[0]
-    _insert_rows(connection, conversation_id, first_seq, write.records)
+    _insert_rows(connection, conversation_id, first_seq, write.records, write.pending_marker)
     highest = connection.execute(
         "SELECT max(turn_id) FROM threadline_events WHERE conversation_id = ?",
         (conversation_id,),
@@ -372,12 +417,20 @@ def _insert_rows(
     conversation_id: str,
     first_seq: int,
     records: Sequence[EventRecord],
+    marker: str | None = None,
 ) -> None:
     connection.executemany(
-        "INSERT INTO threadline_events (conversation_id, seq, turn_id, pending, event) "
-        "VALUES (?, ?, ?, ?, ?)",
+        "INSERT INTO threadline_events (conversation_id, seq, turn_id, pending, event, marker) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
         [
-            (conversation_id, first_seq + offset, record.turn_id, record.pending, record.text)
+            (
+                conversation_id,
+                first_seq + offset,
+                record.turn_id,
+                record.pending,
+                record.text,
+                marker if record.pending else None,
+            )
             for offset, record in enumerate(records)
         ],
     )
@@ -394,9 +447,19 @@ def _upsert_header(
     if found is None:
         connection.execute(
             "INSERT INTO threadline_conversations (id, version, format_version, header, "
-            "metadata, event_count, created_at, updated_at, touched) "
-            f"VALUES (?, ?, ?, ?, ?, ?, ?, ?, {touched})",
-            (header.id, 1, FORMAT_VERSION, write.header_text, metadata, count, now, now),
+            "metadata, event_count, created_at, updated_at, touched, generation) "
+            f"VALUES (?, ?, ?, ?, ?, ?, ?, ?, {touched}, ?)",
+            (
+                header.id,
+                1,
+                FORMAT_VERSION,
+                write.header_text,
+                metadata,
+                count,
+                now,
+                now,
+                write.generation,
+            ),
         )
         return 1
     current = found[0]
@@ -432,30 +495,60 @@ def _rewrite_in_current_format(connection: sqlite3.Connection, conversation_id: 
     header = connection.execute(
         "SELECT header FROM threadline_conversations WHERE id = ?", (conversation_id,)
     ).fetchone()[0]
-    document = _assemble(conversation_id, header, _read_events(connection, conversation_id))
+    rows = connection.execute(
+        "SELECT seq, event, marker FROM threadline_events WHERE conversation_id = ? ORDER BY seq",
+        (conversation_id,),
+    ).fetchall()
+    document = _assemble(conversation_id, header, rows)
     connection.execute(
         "DELETE FROM threadline_events WHERE conversation_id = ?", (conversation_id,)
     )
-    records = [EventRecord(event, dumps_event(event)) for event in document.events]
-    _insert_rows(connection, conversation_id, 0, records)
-    return len(records)
+    for seq, (event, (_, _, marker)) in enumerate(zip(document.events, rows, strict=True)):
+        _insert_rows(
+            connection, conversation_id, seq, [EventRecord(event, dumps_event(event))], marker
+        )
+    return len(rows)
 
 
-def _list(connection: sqlite3.Connection) -> list[ConversationInfo]:
+def _list_page(
+    connection: sqlite3.Connection, limit: int, after: int | None
+) -> list[tuple[ConversationInfo, int]]:
     rows = connection.execute(
-        "SELECT id, version, event_count, updated_at, metadata FROM threadline_conversations "
-        "ORDER BY touched DESC"
+        "SELECT id, version, event_count, updated_at, metadata, generation, touched "
+        "FROM threadline_conversations WHERE touched < ? ORDER BY touched DESC LIMIT ?",
+        (_NO_CURSOR if after is None else after, limit),
     ).fetchall()
     return [
-        ConversationInfo(
-            id=conversation_id,
-            version=version,
-            events=count,
-            updated_at=_read_time(conversation_id, updated_at),
-            metadata=_read_metadata(conversation_id, metadata),
+        (
+            ConversationInfo(
+                id=conversation_id,
+                version=version,
+                events=count,
+                updated_at=_read_time(conversation_id, updated_at),
+                metadata=_read_metadata(conversation_id, metadata),
+                generation=generation,
+            ),
+            touched,
         )
-        for conversation_id, version, count, updated_at, metadata in rows
+        for conversation_id, version, count, updated_at, metadata, generation, touched in rows
     ]
+
+
+_NO_CURSOR: Final = 2**63 - 1
+
+
+def _remove_pending(connection: sqlite3.Connection, conversation_id: str, marker: str) -> bool:
+    with _transaction(connection, "IMMEDIATE"):
+        removed = connection.execute(
+            "DELETE FROM threadline_events WHERE conversation_id = ? AND pending AND marker = ?",
+            (conversation_id, marker),
+        ).rowcount
+        if removed:
+            connection.execute(
+                "UPDATE threadline_conversations SET event_count = event_count - ? WHERE id = ?",
+                (removed, conversation_id),
+            )
+    return removed > 0
 
 
 def _read_time(conversation_id: str, value: object) -> datetime:
