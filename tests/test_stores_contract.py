@@ -7,6 +7,7 @@ a server, PostgreSQL or Redis, would take a fresh database or key prefix).
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,20 +36,36 @@ from threadline.stores.sqlite import SQLiteStore
 
 pytestmark = pytest.mark.anyio
 
-StoreFactory = Callable[[Path], ConversationStore]
+StoreFactory = Callable[[pytest.FixtureRequest, Path], ConversationStore]
 
 
-def _memory_store(tmp_path: Path) -> ConversationStore:
+def _memory_store(request: pytest.FixtureRequest, tmp_path: Path) -> ConversationStore:
     return MemoryStore()
 
 
-def _sqlite_store(tmp_path: Path) -> ConversationStore:
+def _sqlite_store(request: pytest.FixtureRequest, tmp_path: Path) -> ConversationStore:
     return SQLiteStore(tmp_path / "conversations.db")
+
+
+def _postgres_store(request: pytest.FixtureRequest, tmp_path: Path) -> ConversationStore:
+    from threadline.stores.postgres import PostgresStore
+
+    server = request.getfixturevalue("postgres_server")
+    return PostgresStore(server.create_database())
+
+
+def _redis_store(request: pytest.FixtureRequest, tmp_path: Path) -> ConversationStore:
+    from threadline.stores.redis import RedisStore
+
+    server = request.getfixturevalue("redis_server")
+    return RedisStore(server.url(), prefix=f"test-{uuid.uuid4().hex}:")
 
 
 STORE_FACTORIES = [
     pytest.param(_memory_store, id="memory"),
     pytest.param(_sqlite_store, id="sqlite"),
+    pytest.param(_postgres_store, id="postgres", marks=pytest.mark.integration),
+    pytest.param(_redis_store, id="redis", marks=pytest.mark.integration),
 ]
 
 
@@ -63,7 +80,7 @@ async def store(
     request: pytest.FixtureRequest, tmp_path: Path, anyio_backend: str
 ) -> AsyncIterator[ConversationStore]:
     factory: StoreFactory = request.param
-    opened = factory(tmp_path)
+    opened = factory(request, tmp_path)
     try:
         yield opened
     finally:

@@ -23,12 +23,10 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, suppress
-from datetime import datetime
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final, TypeAlias, TypeVar
 
@@ -46,10 +44,9 @@ from threadline._store import ConversationInfo, StoredConversation
 from threadline.serialization._converter import (
     FORMAT_VERSION,
     dumps_event,
-    loads_conversation_parts,
 )
-from threadline.serialization._documents import ConversationDocument
 from threadline.stores._base import EventRecord, StoreBase, Write, check_turn_ids_below, utc_now
+from threadline.stores._parts import assemble, read_metadata, read_time
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
@@ -98,7 +95,6 @@ _MIGRATIONS: Final = {
     ),
 }
 
-_EVENT_PATH: Final = re.compile(r"\$\.events\[(\d+)\]")
 
 _T = TypeVar("_T")
 
@@ -302,7 +298,7 @@ def _load(connection: sqlite3.Connection, conversation_id: str) -> StoredConvers
         ).fetchall()
     version, header, generation = row
     return StoredConversation(
-        document=_assemble(conversation_id, header, events),
+        document=assemble(conversation_id, header, events),
         version=version,
         generation=generation,
         pending_markers=tuple(marker for _, _, pending, marker in events if pending),
@@ -315,28 +311,6 @@ def _read_events(connection: sqlite3.Connection, conversation_id: str) -> list[t
         (conversation_id,),
     )
     return cursor.fetchall()
-
-
-def _assemble(
-    conversation_id: str, header: object, events: Sequence[tuple[Any, ...]]
-) -> ConversationDocument:
-    """The stored parts as one document; a damaged row is refused, naming where it is."""
-    where = f"stored conversation {conversation_id!r}"
-    if not isinstance(header, str | bytes):
-        raise ConversationFormatError(f"{where}: the header is not JSON text but {header!r}")
-    for index, (seq, text, *_) in enumerate(events):
-        if not isinstance(text, str | bytes):
-            raise ConversationFormatError(
-                f"{where}, event seq {seq}: expected JSON text, not {text!r}",
-                path=f"$.events[{index}]",
-            )
-    try:
-        return loads_conversation_parts(header, [row[1] for row in events])
-    except ConversationFormatError as exc:
-        match = _EVENT_PATH.match(exc.path)
-        if match:
-            where += f", event seq {events[int(match[1])][0]}"
-        raise ConversationFormatError(f"{where}: {exc.reason}", path=exc.path) from None
 
 
 def _write(connection: sqlite3.Connection, write: Write) -> int:
@@ -499,7 +473,7 @@ def _rewrite_in_current_format(connection: sqlite3.Connection, conversation_id: 
         "SELECT seq, event, marker FROM threadline_events WHERE conversation_id = ? ORDER BY seq",
         (conversation_id,),
     ).fetchall()
-    document = _assemble(conversation_id, header, rows)
+    document = assemble(conversation_id, header, rows)
     connection.execute(
         "DELETE FROM threadline_events WHERE conversation_id = ?", (conversation_id,)
     )
@@ -524,8 +498,8 @@ def _list_page(
                 id=conversation_id,
                 version=version,
                 events=count,
-                updated_at=_read_time(conversation_id, updated_at),
-                metadata=_read_metadata(conversation_id, metadata),
+                updated_at=read_time(conversation_id, updated_at),
+                metadata=read_metadata(conversation_id, metadata),
                 generation=generation,
             ),
             touched,
@@ -549,34 +523,6 @@ def _remove_pending(connection: sqlite3.Connection, conversation_id: str, marker
                 (removed, conversation_id),
             )
     return removed > 0
-
-
-def _read_time(conversation_id: str, value: object) -> datetime:
-    moment = None
-    if isinstance(value, str):
-        with suppress(ValueError):
-            moment = datetime.fromisoformat(value)
-    if moment is None:
-        raise ConversationFormatError(
-            f"stored conversation {conversation_id!r}: updated_at {value!r} is not an ISO 8601 time"
-        )
-    return moment
-
-
-def _read_metadata(conversation_id: str, value: object) -> dict[str, str]:
-    try:
-        metadata = json.loads(value) if isinstance(value, str | bytes) else None
-    except ValueError:
-        metadata = None
-    if not isinstance(metadata, dict) or not all(
-        isinstance(item, str) for item in metadata.values()
-    ):
-        raise ConversationFormatError(
-            f"stored conversation {conversation_id!r}: the metadata column is not a JSON "
-            f"object of strings: {value!r}",
-            path="$.metadata",
-        )
-    return metadata
 
 
 def _delete(connection: sqlite3.Connection, conversation_id: str) -> bool:
