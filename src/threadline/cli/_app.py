@@ -41,7 +41,7 @@ from threadline._provider import Driver
 from threadline._result import RunResult
 from threadline.counting import BuiltinTokenCounter
 from threadline.serialization._converter import loads_messages
-from threadline.stores.sqlite import SQLiteStore
+from threadline.stores import ConversationStore, open_store
 
 __all__ = ["main"]
 
@@ -187,7 +187,7 @@ async def stream_turn(conversation: Conversation, prompt: str, out: TextIO) -> R
 
 
 async def open_conversation(
-    args: argparse.Namespace, agent: Agent, store: SQLiteStore
+    args: argparse.Namespace, agent: Agent, store: ConversationStore
 ) -> Conversation:
     """The conversation ``--conversation`` names (created when new), or a new one."""
     settings: dict[str, Any] = {}
@@ -210,7 +210,7 @@ async def open_conversation(
 
 async def chat(args: argparse.Namespace, io: _IO, factory: DriverFactory) -> int:
     driver, model, max_output = factory(args)
-    store = SQLiteStore(args.db or default_db_path())
+    store = open_store(args.db or default_db_path())
     async with Client(driver, default_model=model) as client, store:
         agent = Agent(
             client,
@@ -344,7 +344,7 @@ def format_message(message: Message) -> str:
 
 
 async def conversations(args: argparse.Namespace, io: _IO) -> int:
-    async with SQLiteStore(args.db or default_db_path()) as store:
+    async with open_store(args.db or default_db_path()) as store:
         if args.action == "list":
             listing = await store.list()
             if not listing:
@@ -481,7 +481,7 @@ def parser() -> argparse.ArgumentParser:
     chat_parser.add_argument("--max-output-tokens", type=_positive, metavar="N")
     chat_parser.add_argument("--history-limit", type=_not_negative, metavar="N")
     chat_parser.add_argument("--system", help="the system instructions")
-    chat_parser.add_argument("--db", type=Path, metavar="PATH", help="the SQLite file")
+    chat_parser.add_argument("--db", metavar="PATH|URL", help="the SQLite file or a store URL")
     chat_parser.add_argument(
         "--once",
         nargs="?",
@@ -491,7 +491,7 @@ def parser() -> argparse.ArgumentParser:
     )
 
     conv_parser = commands.add_parser("conversations", help="list, show, export, delete")
-    conv_parser.add_argument("--db", type=Path, metavar="PATH", help="the SQLite file")
+    conv_parser.add_argument("--db", metavar="PATH|URL", help="the SQLite file or a store URL")
     actions = conv_parser.add_subparsers(dest="action", required=True)
     actions.add_parser("list", help="every stored conversation")
     actions.add_parser("show", help="a conversation's messages").add_argument("id")
