@@ -69,6 +69,8 @@ class _TurnInProgress:
     pending_written: bool = False
     created_store_entry: bool = False
     committed: bool = False
+    # This turn's own pending copy in the store: removed exactly, whatever others wrote.
+    marker: str = attrs.field(factory=lambda: uuid.uuid4().hex)
 
 
 class Conversation:
@@ -373,7 +375,11 @@ class Conversation:
         with anyio.CancelScope(shield=True):
             turn.created_store_entry = self._version == 0
             self._version = await store.append_events(
-                self._id, [pending], header=header, expected_version=self._version
+                self._id,
+                [pending],
+                header=header,
+                expected_version=self._version,
+                pending_marker=turn.marker,
             )
             turn.pending_written = True
 
@@ -404,12 +410,13 @@ class Conversation:
                     updated_at=_now(),
                 )
                 try:
+                    # Only a resubmitted leftover needs the rewrite of every pending copy.
                     self._version = await self._store.append_events(
                         self._id,
-                        [*events, *leftover],
+                        [*events, *leftover] if resubmitted is not None else events,
                         header=header,
                         expected_version=self._version,
-                        drop_pending=True,
+                        drop_pending=True if resubmitted is not None else turn.marker,
                     )
                 except ConcurrentModificationError as exc:
                     # Another writer got in between pending and commit: the
@@ -429,13 +436,17 @@ class Conversation:
             try:
                 if turn.created_store_entry and await self._delete_own_entry(store):
                     return
-                self._version = await store.append_events(
-                    self._id,
-                    list(self._transcript.pending),
-                    header=self._header(),
-                    expected_version=self._version,
-                    drop_pending=True,
-                )
+                try:
+                    self._version = await store.append_events(
+                        self._id,
+                        [],
+                        header=self._header(),
+                        expected_version=self._version,
+                        drop_pending=turn.marker,
+                    )
+                except ConcurrentModificationError:
+                    # Another writer got in: take back exactly this turn's prompt.
+                    await store.remove_pending(self._id, turn.marker)
             except Exception:
                 # The pending prompt stays visible on load; that is what it is for.
                 logger.warning(
