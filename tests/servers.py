@@ -32,6 +32,7 @@ __all__ = [
     "PASSWORD",
     "PostgresServer",
     "RedisServer",
+    "assert_no_password",
     "require_or_skip",
 ]
 
@@ -206,8 +207,9 @@ class PostgresServer:
 class RedisServer:
     """One Redis server with no persistence; ``url`` reaches it with the password."""
 
-    def __init__(self, binary: str) -> None:
+    def __init__(self, binary: str, *options: str) -> None:
         self._binary = binary
+        self._options = list(options)
         self._user = _service_user("redis")
         self._root = _private_dir("threadline-redis-", self._user)
         self.port = free_port()
@@ -238,6 +240,7 @@ class RedisServer:
                 PASSWORD,
                 "--maxclients",
                 "1000",
+                *self._options,
             ],
             **_as_user(self._user),
             stdout=subprocess.DEVNULL,
@@ -271,3 +274,20 @@ class RedisServer:
     def remove(self) -> None:
         self.stop()
         shutil.rmtree(self._root, ignore_errors=True)
+
+
+def assert_no_password(error: BaseException, *texts: str, password: str = PASSWORD) -> None:
+    """Neither ``error`` (its chain included, traceback and all) nor ``texts`` hold ``password``."""
+    import traceback
+
+    seen: set[int] = set()
+    link: BaseException | None = error
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        for text in (str(link), repr(link), repr(link.args)):
+            assert password not in text, f"the password leaked into {type(link).__name__}"
+        link = link.__cause__ or link.__context__
+    rendered = "".join(traceback.format_exception(error))
+    assert password not in rendered
+    for text in texts:
+        assert password not in text

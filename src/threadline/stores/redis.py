@@ -33,6 +33,7 @@ from threadline.stores._remote import RemoteTarget, on_asyncio
 try:
     import redis
     import redis.asyncio
+    import redis.asyncio.retry
     import redis.backoff
     import redis.exceptions
     import redis.retry
@@ -248,19 +249,26 @@ class RedisStore(StoreBase):
             problem = exc
         raise self._error(problem)
 
-    def _options(self) -> dict[str, Any]:
+    def _options(self, *, asynchronous: bool) -> dict[str, Any]:
+        # Writes are safe to retry: each carries an id the script recognises.
+        backoff = redis.backoff.ExponentialBackoff(cap=1.0, base=0.05)
+        retry = (
+            redis.asyncio.retry.Retry(backoff, 3) if asynchronous else redis.retry.Retry(backoff, 3)
+        )
         return {
             "decode_responses": True,
             "socket_timeout": self._timeout,
             "socket_connect_timeout": self._timeout,
             "max_connections": self._max_connections,
-            # Writes are safe to retry: each carries an id the script recognises.
-            "retry": redis.retry.Retry(redis.backoff.ExponentialBackoff(cap=1.0, base=0.05), 3),
+            "retry": retry,
+            "retry_on_error": [redis.exceptions.ConnectionError, redis.exceptions.TimeoutError],
         }
 
     def _async_script(self, name: str) -> Any:
         if self._async_client is None:
-            self._async_client = redis.asyncio.Redis.from_url(self._target.url, **self._options())
+            self._async_client = redis.asyncio.Redis.from_url(
+                self._target.url, **self._options(asynchronous=True)
+            )
             self._async_scripts = {
                 key: self._async_client.register_script(lua) for key, lua in _SCRIPTS.items()
             }
@@ -268,7 +276,9 @@ class RedisStore(StoreBase):
 
     def _sync_script(self, name: str) -> Any:
         if self._sync_client is None:
-            self._sync_client = redis.Redis.from_url(self._target.url, **self._options())
+            self._sync_client = redis.Redis.from_url(
+                self._target.url, **self._options(asynchronous=False)
+            )
             self._sync_scripts = {
                 key: self._sync_client.register_script(lua) for key, lua in _SCRIPTS.items()
             }
