@@ -97,8 +97,9 @@ def _wait_until(answers: Callable[[], bool], process: subprocess.Popen[bytes], w
 class PostgresServer:
     """One PostgreSQL cluster in a temporary directory; ``url`` reaches it as ``threadline``."""
 
-    def __init__(self, bindir: Path) -> None:
+    def __init__(self, bindir: Path, *, fsync: bool = False) -> None:
         self._bindir = bindir
+        self._fsync = fsync
         self._user = _service_user("postgres")
         self._root = _private_dir("threadline-pg-", self._user)
         self.data = self._root / "data"
@@ -159,7 +160,8 @@ class PostgresServer:
                 "-c",
                 "max_connections=300",
                 "-c",
-                "fsync=off",  # a test cluster: durability is not what these tests measure
+                # A test cluster: durability is not what the tests measure (benchmarks keep it).
+                f"fsync={'on' if self._fsync else 'off'}",
             ],
             **_as_user(self._user),
             stdout=subprocess.DEVNULL,

@@ -4,6 +4,7 @@ prefix, expiry, paged listing without KEYS, lost connections and restarts."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import uuid
@@ -291,3 +292,15 @@ async def test_the_next_turn_works_after_the_server_restarts(anyio_backend: str)
         assert not any(e.pending for e in stored.document.events)
     finally:
         durable.remove()
+
+
+async def test_more_calls_than_connections_wait_for_a_free_one(redis_server: RedisServer) -> None:
+    async with RedisStore(
+        redis_server.url(), prefix=f"small-{uuid.uuid4().hex}:", max_connections=2
+    ) as store:
+        async with anyio.create_task_group() as group:
+            for index in range(30):
+                group.start_soon(
+                    functools.partial(store.save, doc(f"c{index}"), expected_version=0)
+                )
+        assert len(await store.list()) == 30

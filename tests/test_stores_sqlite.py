@@ -26,9 +26,9 @@ from threadline import (
     Origin,
     StoreError,
 )
-from threadline.serialization import ConversationDocument, ConversationEvent
+from threadline.serialization import FORMAT_VERSION, ConversationDocument, ConversationEvent
 
-# The migration table is private; one test registers an old format in it.
+# Private: one test registers an old format in its migration table, one writes schema-1 rows.
 from threadline.serialization import _converter as _serialization
 from threadline.stores import StoreClosedError
 from threadline.stores.sqlite import SCHEMA_VERSION, SQLiteStore
@@ -115,6 +115,51 @@ async def test_a_newer_schema_version_is_refused(path: Path, raw: sqlite3.Connec
 
     assert f"schema version {SCHEMA_VERSION + 1}" in str(caught.value)
     assert raw.execute("SELECT count(*) FROM threadline_events").fetchone() == (6,)
+
+
+# The layout of schema version 1, as threadline 0.1.0.dev0 wrote it before generations.
+SCHEMA_1 = """
+CREATE TABLE threadline_schema (version INTEGER NOT NULL);
+INSERT INTO threadline_schema (version) VALUES (1);
+CREATE TABLE threadline_conversations (
+    id TEXT PRIMARY KEY NOT NULL, version INTEGER NOT NULL, format_version INTEGER NOT NULL,
+    header TEXT NOT NULL, metadata TEXT NOT NULL, event_count INTEGER NOT NULL,
+    created_at TEXT NOT NULL, updated_at TEXT NOT NULL, touched INTEGER NOT NULL
+);
+CREATE INDEX threadline_conversations_touched ON threadline_conversations (touched);
+CREATE TABLE threadline_events (
+    conversation_id TEXT NOT NULL, seq INTEGER NOT NULL, turn_id INTEGER NOT NULL,
+    pending INTEGER NOT NULL, event TEXT NOT NULL, PRIMARY KEY (conversation_id, seq)
+) WITHOUT ROWID;
+CREATE INDEX threadline_events_turn ON threadline_events (conversation_id, turn_id);
+CREATE INDEX threadline_events_pending ON threadline_events (conversation_id) WHERE pending;
+"""
+
+
+async def test_a_file_of_schema_version_1_is_migrated_and_keeps_its_conversations(
+    path: Path, raw: sqlite3.Connection
+) -> None:
+    document = three_turns()
+    raw.executescript(SCHEMA_1)
+    raw.execute(
+        "INSERT INTO threadline_conversations VALUES ('c1', 4, ?, ?, '{}', ?, "
+        "'2025-01-01T00:00:00+00:00', '2025-01-01T00:00:00+00:00', 1)",
+        (FORMAT_VERSION, _serialization.dumps_conversation_header(document), len(document.events)),
+    )
+    raw.executemany(
+        "INSERT INTO threadline_events VALUES ('c1', ?, ?, ?, ?)",
+        [
+            (seq, e.turn_id, e.pending, _serialization.dumps_event(e))
+            for seq, e in enumerate(document.events)
+        ],
+    )
+
+    async with SQLiteStore(path) as store:
+        stored = await store.load("c1")
+        assert (stored.version, stored.document) == (4, document)
+        assert stored.generation
+        assert await store.save(document, expected_version=4, generation=stored.generation) == 5
+    assert raw.execute("SELECT version FROM threadline_schema").fetchall() == [(SCHEMA_VERSION,)]
 
 
 async def test_a_file_that_is_not_a_database_is_refused(path: Path) -> None:

@@ -221,9 +221,10 @@ class RedisStore(StoreBase):
             async_client, self._async_client = self._async_client, None
             sync_client, self._sync_client = self._sync_client, None
             if async_client is not None:
-                await async_client.aclose()
+                await async_client.aclose(close_connection_pool=True)
             if sync_client is not None:
                 await anyio.to_thread.run_sync(sync_client.close)
+                await anyio.to_thread.run_sync(sync_client.connection_pool.disconnect)
 
     def _shared_keys(self) -> list[str]:
         return [f"{self._prefix}index", f"{self._prefix}touched"]
@@ -260,15 +261,18 @@ class RedisStore(StoreBase):
             "socket_timeout": self._timeout,
             "socket_connect_timeout": self._timeout,
             "max_connections": self._max_connections,
+            "timeout": self._timeout,  # how long to wait for a free connection
             "retry": retry,
             "retry_on_error": [redis.exceptions.ConnectionError, redis.exceptions.TimeoutError],
         }
 
     def _async_script(self, name: str) -> Any:
         if self._async_client is None:
-            self._async_client = redis.asyncio.Redis.from_url(
+            # A blocking pool: past max_connections a call waits for a connection.
+            pool = redis.asyncio.BlockingConnectionPool.from_url(
                 self._target.url, **self._options(asynchronous=True)
             )
+            self._async_client = redis.asyncio.Redis(connection_pool=pool)
             self._async_scripts = {
                 key: self._async_client.register_script(lua) for key, lua in _SCRIPTS.items()
             }
@@ -276,8 +280,10 @@ class RedisStore(StoreBase):
 
     def _sync_script(self, name: str) -> Any:
         if self._sync_client is None:
-            self._sync_client = redis.Redis.from_url(
-                self._target.url, **self._options(asynchronous=False)
+            self._sync_client = redis.Redis(
+                connection_pool=redis.BlockingConnectionPool.from_url(
+                    self._target.url, **self._options(asynchronous=False)
+                )
             )
             self._sync_scripts = {
                 key: self._sync_client.register_script(lua) for key, lua in _SCRIPTS.items()
