@@ -24,11 +24,12 @@ Targets: each threadline server store at least as fast as its peer (ratio
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from statistics import quantiles
 from typing import Any
@@ -65,6 +66,16 @@ class Measure:
         if len(self.latencies) < 2:
             return self.latencies[0] if self.latencies else 0.0
         return quantiles(self.latencies, n=100, method="inclusive")[which - 1]
+
+
+async def timed(measure: Measure, tasks: list[Callable[[], Awaitable[None]]]) -> Measure:
+    """Run ``tasks`` at once; ``measure.elapsed`` is how long they took together."""
+    started = time.perf_counter()
+    async with anyio.create_task_group() as group:
+        for task in tasks:
+            group.start_soon(task)
+    measure.elapsed = time.perf_counter() - started
+    return measure
 
 
 # --- threadline -------------------------------------------------------------------------
@@ -118,12 +129,7 @@ async def run_threadline(store: ConversationStore, conversations: int, turns: in
             version = await threadline_turn(store, f"{run}-{index}", version, turn)
             measure.latencies.append(time.perf_counter() - started)
 
-    started = time.perf_counter()
-    async with anyio.create_task_group() as group:
-        for index in range(conversations):
-            group.start_soon(one, index)
-    measure.elapsed = time.perf_counter() - started
-    return measure
+    return await timed(measure, [functools.partial(one, index) for index in range(conversations)])
 
 
 async def run_threadline_contended(store: ConversationStore, writers: int, turns: int) -> Measure:
@@ -145,12 +151,7 @@ async def run_threadline_contended(store: ConversationStore, writers: int, turns
                     continue
             measure.latencies.append(time.perf_counter() - started)
 
-    started = time.perf_counter()
-    async with anyio.create_task_group() as group:
-        for _ in range(writers):
-            group.start_soon(writer)
-    measure.elapsed = time.perf_counter() - started
-    return measure
+    return await timed(measure, [writer] * writers)
 
 
 # --- the Agents SDK's sessions ------------------------------------------------------------
@@ -170,12 +171,7 @@ async def run_sessions(
             await session.add_items(items)
             measure.latencies.append(time.perf_counter() - started)
 
-    started = time.perf_counter()
-    async with anyio.create_task_group() as group:
-        for index in range(conversations):
-            group.start_soon(one, index)
-    measure.elapsed = time.perf_counter() - started
-    return measure
+    return await timed(measure, [functools.partial(one, index) for index in range(conversations)])
 
 
 # --- the run ------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -23,36 +24,31 @@ def anyio_backend() -> str:
 # --- real PostgreSQL and Redis servers, one of each per session (tests/servers.py) ---------
 
 
-@pytest.fixture(scope="session")
-def postgres_server() -> Iterator[PostgresServer]:
-    """A PostgreSQL cluster of this session's own; skipped (failed in CI) when absent."""
-    bindir = PostgresServer.find()
-    if bindir is None:
-        require_or_skip("PostgreSQL is not installed here (apt-get install postgresql)")
-    if importlib.util.find_spec("psycopg") is None:
-        require_or_skip("psycopg is not installed: pip install -e '.[postgres]'")
-    assert bindir is not None
-    server = PostgresServer(bindir)
+def _serve(
+    kind: type[PostgresServer] | type[RedisServer], package: str, module: str
+) -> Iterator[Any]:
+    """Start a server of ``kind`` for the session; skip (fail in CI) when it cannot be."""
+    found = kind.find()
+    if found is None:
+        require_or_skip(f"{kind.__name__}: not installed here (apt-get install {package})")
+    extra = "postgres" if module == "psycopg" else "redis"
+    if importlib.util.find_spec(module) is None:
+        require_or_skip(f"{module} is not installed: pip install -e '.[{extra}]'")
+    server = kind(found)  # type: ignore[arg-type]
     try:
-        server.init()
         server.start()
         yield server
     finally:
         server.remove()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """A PostgreSQL cluster of this session's own; skipped (failed in CI) when absent."""
+    yield from _serve(PostgresServer, "postgresql", "psycopg")
 
 
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:
     """A Redis server of this session's own; skipped (failed in CI) when absent."""
-    binary = RedisServer.find()
-    if binary is None:
-        require_or_skip("Redis is not installed here (apt-get install redis-server)")
-    if importlib.util.find_spec("redis") is None:
-        require_or_skip("redis-py is not installed: pip install -e '.[redis]'")
-    assert binary is not None
-    server = RedisServer(binary)
-    try:
-        server.start()
-        yield server
-    finally:
-        server.remove()
+    yield from _serve(RedisServer, "redis-server", "redis")

@@ -34,6 +34,7 @@ __all__ = [
     "RedisServer",
     "assert_no_password",
     "require_or_skip",
+    "user_document",
 ]
 
 PASSWORD = "s3cret-Pa55word"
@@ -94,7 +95,33 @@ def _wait_until(answers: Callable[[], bool], process: subprocess.Popen[bytes], w
     raise RuntimeError(f"{what} did not answer within {STARTUP_SECONDS:.0f} s")
 
 
-class PostgresServer:
+class _Server:
+    """A server process of the tests' own: stop it, restart it, remove its directory."""
+
+    _root: Path
+    process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        """Stop the server (SIGKILL: a crash)."""
+        process, self.process = self.process, None
+        if process is None:
+            return
+        process.send_signal(sig)
+        process.wait(timeout=60)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def remove(self) -> None:
+        self.stop()
+        shutil.rmtree(self._root, ignore_errors=True)
+
+
+class PostgresServer(_Server):
     """One PostgreSQL cluster in a temporary directory; ``url`` reaches it as ``threadline``."""
 
     def __init__(self, bindir: Path, *, fsync: bool = False) -> None:
@@ -104,7 +131,6 @@ class PostgresServer:
         self._root = _private_dir("threadline-pg-", self._user)
         self.data = self._root / "data"
         self.port = free_port()
-        self.process: subprocess.Popen[bytes] | None = None
         self._databases = 0
 
     @classmethod
@@ -146,6 +172,8 @@ class PostgresServer:
         pwfile.unlink()
 
     def start(self) -> None:
+        if not self.data.exists():
+            self.init()
         self.process = subprocess.Popen(
             [
                 str(self._bindir / "postgres"),
@@ -180,16 +208,8 @@ class PostgresServer:
             return False
 
     def stop(self, sig: int = signal.SIGINT) -> None:
-        """Stop the server (SIGINT: a fast shutdown; SIGKILL: a crash)."""
-        process, self.process = self.process, None
-        if process is None:
-            return
-        process.send_signal(sig)
-        process.wait(timeout=60)
-
-    def restart(self) -> None:
-        self.stop()
-        self.start()
+        """Stop the server (SIGINT, the default: a fast shutdown; SIGKILL: a crash)."""
+        super().stop(sig)
 
     def create_database(self) -> str:
         """A fresh, empty database; returns its URL."""
@@ -201,12 +221,8 @@ class PostgresServer:
             connection.execute(f"CREATE DATABASE {name}")
         return self.url(name)
 
-    def remove(self) -> None:
-        self.stop()
-        shutil.rmtree(self._root, ignore_errors=True)
 
-
-class RedisServer:
+class RedisServer(_Server):
     """One Redis server with no persistence; ``url`` reaches it with the password."""
 
     def __init__(self, binary: str, *options: str) -> None:
@@ -215,7 +231,6 @@ class RedisServer:
         self._user = _service_user("redis")
         self._root = _private_dir("threadline-redis-", self._user)
         self.port = free_port()
-        self.process: subprocess.Popen[bytes] | None = None
 
     @classmethod
     def find(cls) -> str | None:
@@ -262,20 +277,20 @@ class RedisServer:
         finally:
             client.close()
 
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        process, self.process = self.process, None
-        if process is None:
-            return
-        process.send_signal(sig)
-        process.wait(timeout=60)
 
-    def restart(self) -> None:
-        self.stop()
-        self.start()
+def user_document(conversation_id: str = "c1", *texts: str) -> Any:
+    """A ``ConversationDocument`` whose transcript is ``texts`` as user messages."""
+    from threadline import Message, Origin
+    from threadline.serialization import ConversationDocument, ConversationEvent
 
-    def remove(self) -> None:
-        self.stop()
-        shutil.rmtree(self._root, ignore_errors=True)
+    return ConversationDocument(
+        id=conversation_id,
+        next_turn_id=len(texts) + 1,
+        events=tuple(
+            ConversationEvent(message=Message.user(text, origin=Origin.TURN), turn_id=index)
+            for index, text in enumerate(texts)
+        ),
+    )
 
 
 def assert_no_password(error: BaseException, *texts: str, password: str = PASSWORD) -> None:

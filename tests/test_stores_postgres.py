@@ -14,7 +14,7 @@ import anyio
 import psycopg
 import pytest
 
-from servers import PASSWORD, PostgresServer, assert_no_password, free_port
+from servers import PASSWORD, PostgresServer, assert_no_password, free_port, user_document
 from threadline import (
     Agent,
     Client,
@@ -26,7 +26,7 @@ from threadline import (
     StoreError,
 )
 from threadline import Conversation as Conv
-from threadline.serialization import ConversationDocument, ConversationEvent
+from threadline.serialization import ConversationEvent
 from threadline.stores import open_store
 from threadline.stores.postgres import SCHEMA_VERSION, PostgresStore
 from threadline.testing import ScriptedDriver
@@ -51,15 +51,7 @@ async def store(url: str, anyio_backend: str) -> AsyncIterator[PostgresStore]:
         yield opened
 
 
-def doc(conversation_id: str = "c1", *texts: str) -> ConversationDocument:
-    return ConversationDocument(
-        id=conversation_id,
-        next_turn_id=len(texts) + 1,
-        events=tuple(
-            ConversationEvent(message=Message.user(text, origin=Origin.TURN), turn_id=index)
-            for index, text in enumerate(texts)
-        ),
-    )
+doc = user_document
 
 
 def raw(url: str) -> psycopg.Connection[Any]:

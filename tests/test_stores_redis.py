@@ -15,7 +15,7 @@ import anyio
 import pytest
 import redis
 
-from servers import PASSWORD, RedisServer, assert_no_password, free_port
+from servers import PASSWORD, RedisServer, assert_no_password, free_port, user_document
 from threadline import (
     Agent,
     Client,
@@ -28,7 +28,7 @@ from threadline import (
     Origin,
     StoreError,
 )
-from threadline.serialization import ConversationDocument, ConversationEvent
+from threadline.serialization import ConversationEvent
 from threadline.stores import open_store
 from threadline.stores.redis import SCHEMA_VERSION, RedisStore
 from threadline.testing import ScriptedDriver
@@ -62,15 +62,7 @@ def admin(redis_server: RedisServer) -> Iterator[redis.Redis]:
     client.close()
 
 
-def doc(conversation_id: str = "c1", *texts: str) -> ConversationDocument:
-    return ConversationDocument(
-        id=conversation_id,
-        next_turn_id=len(texts) + 1,
-        events=tuple(
-            ConversationEvent(message=Message.user(text, origin=Origin.TURN), turn_id=index)
-            for index, text in enumerate(texts)
-        ),
-    )
+doc = user_document
 
 
 # --- errors name the store, never the password ----------------------------------------

@@ -602,3 +602,29 @@ async def test_a_write_locked_out_past_the_timeout_is_a_store_error_and_changes_
         stored = await store.load("c1")
     assert stored.version == 1
     assert stored.document == three_turns()
+
+
+def _scribble_over_pages(path: Path) -> None:
+    """Overwrite the start of every page but the first (the header): the b-trees are garbage."""
+    wal = path.with_name(path.name + "-wal")
+    assert not wal.exists() or wal.stat().st_size == 0  # checkpointed on close
+    data = bytearray(path.read_bytes())
+    for offset in range(4096, len(data), 4096):
+        data[offset : offset + 64] = b"\xff" * 64
+    path.write_bytes(bytes(data))
+
+
+def three_turns_as(conversation_id: str) -> ConversationDocument:
+    return attrs.evolve(three_turns(), id=conversation_id)
+
+
+async def test_a_damaged_file_is_a_store_error_naming_the_file(path: Path) -> None:
+    async with SQLiteStore(path) as store:
+        for index in range(200):
+            await store.save(three_turns_as(f"c{index}"), expected_version=0)
+    await anyio.to_thread.run_sync(_scribble_over_pages, path)
+
+    async with SQLiteStore(path) as store:
+        with pytest.raises(StoreError, match="damaged") as caught:
+            await store.list()
+    assert str(path) in str(caught.value)

@@ -226,14 +226,7 @@ class PostgresStore(StoreBase):
     async def _async_call(self, sql: str, params: Sequence[object]) -> _Rows:
         pool = self._async_pool
         if pool is None:
-            pool = self._async_pool = psycopg_pool.AsyncConnectionPool(
-                self._target.url,
-                min_size=1,
-                max_size=self._max_connections,
-                timeout=self._timeout,
-                kwargs=self._connect_options(),
-                open=False,
-            )
+            pool = self._async_pool = psycopg_pool.AsyncConnectionPool(**self._pool_options())
             await pool.open(wait=False)
         async with pool.connection() as connection:
             cursor = await connection.execute(sql, params)
@@ -242,17 +235,20 @@ class PostgresStore(StoreBase):
     def _sync_call(self, sql: str, params: Sequence[object]) -> _Rows:
         pool = self._sync_pool
         if pool is None:
-            pool = self._sync_pool = psycopg_pool.ConnectionPool(
-                self._target.url,
-                min_size=1,
-                max_size=self._max_connections,
-                timeout=self._timeout,
-                kwargs=self._connect_options(),
-                open=False,
-            )
+            pool = self._sync_pool = psycopg_pool.ConnectionPool(**self._pool_options())
             pool.open(wait=False)
         with pool.connection() as connection:
             return connection.execute(sql, params).fetchall()
+
+    def _pool_options(self) -> dict[str, Any]:
+        return {
+            "conninfo": self._target.url,
+            "min_size": 1,
+            "max_size": self._max_connections,
+            "timeout": self._timeout,
+            "kwargs": self._connect_options(),
+            "open": False,
+        }
 
     def _connect_options(self) -> dict[str, Any]:
         return {"autocommit": True, "connect_timeout": max(1, round(self._timeout))}

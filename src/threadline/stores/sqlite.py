@@ -193,6 +193,12 @@ class SQLiteStore(StoreBase):
                 # Locked past the time-out, a read-only or vanished file: the
                 # transaction was rolled back, so nothing changed.
                 raise StoreError(f"SQLite store {self._path}: {exc}") from exc
+            except sqlite3.DatabaseError as exc:
+                # A damaged file ("database disk image is malformed"): not ours to repair.
+                raise StoreError(
+                    f"SQLite store {self._path}: {exc}; the file is damaged: restore it "
+                    f"from a backup or move it away to start a new one"
+                ) from exc
 
     def _close_connection(self) -> None:
         with self._thread_lock:
