@@ -61,6 +61,7 @@ def bench(session: nox.Session) -> None:
     """The benchmarks; each prints its ratios against a baseline run beside it."""
     session.install("-e", ".[bench]")
     for script in (
+        "bench_import",
         "bench_counting",
         "bench_limiting",
         "bench_request",

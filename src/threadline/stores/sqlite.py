@@ -47,6 +47,7 @@ from threadline.serialization._converter import (
 )
 from threadline.stores._base import EventRecord, StoreBase, Write, check_turn_ids_below, utc_now
 from threadline.stores._parts import assemble, read_metadata, read_time
+from threadline.stores._sqlite_read_only import connect_read_only
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
@@ -112,6 +113,10 @@ class SQLiteStore(StoreBase):
     seconds a write waits for another process's transaction before SQLite
     gives up with ``StoreError`` ("database is locked"); nothing is written.
 
+    ``read_only=True`` opens an existing file for reading only: it creates
+    nothing (no file, no directory, no tables), works on a file or directory
+    the process may not write, and every write raises ``StoreError``.
+
     ``path=":memory:"`` gives a private database that lives as long as the
     store, handy in tests; :class:`~threadline.stores.memory.MemoryStore` is
     the lighter choice there.
@@ -132,11 +137,14 @@ class SQLiteStore(StoreBase):
             stored = await store.load("support-42")
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, timeout: float = 30.0) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, timeout: float = 30.0, read_only: bool = False
+    ) -> None:
         self._path = os.fspath(path)
         if not self._path:
             raise InvalidRequestError("SQLiteStore needs a file path (or ':memory:'), not ''")
         self._timeout = timeout
+        self._read_only = read_only
         self._connection: sqlite3.Connection | None = None
         # The anyio lock queues tasks without holding worker threads; the thread
         # lock keeps the one connection to one thread even if the store is
@@ -187,7 +195,12 @@ class SQLiteStore(StoreBase):
                 raise self._closed_error()
             try:
                 if self._connection is None:
-                    self._connection = _connect(self._path, self._timeout)
+                    if self._read_only:
+                        self._connection = connect_read_only(
+                            self._path, self._timeout, _current_schema_version
+                        )
+                    else:
+                        self._connection = _connect(self._path, self._timeout)
                 return work(self._connection)
             except sqlite3.OperationalError as exc:
                 # Locked past the time-out, a read-only or vanished file: the
@@ -269,6 +282,17 @@ def _schema_version(connection: sqlite3.Connection, path: str) -> int | None:
         raise ConversationFormatError(
             f"{path} has store schema version {version}, written by a newer threadline; "
             f"this one reads schema version {SCHEMA_VERSION}; upgrade threadline to open it"
+        )
+    return version
+
+
+def _current_schema_version(connection: sqlite3.Connection, path: str) -> int | None:
+    """The schema version of a file opened read-only, which cannot be migrated."""
+    version = _schema_version(connection, path)
+    if version is not None and version < SCHEMA_VERSION:
+        raise ConversationFormatError(
+            f"{path} has store schema version {version}, written by an older threadline; "
+            f"open it once without read_only to migrate it to version {SCHEMA_VERSION}"
         )
     return version
 
