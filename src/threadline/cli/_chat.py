@@ -200,7 +200,7 @@ def _agent(
         instructions=args.system,
         max_output_tokens=max_output,
         temperature=args.temperature,
-        extra_body=None if penalty is None else {"repeat_penalty": penalty},
+        extra_body={} if penalty is None else {"repeat_penalty": penalty},
     )
 
 
