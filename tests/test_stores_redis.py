@@ -5,6 +5,7 @@ prefix, expiry, paged listing without KEYS, lost connections and restarts."""
 from __future__ import annotations
 
 import functools
+import io
 import logging
 import time
 import uuid
@@ -296,3 +297,35 @@ async def test_more_calls_than_connections_wait_for_a_free_one(redis_server: Red
                     functools.partial(store.save, doc(f"c{index}"), expected_version=0)
                 )
         assert len(await store.list()) == 30
+
+
+def test_the_command_line_reads_a_store_by_url_and_never_prints_the_password(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from threadline.cli import main
+
+    conversation_id = f"cli-{uuid.uuid4().hex}"
+
+    async def save() -> None:
+        async with RedisStore(redis_server.url()) as store:  # the default prefix, as the CLI's
+            await store.save(doc(conversation_id, "Hello from the CLI test."), expected_version=0)
+
+    anyio.run(save)
+    for env in ({}, {"THREADLINE_DB": redis_server.url()}):
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        argv = (
+            ["conversations", "list"]
+            if env
+            else ["conversations", "--db", redis_server.url(), "list"]
+        )
+        out, err = io.StringIO(), io.StringIO()
+        assert main(argv, stdout=out, stderr=err) == 0, err.getvalue()
+        assert conversation_id in out.getvalue()
+        assert PASSWORD not in out.getvalue() + err.getvalue()
+
+    out, err = io.StringIO(), io.StringIO()
+    nowhere = f"redis://:{PASSWORD}@127.0.0.1:{free_port()}/0"
+    assert main(["conversations", "--db", nowhere, "list"], stdout=out, stderr=err) != 0
+    assert "RedisStore" in err.getvalue()
+    assert PASSWORD not in out.getvalue() + err.getvalue()
