@@ -176,6 +176,21 @@ def _truncate(text: str) -> str:
     return f"{text[:MAX_BODY_CHARS]}... [{len(text) - MAX_BODY_CHARS} more characters cut]"
 
 
+def _context_refusal(
+    details: ProviderErrorDetails, message: str, common: Mapping[str, Any]
+) -> ContextLengthExceededError | None:
+    """The context-length error ``details`` describe, with the numbers; ``None`` if not one."""
+    context = context_length_details(details)
+    if context is None:
+        return None
+    return ContextLengthExceededError(
+        message,
+        prompt_tokens=context.prompt_tokens,
+        context_limit=context.context_limit,
+        **common,
+    )
+
+
 _STREAM_ERROR_KINDS: tuple[tuple[tuple[str, ...], type[ProviderError]], ...] = (
     (("auth", "permission", "api_key"), AuthenticationError),
     (("rate_limit", "quota", "too_many_requests"), RateLimitError),
@@ -219,14 +234,9 @@ class ErrorMapper:
             "provider": self.provider,
         }
         if status in (400, 404, 413, 422) or status >= 500:
-            context = context_length_details(details)
-            if context is not None:
-                return ContextLengthExceededError(
-                    message,
-                    prompt_tokens=context.prompt_tokens,
-                    context_limit=context.context_limit,
-                    **common,
-                )
+            refusal = _context_refusal(details, message, common)
+            if refusal is not None:
+                return refusal
         cls: type[ProviderError]
         if status in (401, 403):
             cls = AuthenticationError
@@ -257,14 +267,9 @@ class ErrorMapper:
             "request_id": request_id,
             "provider": self.provider,
         }
-        context = context_length_details(details)
-        if context is not None:
-            return ContextLengthExceededError(
-                message,
-                prompt_tokens=context.prompt_tokens,
-                context_limit=context.context_limit,
-                **common,
-            )
+        refusal = _context_refusal(details, message, common)
+        if refusal is not None:
+            return refusal
         kind = f"{details.type or ''} {details.code or ''}".lower()
         for words, cls in _STREAM_ERROR_KINDS:
             if any(word in kind for word in words):

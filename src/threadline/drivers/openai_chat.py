@@ -13,24 +13,23 @@ import contextlib
 import json
 import os
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
-from types import TracebackType
 from typing import Literal
 
 import anyio
 import attrs
 import httpx
 
+from threadline._closing import AsyncClosing
 from threadline._models import Model
 from threadline._provider import (
     ProviderCall,
     ProviderResponse,
-    ReasoningChunk,
     ResponseDone,
     StreamChunk,
-    TextChunk,
-    ToolCallChunk,
+    chunks_of,
 )
 from threadline._sentinel import NOT_GIVEN, NotGiven
+from threadline.counting._projection import NO_REPLAY
 from threadline.counting._protocol import ReplayProjection, TokenCounter
 from threadline.drivers._http import (
     DEFAULT_TIMEOUT,
@@ -48,7 +47,6 @@ from threadline.drivers._openai_chat_wire import (
     encode_request,
     parse_completion,
 )
-from threadline.drivers._replay import NO_REPLAY
 from threadline.drivers._sse import ServerSentEvent, aiter_sse
 
 # RetryPolicy is re-exported: it is how this driver's retrying is configured.
@@ -98,7 +96,7 @@ def _snippet(text: str) -> str:
     return text if len(text) <= _SNIPPET else f"{text[:_SNIPPET]}..."
 
 
-class OpenAIChatDriver:
+class OpenAIChatDriver(AsyncClosing):
     """A driver for the Chat Completions API (``POST {base_url}/chat/completions``).
 
     Args:
@@ -317,16 +315,8 @@ class OpenAIChatDriver:
             # A server that ignored "stream": true and answered in one piece.
             whole = self._parse(await self._read(response), call, request_id)
             # Stream consumers still see the text: as one delta of each kind.
-            message = whole.message
-            if message.reasoning is not None and message.reasoning.text:
-                yield ReasoningChunk(text=message.reasoning.text)
-            if message.text:
-                yield TextChunk(text=message.text)
-            for index, tool_call in enumerate(message.tool_calls):
-                yield ToolCallChunk(
-                    index=index, id=tool_call.id, name=tool_call.name, arguments=tool_call.arguments
-                )
-            yield ResponseDone(response=whole)
+            for chunk in chunks_of(whole):
+                yield chunk
             return
         assembler = StreamAssembler(
             requested_model=call.model.name, provider=self._reasoning_label(call)
@@ -384,14 +374,3 @@ class OpenAIChatDriver:
         """Close the HTTP client, when the driver built it."""
         if self._owns_client:
             await self._client.aclose()
-
-    async def __aenter__(self) -> OpenAIChatDriver:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.aclose()
