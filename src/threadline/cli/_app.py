@@ -118,6 +118,16 @@ def choose_provider(args: argparse.Namespace) -> str:
 def build_driver(args: argparse.Namespace) -> tuple[Driver, Model, int | None]:
     """The driver, model and reply cap ``chat`` uses, as :func:`choose_provider` decides."""
     provider = choose_provider(args)
+    explicit = args.provider or os.environ.get("THREADLINE_PROVIDER", "").strip()
+    if provider == "anthropic" or (
+        provider == "local" and not explicit and os.environ.get("ANTHROPIC_API_KEY")
+    ):
+        from threadline.drivers.anthropic import AnthropicDriver
+
+        # Claude models share a 200,000-token window.
+        name = args.model or os.environ.get("THREADLINE_MODEL") or "claude-sonnet-4-5"
+        model = Model(name, context_size=KNOWN_CONTEXT_SIZES.get(name, 200_000))
+        return AnthropicDriver(base_url=args.base_url), model, args.max_output_tokens
     if provider == "local":
         try:
             from threadline.drivers.local import LocalDriver
@@ -476,7 +486,7 @@ def parser() -> argparse.ArgumentParser:
     chat_parser.add_argument("--model", help="the model name (OpenAI-compatible providers)")
     where = chat_parser.add_mutually_exclusive_group()
     where.add_argument("--base-url", help="an OpenAI-compatible server's /v1 URL")
-    where.add_argument("--provider", choices=("openai", "local"))
+    where.add_argument("--provider", choices=("openai", "anthropic", "local"))
     chat_parser.add_argument("--max-context-tokens", type=_positive, metavar="N")
     chat_parser.add_argument("--max-output-tokens", type=_positive, metavar="N")
     chat_parser.add_argument("--history-limit", type=_not_negative, metavar="N")
