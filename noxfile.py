@@ -60,5 +60,11 @@ def examples(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """The benchmarks; each prints its ratios against a baseline run beside it."""
     session.install("-e", ".[bench]")
-    for script in ("bench_counting", "bench_limiting", "bench_request", "bench_conversation"):
+    for script in (
+        "bench_import",
+        "bench_counting",
+        "bench_limiting",
+        "bench_request",
+        "bench_conversation",
+    ):
         session.run("python", f"benchmarks/{script}.py")
