@@ -39,6 +39,8 @@ SERVER_CONTEXT_TOKENS = 2048
 STARTUP_SECONDS = 180.0
 STOP_SECONDS = 15.0
 LAUNCHER = Path(__file__).with_name("_llama_server.py")
+# Makes SmolLM2 call tools under llama-server; see the comment at its top.
+TOOLS_TEMPLATE = Path(__file__).with_name("smollm2_tools.jinja")
 
 # The modules `python -m llama_cpp.server` imports: llama-cpp-python itself
 # and what its [server] extra brings.
@@ -203,8 +205,8 @@ def llama_server_upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     """Start the upstream ``llama-server`` on a free loopback port; yield its root URL.
 
     It serves the Anthropic Messages API at ``{root}/v1/messages`` (and the
-    OpenAI one at ``{root}/v1/chat/completions``), with the model's own chat
-    template through ``--jinja``.
+    OpenAI one at ``{root}/v1/chat/completions``), with a ChatML template of
+    our own (``smollm2_tools.jinja``): SmolLM2's own never yields a tool call.
     """
     binary = _upstream_binary()
     gguf = find_gguf()
@@ -224,6 +226,8 @@ def llama_server_upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         "-c",
         str(SERVER_CONTEXT_TOKENS),
         "--jinja",
+        "--chat-template-file",
+        str(TOOLS_TEMPLATE),
         "-t",
         "2",
         # One slot: every request sees the whole window, as the tests assume.
