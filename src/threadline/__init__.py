@@ -51,8 +51,9 @@ from threadline._messages import (
 from threadline._models import Model
 from threadline._public import publish
 from threadline._request import Request
-from threadline._result import RoundRecord, RunResult
+from threadline._result import RunResult
 from threadline._sentinel import NOT_GIVEN
+from threadline._settings import RequestSettings
 from threadline._transcript import Turn
 from threadline.limiting import Budget
 from threadline.tools import Tool, ToolResult, tool
@@ -85,9 +86,9 @@ __all__ = [
     "Reasoning",
     "ReasoningDelta",
     "Request",
+    "RequestSettings",
     "Role",
     "RoundDone",
-    "RoundRecord",
     "RunResult",
     "StoreError",
     "StreamEvent",

@@ -33,6 +33,7 @@ from operator import add, sub
 from typing import TYPE_CHECKING, Any
 
 from threadline._messages import ImagePart, Message
+from threadline._validate import positive_int
 from threadline.counting._encoding import TextEncoder, o200k_base_encoding
 from threadline.counting._framing import (
     MESSAGE_TOKENS,
@@ -217,7 +218,7 @@ class BuiltinTokenCounter:
         counter.count([Message.user("hello world")])  # 4 + 2 + 3 = 9
 
     Raises:
-        ValueError: ``cache_size`` is not a positive int.
+        InvalidRequestError: ``cache_size`` is not a positive int (also a ``ValueError``).
         TokenizerDataError: (on the first count) the shipped vocabulary is
             missing or damaged.
     """
@@ -231,8 +232,7 @@ class BuiltinTokenCounter:
         encoding: TextEncoder | None = None,
         cache_size: int = DEFAULT_CACHE_SIZE,
     ) -> None:
-        if isinstance(cache_size, bool) or not isinstance(cache_size, int) or cache_size < 1:
-            raise ValueError(f"cache_size must be a positive int, not {cache_size!r}")
+        positive_int("cache_size", cache_size)
         self._bind(_SharedState(encoding, cache_size), projection)
 
     def _bind(self, shared: _SharedState, projection: ReplayProjection | None) -> None:

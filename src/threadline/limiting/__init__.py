@@ -9,6 +9,7 @@ built-ins do. See docs/limiting.md.
 
 from threadline._errors import TranscriptIntegrityError
 from threadline._public import publish
+from threadline._result import RoundRecord
 from threadline.limiting._budget import Budget, BudgetReport, BudgetResolution
 from threadline.limiting._engine import (
     DroppedUnit,
@@ -35,6 +36,7 @@ __all__ = [
     "HandlerRun",
     "LimitingRecord",
     "PinReason",
+    "RoundRecord",
     "TokenLimitEvent",
     "TokenLimitHandler",
     "TranscriptIntegrityError",

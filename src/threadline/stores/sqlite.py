@@ -56,6 +56,7 @@ from threadline.stores._checks import (
     check_turn_ids_below,
     utc_now,
 )
+from threadline.stores._sqlite_read_only import connect_read_only
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
@@ -113,6 +114,10 @@ class SQLiteStore:
     seconds a write waits for another process's transaction before SQLite
     gives up with ``StoreError`` ("database is locked"); nothing is written.
 
+    ``read_only=True`` opens an existing file for reading only: it creates
+    nothing (no file, no directory, no tables), works on a file or directory
+    the process may not write, and every write raises ``StoreError``.
+
     ``path=":memory:"`` gives a private database that lives as long as the
     store, handy in tests; :class:`~threadline.stores.memory.MemoryStore` is
     the lighter choice there.
@@ -133,11 +138,14 @@ class SQLiteStore:
             stored = await store.load("support-42")
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, timeout: float = 30.0) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, timeout: float = 30.0, read_only: bool = False
+    ) -> None:
         self._path = os.fspath(path)
         if not self._path:
             raise InvalidRequestError("SQLiteStore needs a file path (or ':memory:'), not ''")
         self._timeout = timeout
+        self._read_only = read_only
         self._connection: sqlite3.Connection | None = None
         self._closed = False
         # The anyio lock queues tasks without holding worker threads; the thread
@@ -267,7 +275,12 @@ class SQLiteStore:
                 raise RuntimeError(f"{self!r} is closed")
             try:
                 if self._connection is None:
-                    self._connection = _connect(self._path, self._timeout)
+                    if self._read_only:
+                        self._connection = connect_read_only(
+                            self._path, self._timeout, _schema_version
+                        )
+                    else:
+                        self._connection = _connect(self._path, self._timeout)
                 return work(self._connection)
             except sqlite3.OperationalError as exc:
                 # Locked past the time-out, a read-only or vanished file: the
