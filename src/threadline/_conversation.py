@@ -33,6 +33,7 @@ from threadline._conversation_state import ConversationState, now
 from threadline._conversation_window import (
     KeptWindow,
     SentWindow,
+    cache_key,
     keeps_window,
     saved_window,
     window_after,
@@ -167,6 +168,7 @@ class Conversation(ConversationState):
             .with_settings(self._settings)
             .with_messages(sent.history)
             .with_prompt(message)
+            .with_cache_key(cache_key(self._id))
         )
         return _TurnInProgress(
             turn_id=self._transcript.next_turn_id, prompt=message, request=request, sent=sent

@@ -18,6 +18,7 @@ and an older threadline still reads the document (and sends the whole window).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,6 +36,7 @@ __all__ = [
     "WINDOW_KEY",
     "KeptWindow",
     "SentWindow",
+    "cache_key",
     "keeps_window",
     "saved_window",
     "window_after",
@@ -74,6 +76,13 @@ class SentWindow:
     def history(self) -> tuple[Message, ...]:
         """The history the turn's request is given: the head, then the window."""
         return (*self.kept.head, *self.window)
+
+
+def cache_key(conversation_id: str) -> str:
+    """The prompt-cache key a conversation's requests carry: stable for its id, and a
+    digest of it, so an id that names a person never reaches the provider."""
+    digest = hashlib.sha256(conversation_id.encode("utf-8")).hexdigest()
+    return f"threadline-{digest[:32]}"
 
 
 def keeps_window(settings: RequestSettings) -> bool:

@@ -39,6 +39,12 @@ class RoundRecord:
     """The second limiting step of a round that retried after a context-length
     refusal; its indices refer to the transcript the first step left."""
 
+    @property
+    def cached_input_tokens(self) -> int:
+        """The input tokens the provider says it served from its prompt cache (0 when
+        it did not say); with ``reported_input_tokens``, the share the cache took."""
+        return self.usage.cached_input_tokens
+
 
 @attrs.frozen(kw_only=True)
 class RunResult:
