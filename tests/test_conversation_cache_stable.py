@@ -220,3 +220,18 @@ async def test_a_malformed_window_is_refused_with_its_path(
     with pytest.raises(ConversationFormatError) as caught:
         Conversation.from_json(agent, json.dumps(document))
     assert caught.value.path.startswith(path)
+
+
+async def test_cache_stable_is_a_conversations_default_and_drop_oldest_a_requests() -> None:
+    driver = ScriptedDriver()
+    agent = agent_for(driver)
+    conv = Conversation(agent)
+    cuts = await run_turns(conv, driver, 30)
+    assert conv.settings.pre_max_tokens_reached is None  # nothing was set...
+    assert 2 <= sum(cuts) <= 8  # ...and yet it cut in blocks
+    assert conv.window_start > 0
+
+    history = [e.message for e in conv.events]
+    driver.add_replies(["plain"])
+    result = await agent.request().with_messages(history).with_prompt("plain request").run()
+    assert [h.handler for h in result.limiting[0].handlers] == ["drop_oldest_units"]

@@ -34,6 +34,7 @@ from threadline._conversation_window import (
     KeptWindow,
     SentWindow,
     cache_key,
+    conversation_settings,
     keeps_window,
     saved_window,
     window_after,
@@ -165,7 +166,7 @@ class Conversation(ConversationState):
         sent = self._sent_window()
         request = (
             self._agent.request()
-            .with_settings(self._settings)
+            .with_settings(conversation_settings(self._settings))
             .with_messages(sent.history)
             .with_prompt(message)
             .with_cache_key(cache_key(self._id))

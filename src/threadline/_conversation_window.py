@@ -28,7 +28,7 @@ from threadline._errors import ConversationFormatError
 from threadline._messages import Message, Origin, Role
 from threadline._result import RunResult
 from threadline._settings import RequestSettings
-from threadline.limiting._cache_stable import CacheStableUnits
+from threadline.limiting._cache_stable import CacheStableUnits, cache_stable_units
 from threadline.serialization._converter import messages_from_value, messages_value
 from threadline.serialization._documents import JsonValue
 
@@ -36,7 +36,9 @@ __all__ = [
     "WINDOW_KEY",
     "KeptWindow",
     "SentWindow",
+    "CONVERSATION_PRE",
     "cache_key",
+    "conversation_settings",
     "keeps_window",
     "saved_window",
     "window_after",
@@ -44,6 +46,10 @@ __all__ = [
 ]
 
 WINDOW_KEY = "window"
+
+CONVERSATION_PRE = cache_stable_units()
+"""A conversation's Pre handler when its settings name none (a plain request's is
+``drop_oldest_units``): see docs/limiting.md for the measurements behind it."""
 
 
 @attrs.frozen(kw_only=True)
@@ -85,9 +91,18 @@ def cache_key(conversation_id: str) -> str:
     return f"threadline-{digest[:32]}"
 
 
+def conversation_settings(settings: RequestSettings) -> RequestSettings:
+    """What a conversation's turn runs with: ``settings``, the cache-stable Pre
+    handler filled in when they name no Pre handler."""
+    if settings.pre_max_tokens_reached is not None:
+        return settings
+    return settings.evolve(pre_max_tokens_reached=CONVERSATION_PRE)
+
+
 def keeps_window(settings: RequestSettings) -> bool:
     """Whether a conversation with these settings keeps its window between cuts:
-    its Pre or Post handler is a cache-stable one."""
+    its Pre handler (the default one included) or its Post handler is cache-stable."""
+    settings = conversation_settings(settings)
     return any(
         isinstance(handler, CacheStableUnits)
         for handler in (settings.pre_max_tokens_reached, settings.post_max_tokens_reached)
@@ -120,8 +135,8 @@ def window_after(sent: SentWindow, result: RunResult, *, instructions: bool) -> 
     while 0 < offset < len(window) and window[offset].role is not Role.USER:
         offset -= 1
     kept_head = tuple(head)
-    if offset == 0 and _same(kept_head, sent.kept.head) and sent.base == sent.kept.start:
-        return sent.kept
+    if offset == 0 and _same(kept_head, sent.kept.head):
+        return sent.kept  # no cut: the start stays where it was (history_limit moves on its own)
     return KeptWindow(start=sent.base + offset, head=kept_head)
 
 
