@@ -33,10 +33,10 @@ from threadline.serialization._converter import messages_from_value, messages_va
 from threadline.serialization._documents import JsonValue
 
 __all__ = [
+    "CONVERSATION_PRE",
     "WINDOW_KEY",
     "KeptWindow",
     "SentWindow",
-    "CONVERSATION_PRE",
     "cache_key",
     "conversation_settings",
     "keeps_window",
