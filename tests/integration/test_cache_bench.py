@@ -27,7 +27,8 @@ SLIDING_TURNS = 30
 
 def bench_module() -> ModuleType:
     spec = importlib.util.spec_from_file_location("bench_cache", BENCH)
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules["bench_cache"] = module  # dataclasses look their module up by name
     spec.loader.exec_module(module)
