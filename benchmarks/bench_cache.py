@@ -40,6 +40,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -442,7 +443,8 @@ async def measure(
                 run = await run_langchain(client, log, settings)
             runs.append(run)
             if progress is not None:
-                progress(f"{run.name}: {run.seconds:.0f} s")
+                row = Report(settings=settings, runs=[run]).rows()[0]
+                progress(f"{run.name}: {run.seconds:.0f} s; {json.dumps(row)}")
     return Report(settings=settings, runs=runs)
 
 
@@ -484,4 +486,6 @@ def main() -> None:
 
 if __name__ == "__main__":
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # A terminated run still stops its server (the context manager's finally).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     main()
