@@ -23,6 +23,7 @@ from threadline.cli._options import (
     LOCAL_CONTEXT,
     LOCAL_MAX_OUTPUT,
     LOCAL_MODEL_NAME,
+    StoreUrl,
     default_db_path,
 )
 
@@ -132,9 +133,9 @@ def _openai_driver(args: argparse.Namespace) -> tuple[Driver, Model, int | None]
     return OpenAIChatDriver(base_url=base_url), model, max_output
 
 
-def db_path(args: argparse.Namespace) -> Path:
+def db_path(args: argparse.Namespace) -> Path | StoreUrl:
     """The database ``--db`` names, else ``THREADLINE_DB``, else the default file."""
-    given: Path | None = getattr(args, "db", None)
+    given: Path | StoreUrl | None = getattr(args, "db", None)
     return given or default_db_path()
 
 
@@ -147,6 +148,10 @@ def open_store(args: argparse.Namespace, *, read_only: bool = False) -> Conversa
     from threadline.stores.sqlite import SQLiteStore
 
     path = db_path(args)
+    if isinstance(path, StoreUrl):  # postgresql://… or redis://…
+        from threadline.stores import open_store as open_url
+
+        return open_url(path.url)
     if read_only and not path.exists():
         raise CliError(
             f"no database at {path} (nothing saved there yet; --db or THREADLINE_DB name another)"

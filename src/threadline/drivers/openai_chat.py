@@ -117,8 +117,8 @@ class OpenAIChatDriver:
         max_retries: retries after the first attempt; overrides
             ``retry_policy.max_retries`` (default 2).
         retry_policy: the waits between retries (``RetryPolicy``).
-        organization, project: sent as ``OpenAI-Organization`` and
-            ``OpenAI-Project``.
+        organization: sent as ``OpenAI-Organization``.
+        project: sent as ``OpenAI-Project``.
         default_headers: extra headers on every request.
         max_tokens_field: the body field ``max_output_tokens`` goes to.
             ``"max_tokens"`` is what OpenAI-compatible servers understand;
