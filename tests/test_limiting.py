@@ -15,7 +15,8 @@ from threadline.limiting import (
     UnitKind,
     drop_oldest_units,
 )
-from threadline.limiting._engine import apply_limits, handler_name
+from threadline.limiting._engine import apply_limits
+from threadline.limiting._event import handler_name
 from threadline.limiting._units import match_messages
 
 pytestmark = pytest.mark.anyio

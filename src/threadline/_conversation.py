@@ -45,7 +45,7 @@ from threadline._sentinel import NOT_GIVEN, NotGiven
 from threadline._store import ConversationStore
 from threadline._transcript import Transcript, Turn, checked_replacement, sum_usage, turn_events
 from threadline.limiting._budget import resolve_budget
-from threadline.limiting._engine import TokenLimitHandler
+from threadline.limiting._event import TokenLimitHandler
 from threadline.serialization._converter import dumps_conversation, loads_conversation
 from threadline.serialization._documents import ConversationDocument, ConversationEvent, JsonValue
 

@@ -13,7 +13,7 @@ from typing import Any
 from threadline._errors import ConversationFormatError, InvalidRequestError
 from threadline._sentinel import NotGiven
 from threadline.limiting._budget import is_int
-from threadline.limiting._engine import TokenLimitHandler
+from threadline.limiting._event import TokenLimitHandler
 from threadline.serialization._documents import ConversationDocument, JsonValue
 
 __all__ = [

@@ -48,7 +48,9 @@ from threadline._sentinel import NOT_GIVEN, NotGiven
 from threadline.counting import resolve_token_counter
 from threadline.counting._protocol import TokenCounter, is_token_counter
 from threadline.limiting._budget import Budget, BudgetResolution, is_int, resolve_budget
-from threadline.limiting._engine import LimitingOutcome, TokenLimitHandler, apply_limits
+from threadline.limiting._engine import apply_limits
+from threadline.limiting._event import TokenLimitHandler
+from threadline.limiting._ledger import LimitingOutcome
 from threadline.limiting._units import check_integrity
 from threadline.tools._tools import Tool, Toolset, tool
 

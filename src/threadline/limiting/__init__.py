@@ -10,14 +10,9 @@ built-ins do. See docs/limiting.md.
 from threadline._errors import TranscriptIntegrityError
 from threadline._public import publish
 from threadline.limiting._budget import Budget, BudgetReport, BudgetResolution
-from threadline.limiting._engine import (
-    DroppedUnit,
-    HandlerRun,
-    LimitingRecord,
-    TokenLimitEvent,
-    TokenLimitHandler,
-    drop_oldest_units,
-)
+from threadline.limiting._drop_oldest import drop_oldest_units
+from threadline.limiting._event import TokenLimitEvent, TokenLimitHandler
+from threadline.limiting._ledger import DroppedUnit, HandlerRun, LimitingRecord
 from threadline.limiting._summarize import (
     DEFAULT_SUMMARY_INSTRUCTIONS,
     SUMMARY_HEADING,

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, TypeVar
 from threadline._errors import InvalidRequestError
 from threadline._messages import Message, Role
 from threadline._models import Model
-from threadline.limiting._engine import TokenLimitEvent, TokenLimitHandler
+from threadline.limiting._event import TokenLimitEvent, TokenLimitHandler
 from threadline.limiting._units import PinReason, UnitKind
 
 if TYPE_CHECKING:
