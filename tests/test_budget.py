@@ -21,6 +21,8 @@ from threadline import (
     Tool,
     ToolCall,
 )
+
+# Budget resolution, the report and the NotGiven type live in private rooms.
 from threadline._sentinel import NotGiven
 from threadline.limiting._budget import (
     DEFAULT_OUTPUT_RESERVE_TOKENS,

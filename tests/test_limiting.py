@@ -15,6 +15,9 @@ from threadline.limiting import (
     UnitKind,
     drop_oldest_units,
 )
+
+# The engine's entry point, its handler naming and message matching are private rooms:
+# these tests pin the rules they implement.
 from threadline.limiting._engine import apply_limits
 from threadline.limiting._event import handler_name
 from threadline.limiting._units import match_messages
