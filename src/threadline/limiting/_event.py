@@ -306,8 +306,11 @@ def _spans(units: Iterable[Unit], size: int) -> list[tuple[int, int]]:
 
 
 def _same_messages(messages: Sequence[Message], known: list[Message]) -> bool:
-    """The same messages in the same order; equal messages count as the same (they are
-    sent the same), and the list compares them at C speed, by identity first."""
+    """Whether ``messages`` holds the messages of ``known``, in the same order.
+
+    Equal messages count as the same, since they are sent the same; a list
+    compares them at C speed, by identity first.
+    """
     return isinstance(messages, list) and messages == known
 
 
