@@ -126,7 +126,8 @@ def test_a_model_without_context_size_and_no_explicit_limit_has_no_budget(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     with caplog.at_level(logging.DEBUG, logger="threadline.budget"):
-        resolution = resolve_budget(Model("bare"))
+        # An explicit None: no catalog lookup, so no catalog warning either.
+        resolution = resolve_budget(Model("bare", context_size=None))
     assert resolution.budget is None
     assert "has no context_size" in resolution.reason
     assert [r.levelno for r in caplog.records] == [logging.DEBUG]

@@ -569,13 +569,19 @@ async def test_both_limiting_steps_of_a_retried_round_are_in_the_ledger() -> Non
 @pytest.mark.parametrize(
     ("build", "problem"),
     [
-        (lambda r: r.with_tools(5), "with_tools takes a list"),
-        (lambda r: r.with_extra_body(5), "with_extra_body takes a mapping"),
-        (lambda r: r.with_stop(5), "with_stop takes a string"),
-        (lambda r: r.with_temperature("hot"), "with_temperature takes a finite number"),
-        (lambda r: r.with_top_p(float("nan")), "with_top_p takes a finite number"),
-        (lambda r: r.with_seed(1.5), "with_seed takes an int"),
-        (lambda r: r.with_token_counter("o200k_base"), "with_token_counter takes a TokenCounter"),
+        (lambda r: r.with_tools(5), "with_tools: tools must be a list of tools, not 5"),
+        (lambda r: r.with_extra_body(5), "with_extra_body: extra_body must be a mapping, not 5"),
+        (lambda r: r.with_stop(5), "with_stop: stop must be a string"),
+        (
+            lambda r: r.with_temperature("hot"),
+            "with_temperature: temperature must be a finite number",
+        ),
+        (lambda r: r.with_top_p(float("nan")), "with_top_p: top_p must be a finite number"),
+        (lambda r: r.with_seed(1.5), "with_seed: seed must be an int or None, not 1.5"),
+        (
+            lambda r: r.with_token_counter("o200k_base"),
+            "with_token_counter: token_counter must be a TokenCounter",
+        ),
     ],
 )
 async def test_wrong_builder_values_are_named_at_run_not_raised_obscurely(

@@ -6,7 +6,7 @@ import datetime
 import enum
 import json
 import threading
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import anyio
 import attrs
@@ -40,6 +40,12 @@ class Forecast:
     unit: Unit
     days: int
     when: datetime.date
+
+
+@attrs.frozen
+class Bounded:
+    low: Annotated[int, {"minimum": 0}]
+    steps: list[Annotated[float, {"exclusiveMinimum": 0}]] = attrs.Factory(list)
 
 
 def call(name: str, arguments: Any, call_id: str = "call_1") -> ToolCall:
@@ -160,6 +166,39 @@ async def test_arguments_are_converted_to_the_annotated_types() -> None:
     }
     assert type(seen["count"]) is int
     assert type(seen["ratio"]) is float
+
+
+async def test_a_union_takes_its_first_fitting_member_in_the_order_written() -> None:
+    # typing holds int | float equal to float | int; each tool keeps its own order.
+    seen: list[Any] = []
+
+    @tool
+    def int_first(x: int | float) -> None:
+        seen.append(x)
+
+    @tool
+    def float_first(x: float | int) -> None:
+        seen.append(x)
+
+    await int_first.invoke(call("int_first", {"x": 2}))
+    await float_first.invoke(call("float_first", {"x": 2}))
+    assert seen == [2, 2.0]
+    assert [type(x) for x in seen] == [int, float]
+
+
+async def test_annotated_metadata_that_cannot_be_hashed_still_builds_the_arguments() -> None:
+    seen: list[Any] = []
+
+    @tool
+    def measure(count: Annotated[int, {"minimum": 1}], bounds: Bounded) -> None:
+        seen.extend([count, bounds])
+
+    outcome = await measure.invoke(
+        call("measure", {"count": 3.0, "bounds": {"low": 1.0, "steps": [1, 2.5]}})
+    )
+    assert not outcome.is_error, outcome.text
+    assert seen == [3, Bounded(low=1, steps=[1.0, 2.5])]
+    assert [type(x) for x in (seen[0], seen[1].low, *seen[1].steps)] == [int, int, float, float]
 
 
 async def test_bad_json_is_an_error_result_the_model_can_read() -> None:

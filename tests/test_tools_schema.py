@@ -9,7 +9,9 @@ import attrs
 import pytest
 
 from threadline import InvalidRequestError, tool
-from threadline.tools._schema import parse_docstring
+
+# The docstring readers are private; they are tested directly on every style.
+from threadline.tools._docstrings import parse_docstring
 
 
 def properties_of(function: Any) -> dict[str, Any]:

@@ -8,9 +8,6 @@ the ledger), :mod:`threadline.counting`, :mod:`threadline.tools`,
 and docs/ for the guide.
 """
 
-from importlib.metadata import PackageNotFoundError
-from importlib.metadata import version as _version
-
 from threadline._agent import Agent
 from threadline._client import Client
 from threadline._conversation import Conversation
@@ -54,16 +51,12 @@ from threadline._messages import (
 from threadline._models import Model
 from threadline._public import publish
 from threadline._request import Request
-from threadline._result import RoundRecord, RunResult
+from threadline._result import RunResult
 from threadline._sentinel import NOT_GIVEN
+from threadline._settings import RequestSettings
 from threadline._transcript import Turn
 from threadline.limiting import Budget
 from threadline.tools import Tool, ToolResult, tool
-
-try:
-    __version__ = _version("threadline")
-except PackageNotFoundError:  # pragma: no cover - running from a bare source tree
-    __version__ = "0+unknown"
 
 __all__ = [
     "NOT_GIVEN",
@@ -93,9 +86,9 @@ __all__ = [
     "Reasoning",
     "ReasoningDelta",
     "Request",
+    "RequestSettings",
     "Role",
     "RoundDone",
-    "RoundRecord",
     "RunResult",
     "StoreError",
     "StreamEvent",
@@ -113,5 +106,18 @@ __all__ = [
     "tool",
 ]
 
-publish(globals(), __all__, __name__)
-del PackageNotFoundError, publish
+publish(globals(), [name for name in __all__ if name != "__version__"], __name__)
+del publish
+
+
+def __getattr__(name: str) -> str:
+    # The version is read from the package metadata on first use:
+    # importlib.metadata costs more at import than the rest of threadline.
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version("threadline")
+        except PackageNotFoundError:  # pragma: no cover - a bare source tree
+            return "0+unknown"
+    raise AttributeError(f"module 'threadline' has no attribute {name!r}")

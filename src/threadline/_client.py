@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-from types import TracebackType
-from typing import TYPE_CHECKING, Self
-
-from threadline._errors import InvalidRequestError
+from threadline._closing import AsyncClosing
 from threadline._models import Model
 from threadline._provider import Driver
-from threadline.counting._protocol import TokenCounter, is_token_counter
-
-if TYPE_CHECKING:
-    from threadline._request import Request
+from threadline._request import Request
+from threadline._settings import token_counter_or_none
+from threadline.counting._protocol import TokenCounter
 
 __all__ = ["Client"]
 
 
-class Client:
+class Client(AsyncClosing):
     """A driver and the defaults its requests share.
 
     ``token_counter`` is the client tier of the counting chain (request →
@@ -29,6 +25,9 @@ class Client:
         model = Model("gpt-4o-mini", context_size=128_000)
         client = Client(OpenAIChatDriver(), default_model=model)
         result = await client.request().with_prompt("Hello").run()
+
+    Raises:
+        InvalidRequestError: a ``token_counter`` that is not a counter.
     """
 
     def __init__(
@@ -38,21 +37,14 @@ class Client:
         token_counter: TokenCounter | None = None,
         default_model: Model | str | None = None,
     ) -> None:
-        if token_counter is not None and not is_token_counter(token_counter):
-            raise InvalidRequestError(
-                f"token_counter must have a count(messages, tools) method, "
-                f"not {type(token_counter).__name__}"
-            )
         self.driver = driver
-        self.token_counter = token_counter
+        self.token_counter = token_counter_or_none("token_counter", token_counter)
         self.default_model = (
             Model(default_model) if isinstance(default_model, str) else default_model
         )
 
     def request(self) -> Request:
         """A new request builder on this client."""
-        from threadline._request import Request
-
         return Request(self)
 
     async def aclose(self) -> None:
@@ -60,17 +52,6 @@ class Client:
         close = getattr(self.driver, "aclose", None)
         if close is not None:
             await close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     def __repr__(self) -> str:
         model = self.default_model.name if self.default_model else None

@@ -11,54 +11,40 @@ cancelled run removes the pending copy again, under a shielded cancel scope,
 so the conversation and its store are left as they were.
 
 Per-turn work is proportional to the window, not to the transcript (see
-``_transcript``).
+``_transcript``). What a conversation holds and shows (its state, settings,
+token helpers and saved form) is in ``_conversation_state``; this module adds
+what changes it: turns, rewrites and loading.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
+from typing import Unpack
 
 import anyio
-import anyio.lowlevel
 import attrs
 
-from threadline._agent import Agent
-from threadline._conversation_settings import (
-    check_handler,
-    check_history_limit,
-    check_max_context,
-    check_reserve,
-    settings_from,
-    settings_to,
-)
+from threadline._agent import Agent, combined_settings
+from threadline._conversation_settings import saved_changes
+from threadline._conversation_state import ConversationState, now
 from threadline._errors import ConcurrentModificationError, InvalidRequestError
 from threadline._events import FinalResult, StreamEvent
-from threadline._messages import Message, Origin, Role, Usage
-from threadline._provider import ProviderResponse
+from threadline._messages import Message, Origin, Role
 from threadline._request import Request
 from threadline._result import RunResult
-from threadline._sentinel import NOT_GIVEN, NotGiven
+from threadline._settings import RequestSettings, SettingsChanges
 from threadline._store import ConversationStore
 from threadline._transcript import Transcript, Turn, checked_replacement, sum_usage, turn_events
-from threadline.limiting._budget import resolve_budget
-from threadline.limiting._event import TokenLimitHandler
-from threadline.serialization._converter import dumps_conversation, loads_conversation
-from threadline.serialization._documents import ConversationDocument, ConversationEvent, JsonValue
+from threadline._validate import fail
+from threadline.serialization._converter import loads_conversation
+from threadline.serialization._documents import ConversationDocument, ConversationEvent
 
 __all__ = ["Agent", "Conversation", "Turn"]
 
 logger = logging.getLogger("threadline.conversation")
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
-# -- Conversation -----------------------------------------------------------------------
 
 
 @attrs.define(kw_only=True)
@@ -69,19 +55,24 @@ class _TurnInProgress:
     pending_written: bool = False
     created_store_entry: bool = False
     committed: bool = False
+    # This turn's own pending copy in the store: removed exactly, whatever others wrote.
+    marker: str = attrs.field(factory=lambda: uuid.uuid4().hex)
 
 
-class Conversation:
+class Conversation(ConversationState):
     """One thread with an agent: every turn sees the turns before it.
 
     ``history_limit`` caps, in messages, the window sent as history: the
     window holds at least that many messages and starts at a user message,
     so it never opens inside a turn; 0 sends the whole transcript. The
-    transcript itself keeps every turn. ``max_context_tokens``,
-    ``output_reserve_tokens`` and the limiting handlers go to every turn's
-    request (see docs/limiting.md). With a ``store``, every turn is persisted
-    as it happens (see the module docstring); use :meth:`load` to continue a
-    stored conversation.
+    transcript itself keeps every turn.
+
+    Every turn's request gets :attr:`settings`: the agent's
+    :class:`RequestSettings`, or ``settings`` when given, with the keyword
+    arguments (``max_context_tokens``, ``output_reserve_tokens``, the limiting
+    handlers, ...) applied on top (see docs/limiting.md). With a ``store``,
+    every turn is persisted as it happens (see the module docstring); use
+    :meth:`load` to continue a stored conversation.
 
     One conversation serves one caller at a time: a second ``run`` waits for
     the first to finish.
@@ -95,189 +86,6 @@ class Conversation:
         await conv.run("My name is Ada.")
         print((await conv.run("What is my name?")).text)
     """
-
-    def __init__(
-        self,
-        agent: Agent,
-        *,
-        id: str | None = None,
-        history_limit: int = 0,
-        store: ConversationStore | None = None,
-        max_context_tokens: int | None = None,
-        output_reserve_tokens: int | NotGiven = NOT_GIVEN,
-        pre_max_tokens_reached: TokenLimitHandler | None = None,
-        post_max_tokens_reached: TokenLimitHandler | None = None,
-        metadata: Mapping[str, str] | None = None,
-    ) -> None:
-        if not isinstance(agent, Agent):
-            raise InvalidRequestError(f"Conversation needs an Agent, not {type(agent).__name__}")
-        if id is None:
-            id = uuid.uuid4().hex
-        if not isinstance(id, str) or not id:
-            raise InvalidRequestError(f"a conversation id is a non-empty string, not {id!r}")
-        self._agent = agent
-        self._id = id
-        self._history_limit = check_history_limit(history_limit)
-        self._store = store
-        self._max_context_tokens = check_max_context(max_context_tokens)
-        self._output_reserve = check_reserve(output_reserve_tokens)
-        self._pre = check_handler("pre_max_tokens_reached", pre_max_tokens_reached)
-        self._post = check_handler("post_max_tokens_reached", post_max_tokens_reached)
-        # The document type validates the labels; keep its copy.
-        self._metadata = ConversationDocument(id=id, metadata=metadata or {}).metadata
-        self._extra_settings: dict[str, JsonValue] = {}
-        self._lock = anyio.Lock()
-        self._lock_loop: anyio.lowlevel.EventLoopToken | None = None
-        self._version = 0
-        self._created_at: datetime | None = _now()
-        self._updated_at: datetime | None = None
-        self._transcript = Transcript()
-
-    def _turn_lock(self) -> anyio.Lock:
-        # An anyio lock belongs to the backend that first used it; an idle
-        # conversation may move on to another event loop (asyncio, then trio).
-        loop = anyio.lowlevel.current_token()
-        if loop != self._lock_loop and not self._lock.locked():
-            if self._lock_loop is not None:
-                self._lock = anyio.Lock()
-            self._lock_loop = loop
-        return self._lock
-
-    # -- state --------------------------------------------------------------------------
-
-    @property
-    def id(self) -> str:
-        """The conversation's id."""
-        return self._id
-
-    @property
-    def agent(self) -> Agent:
-        """The agent the conversation runs with."""
-        return self._agent
-
-    @property
-    def store(self) -> ConversationStore | None:
-        """Where the conversation persists, if anywhere."""
-        return self._store
-
-    @property
-    def version(self) -> int:
-        """The store version this conversation last wrote or loaded (0: not stored yet)."""
-        return self._version
-
-    @property
-    def metadata(self) -> dict[str, str]:
-        """The caller's labels (a copy)."""
-        return dict(self._metadata)
-
-    @property
-    def history_limit(self) -> int:
-        """How many messages the window holds at least; 0 sends the whole transcript.
-
-        A new value applies from the next run.
-        """
-        return self._history_limit
-
-    @history_limit.setter
-    def history_limit(self, value: int) -> None:
-        self._history_limit = check_history_limit(value)
-
-    @property
-    def max_context_tokens(self) -> int | None:
-        """The context limit each turn's request gets (``None``: the model's)."""
-        return self._max_context_tokens
-
-    @max_context_tokens.setter
-    def max_context_tokens(self, value: int | None) -> None:
-        self._max_context_tokens = check_max_context(value)
-
-    @property
-    def output_reserve_tokens(self) -> int | NotGiven:
-        """The reply's reserve each turn's request gets (``NOT_GIVEN``: the default)."""
-        return self._output_reserve
-
-    @output_reserve_tokens.setter
-    def output_reserve_tokens(self, value: int | NotGiven) -> None:
-        self._output_reserve = check_reserve(value)
-
-    @property
-    def events(self) -> tuple[ConversationEvent, ...]:
-        """The whole answered transcript, oldest first (pending events are not in it)."""
-        return self._transcript.events
-
-    @property
-    def pending_events(self) -> tuple[ConversationEvent, ...]:
-        """Prompts a crashed process submitted and never saw answered.
-
-        They are never sent to the model. Run one again to answer it (the
-        pending copy goes when the turn commits), or :meth:`discard_pending`.
-        """
-        return self._transcript.pending
-
-    def pending_messages(self) -> tuple[Message, ...]:
-        """The messages of :attr:`pending_events`."""
-        return tuple(event.message for event in self._transcript.pending)
-
-    @property
-    def messages(self) -> tuple[Message, ...]:
-        """What the model sees as history next turn: the window's messages."""
-        return tuple(self._transcript.window(self._history_limit))
-
-    @property
-    def turns(self) -> tuple[Turn, ...]:
-        """The completed turns, oldest first."""
-        return self._transcript.turns
-
-    def turn_count(self) -> int:
-        """How many completed turns the transcript holds."""
-        return self._transcript.turn_count()
-
-    @property
-    def total_usage(self) -> Usage:
-        """What every provider call of the conversation reported, summed."""
-        return self._transcript.total_usage
-
-    @property
-    def last_response(self) -> ProviderResponse | None:
-        """The latest answer (``None`` before the first)."""
-        return self._transcript.last_response
-
-    def user_event_indices(self) -> list[int]:
-        """Indices into :attr:`events` of the user messages: the safe places to cut."""
-        return self._transcript.user_indices()
-
-    # -- token helpers ------------------------------------------------------------------
-
-    def token_estimate(self) -> int:
-        """The tokens the next request would carry before its prompt: instructions,
-        tools and the window, priced with the counter a turn would use.
-
-        Raises:
-            InvalidRequestError: no model to resolve the counter for.
-        """
-        agent = self._agent
-        messages = [
-            m.with_origin(Origin.SEED) for m in self._transcript.window(self._history_limit)
-        ]
-        if agent.instructions is not None:
-            messages.insert(0, Message.system(agent.instructions))
-        return agent.resolved_token_counter().count(messages, agent.tools)
-
-    def available_context_tokens(self) -> int | None:
-        """Prompt budget left after :meth:`token_estimate`, at least 0; ``None`` without a budget.
-
-        Raises:
-            InvalidRequestError: no model, or a reserve that fills the limit.
-        """
-        resolution = resolve_budget(
-            self._agent._require_model(),
-            max_context_tokens=self._max_context_tokens,
-            output_reserve_tokens=self._output_reserve,
-            max_output_tokens=self._agent.max_output_tokens,
-        )
-        if resolution.budget is None:
-            return None
-        return max(0, resolution.budget.prompt_tokens - self.token_estimate())
 
     # -- running ------------------------------------------------------------------------
 
@@ -344,20 +152,13 @@ class Conversation:
         elif isinstance(prompt, Message) and prompt.role is Role.USER:
             message = prompt.with_origin(Origin.TURN)
         else:
-            raise InvalidRequestError(f"a prompt is a str or a user Message, not {prompt!r:.80}")
+            fail("prompt", "a str or a user Message", prompt)
         request = (
             self._agent.request()
+            .with_settings(self._settings)
             .with_messages(self._transcript.window(self._history_limit))
             .with_prompt(message)
         )
-        if self._max_context_tokens is not None:
-            request.with_max_context_tokens(self._max_context_tokens)
-        if not isinstance(self._output_reserve, NotGiven):
-            request.with_output_reserve_tokens(self._output_reserve)
-        if self._pre is not None:
-            request.pre_max_tokens_reached(self._pre)
-        if self._post is not None:
-            request.post_max_tokens_reached(self._post)
         return _TurnInProgress(
             turn_id=self._transcript.next_turn_id, prompt=message, request=request
         )
@@ -368,12 +169,16 @@ class Conversation:
             return
         await turn.request.budget_resolution()  # refuse a bad request before writing anything
         pending = ConversationEvent(message=turn.prompt, turn_id=turn.turn_id, pending=True)
-        header = self._header(next_turn_id=turn.turn_id + 1, updated_at=_now())
+        header = self._header(next_turn_id=turn.turn_id + 1, updated_at=now())
         # Shielded, so the version we hold always matches what the store did.
         with anyio.CancelScope(shield=True):
             turn.created_store_entry = self._version == 0
             self._version = await store.append_events(
-                self._id, [pending], header=header, expected_version=self._version
+                self._id,
+                [pending],
+                header=header,
+                expected_version=self._version,
+                pending_marker=turn.marker,
             )
             turn.pending_written = True
 
@@ -401,15 +206,16 @@ class Conversation:
                 header = self._header(
                     next_turn_id=max(self._transcript.next_turn_id, turn.turn_id + 1),
                     total_usage=self._transcript.total_usage + usage,
-                    updated_at=_now(),
+                    updated_at=now(),
                 )
                 try:
+                    # Only a resubmitted leftover needs the rewrite of every pending copy.
                     self._version = await self._store.append_events(
                         self._id,
-                        [*events, *leftover],
+                        [*events, *leftover] if resubmitted is not None else events,
                         header=header,
                         expected_version=self._version,
-                        drop_pending=True,
+                        drop_pending=True if resubmitted is not None else turn.marker,
                     )
                 except ConcurrentModificationError as exc:
                     # Another writer got in between pending and commit: the
@@ -429,13 +235,17 @@ class Conversation:
             try:
                 if turn.created_store_entry and await self._delete_own_entry(store):
                     return
-                self._version = await store.append_events(
-                    self._id,
-                    list(self._transcript.pending),
-                    header=self._header(),
-                    expected_version=self._version,
-                    drop_pending=True,
-                )
+                try:
+                    self._version = await store.append_events(
+                        self._id,
+                        [],
+                        header=self._header(),
+                        expected_version=self._version,
+                        drop_pending=turn.marker,
+                    )
+                except ConcurrentModificationError:
+                    # Another writer got in: take back exactly this turn's prompt.
+                    await store.remove_pending(self._id, turn.marker)
             except Exception:
                 # The pending prompt stays visible on load; that is what it is for.
                 logger.warning(
@@ -523,45 +333,12 @@ class Conversation:
                 header = self._header(
                     next_turn_id=transcript.next_turn_id,
                     total_usage=transcript.total_usage,
-                    updated_at=_now(),
+                    updated_at=now(),
                 )
                 document = attrs.evolve(header, events=(*transcript.events, *transcript.pending))
                 self._version = await self._store.save(document, expected_version=self._version)
                 self._updated_at = header.updated_at
             self._transcript = transcript
-
-    # -- documents ----------------------------------------------------------------------
-
-    def _header(
-        self,
-        *,
-        next_turn_id: int | None = None,
-        total_usage: Usage | None = None,
-        updated_at: datetime | None = None,
-    ) -> ConversationDocument:
-        return ConversationDocument(
-            id=self._id,
-            history_limit=self._history_limit,
-            next_turn_id=self._transcript.next_turn_id if next_turn_id is None else next_turn_id,
-            total_usage=self._transcript.total_usage if total_usage is None else total_usage,
-            settings=settings_to(
-                self._max_context_tokens, self._output_reserve, self._extra_settings
-            ),
-            metadata=self._metadata,
-            created_at=self._created_at,
-            updated_at=self._updated_at if updated_at is None else updated_at,
-        )
-
-    def to_document(self) -> ConversationDocument:
-        """The conversation as a document: transcript (pending prompts last), window and
-        settings. Never the agent, keys or tool handlers."""
-        return attrs.evolve(
-            self._header(), events=(*self._transcript.events, *self._transcript.pending)
-        )
-
-    def to_json(self, *, indent: int | None = None) -> str:
-        """The conversation as versioned JSON; restore it with :meth:`from_json`."""
-        return dumps_conversation(self.to_document(), indent=indent)
 
     @classmethod
     def from_document(
@@ -571,12 +348,14 @@ class Conversation:
         *,
         store: ConversationStore | None = None,
         version: int = 0,
-        pre_max_tokens_reached: TokenLimitHandler | None = None,
-        post_max_tokens_reached: TokenLimitHandler | None = None,
+        settings: RequestSettings | None = None,
+        **options: Unpack[SettingsChanges],
     ) -> Conversation:
         """A conversation continuing ``document`` with ``agent``.
 
-        ``version`` is the store version the document was loaded at (0: not stored).
+        Its settings are the agent's (or ``settings``), then what the document
+        saved (its budget knobs), then ``options``. ``version`` is the store
+        version the document was loaded at (0: not stored).
 
         Raises:
             ConversationFormatError: a setting of the wrong type, or a
@@ -584,20 +363,18 @@ class Conversation:
         """
         if not isinstance(document, ConversationDocument):
             raise TypeError(f"expected a ConversationDocument, not {type(document).__name__}")
-        options = settings_from(document)
+        saved, extra = saved_changes(document)
         transcript = Transcript.from_document(document)
         conversation = cls(
             agent,
             id=document.id,
             history_limit=document.history_limit,
             store=store,
-            max_context_tokens=options.get("max_context_tokens"),
-            output_reserve_tokens=options.get("output_reserve_tokens", NOT_GIVEN),
-            pre_max_tokens_reached=pre_max_tokens_reached,
-            post_max_tokens_reached=post_max_tokens_reached,
             metadata=document.metadata,
+            settings=combined_settings(agent.settings, settings, saved),
+            **options,
         )
-        conversation._extra_settings = options["extra"]
+        conversation._extra_settings = extra
         conversation._version = version
         conversation._created_at = document.created_at
         conversation._updated_at = document.updated_at
@@ -611,23 +388,20 @@ class Conversation:
         text: str | bytes,
         *,
         store: ConversationStore | None = None,
-        pre_max_tokens_reached: TokenLimitHandler | None = None,
-        post_max_tokens_reached: TokenLimitHandler | None = None,
+        settings: RequestSettings | None = None,
+        **options: Unpack[SettingsChanges],
     ) -> Conversation:
         """Restore a conversation saved with :meth:`to_json`, to continue with ``agent``.
 
-        Handlers and stores are not saved; pass them again.
+        Handlers, counters and stores are not saved: the agent's apply (pass
+        others as ``settings`` or keyword arguments, as to ``Conversation``).
 
         Raises:
             ConversationFormatError: the text is not a saved conversation this
                 version can read (an unknown version, a malformed document).
         """
         return cls.from_document(
-            agent,
-            loads_conversation(text),
-            store=store,
-            pre_max_tokens_reached=pre_max_tokens_reached,
-            post_max_tokens_reached=post_max_tokens_reached,
+            agent, loads_conversation(text), store=store, settings=settings, **options
         )
 
     @classmethod
@@ -637,10 +411,11 @@ class Conversation:
         store: ConversationStore,
         id: str,
         *,
-        pre_max_tokens_reached: TokenLimitHandler | None = None,
-        post_max_tokens_reached: TokenLimitHandler | None = None,
+        settings: RequestSettings | None = None,
+        **options: Unpack[SettingsChanges],
     ) -> Conversation:
-        """Continue the conversation ``id`` kept in ``store``.
+        """Continue the conversation ``id`` kept in ``store``, with the agent's settings
+        (its handlers included) unless ``settings`` or keyword arguments say otherwise.
 
         Raises:
             ConversationNotFoundError: the store has no such conversation.
@@ -652,12 +427,6 @@ class Conversation:
             stored.document,
             store=store,
             version=stored.version,
-            pre_max_tokens_reached=pre_max_tokens_reached,
-            post_max_tokens_reached=post_max_tokens_reached,
-        )
-
-    def __repr__(self) -> str:
-        return (
-            f"Conversation(id={self._id!r}, turns={self._transcript.turn_count()}, "
-            f"events={len(self._transcript)}, history_limit={self._history_limit})"
+            settings=settings,
+            **options,
         )

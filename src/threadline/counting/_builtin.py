@@ -32,9 +32,8 @@ from itertools import accumulate
 from operator import add, sub
 from typing import TYPE_CHECKING, Any
 
-from tiktoken import Encoding
-
 from threadline._messages import ImagePart, Message
+from threadline._validate import positive_int
 from threadline.counting._encoding import TextEncoder, o200k_base_encoding
 from threadline.counting._framing import (
     MESSAGE_TOKENS,
@@ -61,15 +60,14 @@ DEFAULT_CACHE_SIZE = 32_768
 _DEFAULT_PROJECTION = DefaultReplayProjection()
 
 
-class _CostCache:
-    """A bounded map from messages (and tools) to their token costs.
+class _Generations:
+    """A bounded map in two generations, approximating least-recently-used eviction.
 
-    Two generations approximate least-recently-used eviction without any
-    bookkeeping on a hit: new entries go into ``recent``; when it holds half
-    the capacity it becomes ``previous`` and the old ``previous`` is dropped;
-    a hit in ``previous`` is copied back into ``recent``. So the cache never
-    holds more than ``capacity`` entries, and an entry used within the last
-    ``capacity / 2`` insertions survives.
+    New entries go into ``recent``; when it holds half the capacity it becomes
+    ``previous`` and the old ``previous`` is dropped; a hit in ``previous`` is
+    copied back into ``recent``. So it never holds more than ``capacity``
+    entries, and an entry used within the last ``capacity / 2`` insertions
+    survives, with no bookkeeping on a hit.
 
     Reads take no lock (a dict read is atomic, and reading a generation that
     was just retired is harmless); writes take one, so a generation switch
@@ -78,41 +76,79 @@ class _CostCache:
 
     def __init__(self, capacity: int) -> None:
         self.generation_size = max(1, capacity // 2)
-        self.recent: dict[Hashable, int] = {}
-        self.previous: dict[Hashable, int] = {}
+        self.recent: dict[Hashable, Any] = {}
+        self.previous: dict[Hashable, Any] = {}
         self._lock = threading.Lock()
 
-    def get(self, key: Hashable) -> int | None:
-        cost = self.recent.get(key)
-        if cost is None:
-            cost = self.previous.get(key)
-            if cost is not None:
-                self.put(key, cost)
-        return cost
+    def get(self, key: Hashable) -> Any:
+        value = self.recent.get(key)
+        if value is None:
+            value = self.previous.get(key)
+            if value is not None:
+                self.put(key, value)
+        return value
 
-    def put(self, key: Hashable, cost: int) -> None:
+    def put(self, key: Hashable, value: Any) -> None:
         with self._lock:
             recent = self.recent
             if len(recent) >= self.generation_size:
                 self.previous = recent
                 self.recent = recent = {}
-            recent[key] = cost
+            recent[key] = value
 
-    def put_many(self, costs: Iterable[tuple[Hashable, int]], size: int) -> None:
-        """Store ``size`` costs under one acquisition of the lock (a cold count's misses)."""
+    def put_many(self, items: Iterable[tuple[Hashable, Any]], size: int) -> None:
+        """Store ``size`` entries under one acquisition of the lock (a cold count's misses)."""
         with self._lock:
             recent = self.recent
             if len(recent) + size <= self.generation_size:
-                recent.update(costs)
+                recent.update(items)
                 return
-            for key, cost in costs:
+            for key, value in items:
                 if len(recent) >= self.generation_size:
                     self.previous = recent
                     self.recent = recent = {}
-                recent[key] = cost
+                recent[key] = value
 
     def __len__(self) -> int:
         return len(self.recent) + len(self.previous)
+
+
+class _CostCache:
+    """Token costs: plain messages by identity, everything else by value.
+
+    A message's cost is looked up under ``id(message)``, which is a C call,
+    where hashing an attrs message is a Python call over every field (it was
+    the largest cost of a cold count). The entry holds the message itself,
+    so the id cannot be reused while the entry lives, and a hit checks that
+    it is the same object. Tools and reasoning messages (whose cost depends
+    on the projection) are keyed by value in ``by_value``. Equal texts inside
+    one batch are tokenized once (``_SharedState.token_lengths``).
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.by_id = _Generations(capacity)
+        self.by_value = _Generations(capacity)
+
+    def message_cost(self, message: Message) -> int | None:
+        entry = self.by_id.get(id(message))
+        if entry is not None and entry[0] is message:
+            cost: int = entry[1]
+            return cost
+        return None
+
+    def put_messages(self, messages: Sequence[Message], costs: Sequence[int]) -> None:
+        entries = zip(map(id, messages), zip(messages, costs, strict=True), strict=True)
+        self.by_id.put_many(entries, len(messages))
+
+    def get(self, key: Hashable) -> int | None:
+        cost: int | None = self.by_value.get(key)
+        return cost
+
+    def put(self, key: Hashable, cost: int) -> None:
+        self.by_value.put(key, cost)
+
+    def __len__(self) -> int:
+        return len(self.by_id) + len(self.by_value)
 
 
 class _SharedState:
@@ -136,6 +172,8 @@ class _SharedState:
             # Python method around it, which saves a Python call per text;
             # token_lengths falls back to the method for the one input the
             # Rust side refuses: text with lone surrogates, which it repairs.
+            from tiktoken import Encoding  # loaded with the vocabulary, not at import
+
             core = getattr(encoding, "_core_bpe", None) if isinstance(encoding, Encoding) else None
             batch = getattr(core, "encode_ordinary", None)
             self._encode_batch = batch if callable(batch) else encoding.encode_ordinary
@@ -143,7 +181,17 @@ class _SharedState:
         return encode
 
     def token_lengths(self, texts: list[str]) -> list[int]:
-        """How many tokens each of ``texts`` has, tokenized in one tight loop."""
+        """How many tokens each of ``texts`` has, tokenized in one tight loop.
+
+        A text that occurs more than once is tokenized once.
+        """
+        unique = dict.fromkeys(texts)
+        if len(unique) == len(texts):
+            return self._tokenize(texts)
+        lengths = dict(zip(unique, self._tokenize(list(unique)), strict=True))
+        return list(map(lengths.__getitem__, texts))
+
+    def _tokenize(self, texts: list[str]) -> list[int]:
         encode = self.encoder()
         batch = self._encode_batch or encode
         try:
@@ -170,7 +218,7 @@ class BuiltinTokenCounter:
         counter.count([Message.user("hello world")])  # 4 + 2 + 3 = 9
 
     Raises:
-        ValueError: ``cache_size`` is not a positive int.
+        InvalidRequestError: ``cache_size`` is not a positive int (also a ``ValueError``).
         TokenizerDataError: (on the first count) the shipped vocabulary is
             missing or damaged.
     """
@@ -184,8 +232,7 @@ class BuiltinTokenCounter:
         encoding: TextEncoder | None = None,
         cache_size: int = DEFAULT_CACHE_SIZE,
     ) -> None:
-        if isinstance(cache_size, bool) or not isinstance(cache_size, int) or cache_size < 1:
-            raise ValueError(f"cache_size must be a positive int, not {cache_size!r}")
+        positive_int("cache_size", cache_size)
         self._bind(_SharedState(encoding, cache_size), projection)
 
     def _bind(self, shared: _SharedState, projection: ReplayProjection | None) -> None:
@@ -248,57 +295,60 @@ class BuiltinTokenCounter:
         return total
 
     def _sum_messages(self, messages: Sequence[Message]) -> int:
-        # A warm count is one dict lookup per message. The messages that miss
-        # are priced together: their texts are gathered first and tokenized in
-        # one tight loop, which keeps the tokenizer's tables hot in the CPU
-        # cache, and their costs are stored under one lock.
-        cache = self._shared.cache
-        recent = cache.recent
-        previous = cache.previous
+        # A warm count is one identity lookup per message. The messages that
+        # miss are priced together: their texts are gathered first and
+        # tokenized in one tight loop, which keeps the tokenizer's tables hot
+        # in the CPU cache, and their costs are stored under one lock.
+        by_id = self._shared.cache.by_id
+        recent = by_id.recent
+        previous = by_id.previous
         total = 0
-        missed: dict[Message, None] = {}  # an ordered set
-        repeated: list[Message] = []
-        revived: dict[Hashable, int] = {}
+        missed: list[Message] = []
         for message in messages:
-            cost = recent.get(message)
-            if cost is None:
-                cost = previous.get(message) if previous else None
-                if cost is not None:
-                    revived[message] = cost  # used again: back into the recent generation
-                elif message.reasoning is not None:
-                    cost = self.message_tokens(message)  # keyed by projection too
-                else:
-                    # One insertion tells a repeat from a first miss: hashing a
-                    # message is a Python call, so a cold count makes as few as it can.
-                    before = len(missed)
-                    missed[message] = None
-                    if len(missed) == before:
-                        repeated.append(message)
-                    continue
-            total += cost
-        if revived:
-            cache.put_many(revived.items(), len(revived))
+            entry = recent.get(id(message))
+            if entry is None and previous:
+                entry = previous.get(id(message))
+                if entry is not None and entry[0] is message:
+                    by_id.put(id(message), entry)  # used again: back into the recent generation
+            if entry is not None and entry[0] is message:
+                total += entry[1]
+            elif message.reasoning is not None:
+                total += self.message_tokens(message)  # keyed by projection too
+            else:
+                missed.append(message)
         if missed:
-            priced = self._price_messages(list(missed))
-            total += sum(priced)
-            if repeated:
-                fresh = dict(zip(missed, priced, strict=True))
-                total += sum(map(fresh.__getitem__, repeated))
-            cache.put_many(zip(missed, priced, strict=True), len(missed))
+            total += self._price_misses(missed)
         return total
+
+    def _price_misses(self, missed: list[Message]) -> int:
+        """Price and remember the messages a count missed; the same object twice is priced once."""
+        unique = {id(message): message for message in missed}
+        if len(unique) == len(missed):
+            priced = self._price_messages(missed)
+            self._shared.cache.put_messages(missed, priced)
+            return sum(priced)
+        once = list(unique.values())
+        priced = self._price_messages(once)
+        self._shared.cache.put_messages(once, priced)
+        cost_of = dict(zip(unique, priced, strict=True))
+        return sum(cost_of[id(message)] for message in missed)
 
     def message_tokens(self, message: Message) -> int:
         """What ``message`` adds to a transcript's count."""
         # A message's cost is cached under the message itself, unless its
         # reasoning makes the cost depend on the projection.
-        key: Hashable
+        cache = self._shared.cache
         if message.reasoning is None:
-            key = message
-        elif self._projection_key is not None:
+            cost = cache.message_cost(message)
+            if cost is None:
+                cost = self._price_messages([message])[0]
+                cache.put_messages([message], [cost])
+            return cost
+        key: Hashable
+        if self._projection_key is not None:
             key = (self._projection_key, message)
         else:
             return self._price_messages([message])[0]
-        cache = self._shared.cache
         cost = cache.get(key)
         if cost is None:
             cost = self._price_messages([message])[0]
@@ -334,9 +384,23 @@ class BuiltinTokenCounter:
         texts: list[str] = []
         fixed_costs: list[int] = []
         ends: list[int] = []  # where each message's texts end in ``texts``
+        add_text, add_fixed, add_end = texts.append, fixed_costs.append, ends.append
         for message in messages:
-            fixed_costs.append(gather(message, texts))
-            ends.append(len(texts))
+            content = message.content
+            # Most messages are plain text: no call for them.
+            if (
+                type(content) is str
+                and not message.tool_calls
+                and message.tool_call_id is None
+                and not message.name
+                and message.reasoning is None
+            ):
+                if content:
+                    add_text(content)
+                add_fixed(MESSAGE_TOKENS)
+            else:
+                add_fixed(gather(message, texts))
+            add_end(len(texts))
         # Message i's texts are texts[ends[i - 1]:ends[i]]; its text tokens are
         # a difference of running totals. All of it runs in C, in tight loops.
         running = [0, *accumulate(self._shared.token_lengths(texts))]

@@ -21,12 +21,13 @@ import gzip
 import hashlib
 import threading
 import zlib
-from importlib import resources
-from typing import Protocol
-
-import tiktoken
+from typing import TYPE_CHECKING, Protocol
 
 from threadline._errors import TokenizerDataError
+
+if TYPE_CHECKING:
+    # Imported when the vocabulary is first loaded: tiktoken costs ~40 ms at import.
+    import tiktoken
 
 __all__ = ["O200K_BASE_SHA256", "TextEncoder", "o200k_base_encoding"]
 
@@ -88,6 +89,8 @@ def _load_once() -> tiktoken.Encoding:
     global _encoding
     with _lock:
         if _encoding is None:
+            from importlib import resources  # only when the vocabulary is loaded
+
             source = resources.files("threadline.counting") / "_data" / _VOCABULARY_FILE
             try:
                 compressed = source.read_bytes()
@@ -113,6 +116,8 @@ def build_o200k_base(compressed: bytes) -> tiktoken.Encoding:
     digest = hashlib.sha256(contents).hexdigest()
     if digest != O200K_BASE_SHA256:
         raise _damaged(f"its sha256 is {digest}, expected {O200K_BASE_SHA256}")
+    import tiktoken
+
     return tiktoken.Encoding(
         name="o200k_base",
         pat_str=_O200K_PATTERN,

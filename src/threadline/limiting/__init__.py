@@ -11,6 +11,7 @@ the ledger records (``event.drop_units(units, reason=...)``), recount
 
 from threadline._errors import TranscriptIntegrityError
 from threadline._public import publish
+from threadline._result import RoundRecord
 from threadline.limiting._budget import Budget, BudgetReport, BudgetResolution
 from threadline.limiting._drop_oldest import drop_oldest_units
 from threadline.limiting._event import TokenLimitEvent, TokenLimitHandler
@@ -39,6 +40,7 @@ __all__ = [
     "HandlerRun",
     "LimitingRecord",
     "PinReason",
+    "RoundRecord",
     "TokenLimitEvent",
     "TokenLimitHandler",
     "TranscriptIntegrityError",

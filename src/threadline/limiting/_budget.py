@@ -24,6 +24,7 @@ from threadline._errors import InvalidRequestError
 from threadline._messages import Message
 from threadline._models import Model
 from threadline._sentinel import NOT_GIVEN, NotGiven
+from threadline._validate import non_negative_int, positive_int, positive_int_or_none
 from threadline.counting._protocol import TokenCounter, is_incremental
 from threadline.limiting._units import PinReason, pinned_units, unit_starts
 from threadline.tools._tools import Tool
@@ -68,14 +69,8 @@ class Budget:
     )
 
     def __attrs_post_init__(self) -> None:
-        if not is_int(self.limit) or self.limit <= 0:
-            raise InvalidRequestError(
-                f"the context limit must be a positive int, not {self.limit!r}"
-            )
-        if not is_int(self.reserve) or self.reserve < 0:
-            raise InvalidRequestError(
-                f"the output reserve must be an int of 0 or more, not {self.reserve!r}"
-            )
+        positive_int("Budget.limit", self.limit)
+        non_negative_int("Budget.reserve", self.reserve)
         if self.reserve >= self.limit:
             raise InvalidRequestError(
                 f"an output reserve of {self.reserve} tokens fills the context limit of "
@@ -95,11 +90,6 @@ class BudgetResolution:
 
     budget: Budget | None
     reason: str
-
-
-def is_int(value: object) -> bool:
-    """An ``int`` that is not a ``bool`` (``True`` is no token count)."""
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def resolve_budget(
@@ -127,22 +117,10 @@ def resolve_budget(
         >>> resolve_budget(None, max_context_tokens=100_000, output_reserve_tokens=8_000).budget
         Budget(limit=100000, reserve=8000, prompt_tokens=92000)
     """
-    if max_context_tokens is not None and (
-        not is_int(max_context_tokens) or max_context_tokens <= 0
-    ):
-        raise InvalidRequestError(
-            f"max_context_tokens must be a positive int, not {max_context_tokens!r}"
-        )
-    if max_output_tokens is not None and (not is_int(max_output_tokens) or max_output_tokens <= 0):
-        raise InvalidRequestError(
-            f"max_output_tokens must be a positive int, not {max_output_tokens!r}"
-        )
-
+    positive_int_or_none("max_context_tokens", max_context_tokens)
+    positive_int_or_none("max_output_tokens", max_output_tokens)
     if not isinstance(output_reserve_tokens, NotGiven):
-        if not is_int(output_reserve_tokens) or output_reserve_tokens < 0:
-            raise InvalidRequestError(
-                f"output_reserve_tokens must be an int of 0 or more, not {output_reserve_tokens!r}"
-            )
+        non_negative_int("output_reserve_tokens", output_reserve_tokens)
         reserve, reserve_from = output_reserve_tokens, "with_output_reserve_tokens"
     elif max_output_tokens is not None:
         reserve, reserve_from = max_output_tokens, "max_output_tokens"

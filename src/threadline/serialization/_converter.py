@@ -1,8 +1,9 @@
 """Versioned JSON for message lists and saved conversations.
 
-One cattrs converter of threadline's own turns the value classes of
-``_messages`` and ``_documents`` into JSON and back; the classes themselves
-know nothing about it.
+One cattrs converter of threadline's own (its hooks are registered in
+``_hooks``) turns the value classes of ``_messages`` and ``_documents`` into
+JSON and back; the classes themselves know nothing about it. This module holds
+the format: reading and writing the text, versions, and the paths of problems.
 
 The format, version 1
 ---------------------
@@ -70,33 +71,28 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Iterator
-from datetime import datetime
 from typing import Any, Final, NoReturn, TypeVar
 
-import attrs
-from cattrs.cols import homogenous_tuple_structure_factory, is_sequence
 from cattrs.errors import (
     ClassValidationError,
     ForbiddenExtraKeysError,
     IterableValidationError,
 )
-from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
-from cattrs.preconf.json import JsonConverter, make_converter
 
 from threadline._errors import ConversationFormatError, ThreadlineError
-from threadline._messages import (
-    ContentPart,
-    ImagePart,
-    Message,
-    Origin,
-    Reasoning,
-    Role,
-    TextPart,
-    ToolCall,
-    Usage,
-    has_provider_reasoning,
+from threadline._messages import Message, Origin
+from threadline.serialization._documents import (
+    ConversationDocument,
+    ConversationEvent,
+    MessageList,
 )
-from threadline.serialization._documents import ConversationDocument, ConversationEvent, member_path
+from threadline.serialization._hooks import (
+    Invalid,
+    make_document_converter,
+    provider_reasoning_problem,
+    refuse_constant,
+)
+from threadline.serialization._json import describe, member_path
 
 __all__ = [
     "FORMAT_VERSION",
@@ -120,6 +116,8 @@ Migration = Callable[[dict[str, Any]], dict[str, Any]]
 """Takes a parsed document of one version and returns it in the next version's shape."""
 
 _MIGRATIONS: dict[int, Migration] = {}
+
+_CONVERTER: Final = make_document_converter()
 
 
 def register_migration(from_version: int) -> Callable[[Migration], Migration]:
@@ -313,7 +311,7 @@ def _read(text: str | bytes) -> Any:
     if not isinstance(text, str | bytes | bytearray):
         raise TypeError(f"expected JSON text as str or bytes, not {type(text).__name__}")
     try:
-        return json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_object)
+        return json.loads(text, parse_constant=refuse_constant, object_pairs_hook=_object)
     except json.JSONDecodeError as exc:
         raise ConversationFormatError(
             f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
@@ -322,12 +320,8 @@ def _read(text: str | bytes) -> Any:
         raise ConversationFormatError(f"not UTF-8 text: {exc.reason}") from None
     except RecursionError:
         raise ConversationFormatError("nested too deeply to read") from None
-    except _Invalid as exc:
+    except Invalid as exc:
         raise ConversationFormatError(f"not valid JSON: {exc.reason}") from None
-
-
-def _refuse_constant(name: str) -> NoReturn:
-    raise _Invalid(f"{name} is not a JSON number")
 
 
 def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -337,30 +331,13 @@ def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         for key, _ in pairs:
             if key in seen:
                 # Which one a reader keeps is up to the reader: refuse to guess.
-                raise _Invalid(f"the key {key!r} appears twice in one object")
+                raise Invalid(f"the key {key!r} appears twice in one object")
             seen.add(key)
     return result
 
 
-def _describe(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return f"the number {value!r}"
-    if isinstance(value, str):
-        shown = value if len(value) <= 40 else value[:37] + "..."
-        return f"the string {shown!r}"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return f"a {type(value).__name__}"
-
-
 def _refuse(expected: str, *, found: object, path: str = "$") -> NoReturn:
-    raise ConversationFormatError(f"{expected}, not {_describe(found)}", path=path)
+    raise ConversationFormatError(f"{expected}, not {describe(found)}", path=path)
 
 
 # --- versions ----------------------------------------------------------------
@@ -415,16 +392,11 @@ def _migrate(
 # --- structuring, with the path of the first problem ---------------------------
 
 
-@attrs.frozen(kw_only=True)
-class _MessagesBody:
-    messages: tuple[Message, ...]
-
-
 def _structure_messages(document: dict[str, Any], *, bare: bool) -> tuple[Message, ...]:
     if bare:
         # Paths point into the array the caller wrote, not into our wrapper.
         return _structure(document["messages"], tuple[Message, ...], "$")
-    return _structure(document, _MessagesBody, "$").messages
+    return _structure(document, MessageList, "$").messages
 
 
 def _structure_conversation(document: dict[str, Any]) -> ConversationDocument:
@@ -467,7 +439,7 @@ def _problems(exc: BaseException, path: str) -> Iterator[tuple[str, str]]:
                 path + member_path(name),
                 f"unknown field {name!r}: format version {FORMAT_VERSION} has no such field",
             )
-    elif isinstance(exc, _Invalid):
+    elif isinstance(exc, Invalid):
         yield path + exc.suffix, exc.reason
     elif isinstance(exc, KeyError):
         yield path, "a required field is missing"
@@ -476,15 +448,6 @@ def _problems(exc: BaseException, path: str) -> Iterator[tuple[str, str]]:
         yield path, str(exc)
     else:
         yield path, f"invalid value ({type(exc).__name__}: {exc})"
-
-
-class _Invalid(Exception):
-    """A problem found while structuring, ``suffix`` the path below the value checked."""
-
-    def __init__(self, reason: str, suffix: str = "") -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.suffix = suffix
 
 
 # --- checks before saving --------------------------------------------------------
@@ -503,226 +466,8 @@ def _check_persistable(message: Message, path: str) -> None:
         except UnicodeDecodeError:
             problem: str | None = "is not UTF-8 text"
         else:
-            problem = _provider_reasoning_problem(text)
+            problem = provider_reasoning_problem(text)
         if problem is not None:
             raise ConversationFormatError(
                 f"provider_reasoning {problem}", path=f"{path}.reasoning.provider_reasoning"
             )
-
-
-def _provider_reasoning_problem(text: str) -> str | None:
-    if not has_provider_reasoning(text.encode("utf-8", "surrogatepass")):
-        return None
-    try:
-        json.loads(text, parse_constant=_refuse_constant)
-    except json.JSONDecodeError as exc:
-        return f"is not valid JSON ({exc.msg} at position {exc.pos})"
-    except _Invalid as exc:
-        return f"is not valid JSON ({exc.reason})"
-    return None
-
-
-# --- the converter -----------------------------------------------------------------
-
-_ROLES = ", ".join(role.value for role in Role)
-_SAVED_ORIGINS = (Origin.SEED, Origin.TURN)
-_PART_TAGS: dict[str, type[TextPart] | type[ImagePart]] = {"text": TextPart, "image": ImagePart}
-
-
-def _strict(kind: type[Any], expected: str) -> Callable[[Any, Any], Any]:
-    # cattrs would call str(5) or int("5"); a saved document gets no such help.
-    def structure(value: Any, _: Any) -> Any:
-        if type(value) is kind:
-            return value
-        raise _Invalid(f"expected {expected}, not {_describe(value)}")
-
-    return structure
-
-
-def _structure_optional_str(value: Any, _: Any) -> str | None:
-    if value is None or type(value) is str:
-        return value
-    raise _Invalid(f"expected a string or null, not {_describe(value)}")
-
-
-def _structure_role(value: Any, _: Any) -> Role:
-    if type(value) is str and value in Role._value2member_map_:
-        return Role(value)
-    raise _Invalid(f"expected a role ({_ROLES}), not {_describe(value)}")
-
-
-def _structure_origin(value: Any, _: Any) -> Origin:
-    if value == Origin.INJECTION.value:
-        raise _Invalid("injected messages are never persisted; 'injection' is not a saved origin")
-    if type(value) is str and value in _SAVED_ORIGINS:
-        return Origin(value)
-    raise _Invalid(f"expected an origin (seed, turn), not {_describe(value)}")
-
-
-def _structure_provider_reasoning(value: Any, _: Any) -> bytes:
-    if type(value) is not str:
-        raise _Invalid(f"expected the provider's JSON as a string, not {_describe(value)}")
-    problem = _provider_reasoning_problem(value)
-    if problem is not None:
-        raise _Invalid(f"provider_reasoning {problem}")
-    try:
-        return value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise _Invalid("provider_reasoning holds a lone surrogate, not UTF-8 text") from None
-
-
-def _unstructure_provider_reasoning(value: bytes) -> str:
-    # Checked to be UTF-8 JSON by _check_persistable before any dump.
-    return value.decode("utf-8")
-
-
-def _structure_timestamp(value: Any, _: Any) -> datetime | None:
-    if value is None:
-        return None
-    if type(value) is not str:
-        raise _Invalid(f"expected an ISO 8601 time or null, not {_describe(value)}")
-    try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        raise _Invalid(f"expected an ISO 8601 time, not {_describe(value)}") from None
-    if moment.utcoffset() is None:
-        raise _Invalid(f"the time {value!r} has no UTC offset")
-    return moment
-
-
-def _unstructure_timestamp(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat()
-
-
-def _structure_settings(value: Any, _: Any) -> dict[str, Any]:
-    if type(value) is not dict:
-        raise _Invalid(f"expected an object, not {_describe(value)}")
-    # Parsed JSON without NaN is a JsonValue already; nothing else to check.
-    return value
-
-
-def _structure_metadata(value: Any, _: Any) -> dict[str, str]:
-    if type(value) is not dict:
-        raise _Invalid(f"expected an object, not {_describe(value)}")
-    for key, item in value.items():
-        if type(item) is not str:
-            raise _Invalid(f"expected a string, not {_describe(item)}", member_path(key))
-    return value
-
-
-def _make_converter() -> JsonConverter:
-    converter = make_converter(detailed_validation=True, forbid_extra_keys=True)
-
-    for kind, expected in ((str, "a string"), (int, "an integer"), (bool, "true or false")):
-        converter.register_structure_hook(kind, _strict(kind, expected))
-    converter.register_structure_hook(str | None, _structure_optional_str)
-    converter.register_structure_hook(Role, _structure_role)
-    converter.register_structure_hook(Origin, _structure_origin)
-    converter.register_unstructure_hook(Role, lambda role: role.value)
-    converter.register_unstructure_hook(Origin, lambda origin: origin.value)
-
-    tuple_factory = homogenous_tuple_structure_factory
-
-    def strict_tuple_factory(kind: Any, conv: Any) -> Callable[[Any, Any], Any]:
-        items = tuple_factory(kind, conv)
-
-        def structure(value: Any, type_: Any) -> Any:
-            if type(value) is not list:
-                raise _Invalid(f"expected an array, not {_describe(value)}")
-            return items(value, type_)
-
-        return structure
-
-    converter.register_structure_hook_factory(is_sequence, strict_tuple_factory)
-
-    def structure_object(cls: type[Any], **fields: Any) -> None:
-        generated = make_dict_structure_fn(cls, converter, **fields)
-
-        def structure(value: Any, type_: Any) -> Any:
-            if type(value) is not dict:
-                raise _Invalid(f"expected an object, not {_describe(value)}")
-            return generated(value, type_)
-
-        converter.register_structure_hook(cls, structure)
-
-    def unstructure_object(cls: type[Any], *, omit_defaults: bool, **fields: Any) -> None:
-        generated = make_dict_unstructure_fn(
-            cls, converter, _cattrs_omit_if_default=omit_defaults, **fields
-        )
-        order = [field.name for field in attrs.fields(cls)]
-
-        def unstructure(value: Any) -> dict[str, Any]:
-            # cattrs puts the always-written fields first; keep the class's order instead.
-            written = generated(value)
-            return {name: written[name] for name in order if name in written}
-
-        converter.register_unstructure_hook(cls, unstructure)
-
-    always = override(omit_if_default=False)
-    # Leaves first: a generated hook captures the hooks of its fields when it is made.
-    for cls in (TextPart, ImagePart, ToolCall, Usage):
-        structure_object(cls)
-    unstructure_object(TextPart, omit_defaults=True)
-    unstructure_object(ImagePart, omit_defaults=True)
-    unstructure_object(ToolCall, omit_defaults=False)
-    unstructure_object(Usage, omit_defaults=False)
-
-    reasoning_bytes = override(
-        struct_hook=_structure_provider_reasoning, unstruct_hook=_unstructure_provider_reasoning
-    )
-    structure_object(Reasoning, provider_reasoning=reasoning_bytes)
-    unstructure_object(Reasoning, omit_defaults=True, provider_reasoning=reasoning_bytes)
-
-    def structure_part(value: Any, _: Any) -> ContentPart:
-        if type(value) is not dict:
-            raise _Invalid(f"expected a content part object, not {_describe(value)}")
-        tag = value.get("type")
-        if tag not in _PART_TAGS:
-            reason = f"expected a part type (text, image), not {_describe(tag)}"
-            raise _Invalid("a content part needs a type" if tag is None else reason, ".type")
-        fields = {key: item for key, item in value.items() if key != "type"}
-        part: ContentPart = converter.structure(fields, _PART_TAGS[tag])
-        return part
-
-    def unstructure_part(part: ContentPart) -> dict[str, Any]:
-        tag = "text" if isinstance(part, TextPart) else "image"
-        return {"type": tag, **converter.unstructure(part, type(part))}
-
-    def structure_content(value: Any, _: Any) -> str | tuple[ContentPart, ...]:
-        if type(value) is str:
-            return value
-        if type(value) is not list:
-            raise _Invalid(f"expected a string or an array of parts, not {_describe(value)}")
-        parts: tuple[ContentPart, ...] = converter.structure(value, tuple[ContentPart, ...])
-        return parts
-
-    def unstructure_content(value: str | tuple[ContentPart, ...]) -> Any:
-        if isinstance(value, str):
-            return value
-        return [unstructure_part(part) for part in value]
-
-    converter.register_structure_hook(ContentPart, structure_part)
-    content = override(
-        omit_if_default=False, struct_hook=structure_content, unstruct_hook=unstructure_content
-    )
-    structure_object(Message, content=content)
-    unstructure_object(Message, omit_defaults=True, role=always, content=content, origin=always)
-
-    structure_object(_MessagesBody)
-    structure_object(ConversationEvent)
-    unstructure_object(ConversationEvent, omit_defaults=True)
-    timestamp = override(struct_hook=_structure_timestamp, unstruct_hook=_unstructure_timestamp)
-    structure_object(
-        ConversationDocument,
-        settings=override(struct_hook=_structure_settings),
-        metadata=override(struct_hook=_structure_metadata),
-        created_at=timestamp,
-        updated_at=timestamp,
-    )
-    unstructure_object(
-        ConversationDocument, omit_defaults=False, created_at=timestamp, updated_at=timestamp
-    )
-    return converter
-
-
-_CONVERTER: Final = _make_converter()

@@ -1,82 +1,30 @@
 """What a saved conversation holds: the document a ``Conversation`` saves and restores.
 
 Data only, like ``_messages``: frozen, keyword-only attrs classes. Turning them
-into JSON and back is ``_serialization``'s job. The document holds the
-transcript and the conversation's state, never the agent, API keys or tool
-handlers.
+into JSON and back is the converter's job (``_converter`` and ``_hooks``). The
+document holds the transcript and the conversation's state, never the agent,
+API keys or tool handlers.
 """
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Any, TypeAlias
 
 import attrs
 
 from threadline._errors import InvalidRequestError
 from threadline._messages import Message, Origin, Usage
+from threadline.serialization._json import JsonValue, copy_json, json_value_problem, member_path
 
 __all__ = [
     "ConversationDocument",
     "ConversationEvent",
     "JsonValue",
+    "MessageList",
     "json_value_problem",
     "member_path",
 ]
-
-JsonValue: TypeAlias = "bool | int | float | str | list[JsonValue] | dict[str, JsonValue] | None"
-"""A value JSON can hold exactly: finite floats, string keys, lists not tuples."""
-
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-
-
-def member_path(key: str) -> str:
-    """The JSONPath step to ``key``: ``.name``, or ``["odd key"]`` when it is not a name."""
-    if _IDENTIFIER.match(key):
-        return f".{key}"
-    return "[" + _quote(key) + "]"
-
-
-def _quote(key: str) -> str:
-    escaped = key.replace("\\", "\\\\").replace('"', '\\"')
-    return f'"{escaped}"'
-
-
-def json_value_problem(value: object) -> tuple[str, str] | None:
-    """Where and why ``value`` is not a :data:`JsonValue`, or ``None`` when it is.
-
-    The place is a JSONPath suffix relative to ``value`` (``""``, ``.a[2]``).
-    """
-    if value is None or isinstance(value, bool | int | str):
-        return None
-    if isinstance(value, float):
-        return None if math.isfinite(value) else ("", f"{value!r} is not a JSON number")
-    if isinstance(value, list):
-        for index, item in enumerate(value):
-            problem = json_value_problem(item)
-            if problem is not None:
-                return f"[{index}]{problem[0]}", problem[1]
-        return None
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if not isinstance(key, str):
-                return "", f"the key {key!r} is not a string"
-            problem = json_value_problem(item)
-            if problem is not None:
-                return f"{member_path(key)}{problem[0]}", problem[1]
-        return None
-    return "", f"a {type(value).__name__} is not a JSON value"
-
-
-def _copy_json(value: Any) -> Any:
-    if isinstance(value, list):
-        return [_copy_json(item) for item in value]
-    if isinstance(value, dict):
-        return {key: _copy_json(item) for key, item in value.items()}
-    return value
 
 
 def _to_settings(value: Mapping[str, JsonValue]) -> dict[str, JsonValue]:
@@ -87,7 +35,7 @@ def _to_settings(value: Mapping[str, JsonValue]) -> dict[str, JsonValue]:
     if problem is not None:
         raise InvalidRequestError(f"settings{problem[0]}: {problem[1]}")
     # A deep copy, so the caller's later edits cannot reach a frozen document.
-    copied: dict[str, JsonValue] = _copy_json(settings)
+    copied: dict[str, JsonValue] = copy_json(settings)
     return copied
 
 
@@ -222,3 +170,10 @@ class ConversationDocument:
                 )
         _check_timestamp("created_at", self.created_at)
         _check_timestamp("updated_at", self.updated_at)
+
+
+@attrs.frozen(kw_only=True)
+class MessageList:
+    """What a message list document holds, its ``format_version`` left out: the messages."""
+
+    messages: tuple[Message, ...]

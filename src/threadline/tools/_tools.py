@@ -25,16 +25,10 @@ import attrs
 
 from threadline._errors import InvalidRequestError, ToolArgumentsError
 from threadline._messages import Message, Origin, Role, ToolCall
-from threadline.tools._schema import (
-    check,
-    convert,
-    json_default,
-    json_value,
-    object_schema,
-    parse_docstring,
-    schema_for,
-    type_hints,
-)
+from threadline.serialization._json import json_default
+from threadline.tools._check import check
+from threadline.tools._docstrings import parse_docstring
+from threadline.tools._signature import Binder, call_method, docstring, signature_parameters
 
 __all__ = ["Tool", "ToolOutcome", "ToolResult", "Toolset", "tool", "unknown_tool_outcome"]
 
@@ -131,80 +125,10 @@ def _empty_parameters() -> Mapping[str, Any]:
     return {"type": "object", "properties": {}}
 
 
-# ---------------------------------------------------------------------------
-# Binding checked JSON arguments to a Python signature
-
-
-@attrs.frozen
-class _Binder:
-    """How to call a function built into a tool from its checked arguments."""
-
-    hints: Mapping[str, Any]
-    positional_only: tuple[inspect.Parameter, ...]
-
-    def bind(self, arguments: Mapping[str, Any]) -> tuple[list[Any], dict[str, Any]]:
-        values = {name: convert(value, self.hints[name]) for name, value in arguments.items()}
-        given = [p.name in values for p in self.positional_only]
-        last = max((i for i, present in enumerate(given) if present), default=-1)
-        args = [values.pop(p.name, p.default) for p in self.positional_only[: last + 1]]
-        return args, values
-
-
-def _signature_parameters(
-    function: Callable[..., Any], where: str
-) -> tuple[dict[str, Any], _Binder]:
-    try:
-        signature = inspect.signature(function)
-    except (TypeError, ValueError) as exc:
-        raise InvalidRequestError(f"{where}: cannot read its signature ({exc})") from None
-    target = function.func if isinstance(function, functools.partial) else function
-    hints = type_hints(target, where=where) or type_hints(_call_method(target), where=where)
-    _, documented = parse_docstring(_docstring(function))
-    properties: dict[str, Any] = {}
-    required: list[str] = []
-    parameter_hints: dict[str, Any] = {}
-    for parameter in signature.parameters.values():
-        parameter_where = f"parameter {parameter.name!r} of {where}"
-        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
-            raise InvalidRequestError(
-                f"{parameter_where}: *args and **kwargs have no JSON schema; "
-                "name each argument the model may pass"
-            )
-        hint = hints.get(parameter.name, parameter.annotation)
-        if hint is parameter.empty or isinstance(hint, str):
-            raise InvalidRequestError(
-                f"{parameter_where}: annotate it with its type (typing.Any accepts any JSON)"
-            )
-        schema = schema_for(hint, where=parameter_where)
-        if documented.get(parameter.name):
-            schema["description"] = documented[parameter.name]
-        if parameter.default is parameter.empty:
-            required.append(parameter.name)
-        else:
-            default = json_value(parameter.default)
-            if default is not attrs.NOTHING:
-                schema["default"] = default
-        properties[parameter.name] = schema
-        parameter_hints[parameter.name] = hint
-    positional_only = tuple(p for p in signature.parameters.values() if p.kind is p.POSITIONAL_ONLY)
-    return object_schema(properties, required), _Binder(parameter_hints, positional_only)
-
-
-def _docstring(function: Callable[..., Any]) -> str | None:
-    if isinstance(function, functools.partial):
-        function = function.func
-    return inspect.getdoc(function)
-
-
-def _call_method(function: object) -> Any:
-    """The ``__call__`` of a callable object, whose annotations describe it."""
-    return getattr(type(function), "__call__", None)  # noqa: B004 (not a callable() test)
-
-
 def _is_async(function: Callable[..., Any]) -> bool:
     # A callable object with ``async def __call__`` is async too.
     return inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(
-        _call_method(function)
+        call_method(function)
     )
 
 
@@ -347,7 +271,7 @@ class Tool:
         default=None, validator=attrs.validators.optional(attrs.validators.is_callable())
     )
     in_thread: bool = True
-    _binder: _Binder | None = attrs.field(default=None, alias="_binder", repr=False)
+    _binder: Binder | None = attrs.field(default=None, alias="_binder", repr=False)
 
     @classmethod
     def from_function(
@@ -371,9 +295,9 @@ class Tool:
             name = getattr(function, "__name__", None)
             if name is None:
                 raise InvalidRequestError(f"{qualname} has no __name__; pass name=... to @tool")
-        parameters, binder = _signature_parameters(function, qualname)
+        parameters, binder = signature_parameters(function, qualname)
         if description is None:
-            description, _ = parse_docstring(_docstring(function))
+            description, _ = parse_docstring(docstring(function))
         return cls(
             name=name,
             description=description,

@@ -1,0 +1,289 @@
+"""What a conversation holds and shows: its state, its settings, its saved form.
+
+:class:`ConversationState` is the base of :class:`~threadline.Conversation`,
+which adds what changes the state (turns, rewrites, loading); see
+``_conversation``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Unpack
+
+import anyio
+import anyio.lowlevel
+import attrs
+
+from threadline._agent import Agent, combined_settings
+from threadline._conversation_settings import saved_settings
+from threadline._errors import InvalidRequestError
+from threadline._messages import Message, Origin, Usage
+from threadline._models import Model
+from threadline._plan import settings_budget, settings_counter
+from threadline._provider import ProviderResponse
+from threadline._sentinel import NotGiven
+from threadline._settings import RequestSettings, SettingsChanges
+from threadline._store import ConversationStore
+from threadline._transcript import Transcript, Turn
+from threadline._validate import fail, non_negative_int
+from threadline.serialization._converter import dumps_conversation
+from threadline.serialization._documents import ConversationDocument, ConversationEvent, JsonValue
+
+__all__ = ["ConversationState", "now"]
+
+
+def now() -> datetime:
+    """The time a conversation stamps on what it writes."""
+    return datetime.now(UTC)
+
+
+class ConversationState:
+    """A conversation's state and what can be read from it (see ``Conversation``)."""
+
+    def __init__(
+        self,
+        agent: Agent,
+        *,
+        id: str | None = None,
+        history_limit: int = 0,
+        store: ConversationStore | None = None,
+        metadata: Mapping[str, str] | None = None,
+        settings: RequestSettings | None = None,
+        **options: Unpack[SettingsChanges],
+    ) -> None:
+        if not isinstance(agent, Agent):
+            fail("agent", "an Agent", agent)
+        if id is None:
+            id = uuid.uuid4().hex
+        if not isinstance(id, str) or not id:
+            fail("id", "a non-empty string or None", id)
+        self._agent = agent
+        self._id = id
+        self._history_limit = non_negative_int("history_limit", history_limit)
+        self._store = store
+        self._settings = combined_settings(agent.settings, settings, options)
+        # The document type validates the labels; keep its copy.
+        self._metadata = ConversationDocument(id=id, metadata=metadata or {}).metadata
+        self._extra_settings: dict[str, JsonValue] = {}
+        self._lock = anyio.Lock()
+        self._lock_loop: anyio.lowlevel.EventLoopToken | None = None
+        self._version = 0
+        self._created_at: datetime | None = now()
+        self._updated_at: datetime | None = None
+        self._transcript = Transcript()
+
+    def _turn_lock(self) -> anyio.Lock:
+        # An anyio lock belongs to the backend that first used it; an idle
+        # conversation may move on to another event loop (asyncio, then trio).
+        loop = anyio.lowlevel.current_token()
+        if loop != self._lock_loop and not self._lock.locked():
+            if self._lock_loop is not None:
+                self._lock = anyio.Lock()
+            self._lock_loop = loop
+        return self._lock
+
+    # -- state --------------------------------------------------------------------------
+
+    @property
+    def id(self) -> str:
+        """The conversation's id."""
+        return self._id
+
+    @property
+    def agent(self) -> Agent:
+        """The agent the conversation runs with."""
+        return self._agent
+
+    @property
+    def store(self) -> ConversationStore | None:
+        """Where the conversation persists, if anywhere."""
+        return self._store
+
+    @property
+    def version(self) -> int:
+        """The store version this conversation last wrote or loaded (0: not stored yet)."""
+        return self._version
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        """The caller's labels (a copy)."""
+        return dict(self._metadata)
+
+    @property
+    def history_limit(self) -> int:
+        """How many messages the window holds at least; 0 sends the whole transcript.
+
+        A new value applies from the next run.
+        """
+        return self._history_limit
+
+    @history_limit.setter
+    def history_limit(self, value: int) -> None:
+        self._history_limit = non_negative_int("history_limit", value)
+
+    @property
+    def settings(self) -> RequestSettings:
+        """What each turn's request is sent with; a new value applies from the next run.
+
+        ``conv.settings = conv.settings.evolve(temperature=0)`` changes one option.
+        """
+        return self._settings
+
+    @settings.setter
+    def settings(self, value: RequestSettings) -> None:
+        self._settings = combined_settings(self._settings, value, {})
+
+    @property
+    def max_context_tokens(self) -> int | None:
+        """The context limit each turn's request gets (``None``: the model's)."""
+        return self._settings.max_context_tokens
+
+    @max_context_tokens.setter
+    def max_context_tokens(self, value: int | None) -> None:
+        self._settings = self._settings.evolve(max_context_tokens=value)
+
+    @property
+    def output_reserve_tokens(self) -> int | NotGiven:
+        """The reply's reserve each turn's request gets (``NOT_GIVEN``: the default)."""
+        return self._settings.output_reserve_tokens
+
+    @output_reserve_tokens.setter
+    def output_reserve_tokens(self, value: int | NotGiven) -> None:
+        self._settings = self._settings.evolve(output_reserve_tokens=value)
+
+    @property
+    def events(self) -> tuple[ConversationEvent, ...]:
+        """The whole answered transcript, oldest first (pending events are not in it)."""
+        return self._transcript.events
+
+    @property
+    def pending_events(self) -> tuple[ConversationEvent, ...]:
+        """Prompts a crashed process submitted and never saw answered.
+
+        They are never sent to the model. Run one again to answer it (the
+        pending copy goes when the turn commits), or :meth:`discard_pending`.
+        """
+        return self._transcript.pending
+
+    def pending_messages(self) -> tuple[Message, ...]:
+        """The messages of :attr:`pending_events`."""
+        return tuple(event.message for event in self._transcript.pending)
+
+    @property
+    def messages(self) -> tuple[Message, ...]:
+        """The conversation's messages the next turn sends as history: the window.
+
+        The agent's instructions are not among them; :attr:`model_input` adds them.
+        """
+        return tuple(self._transcript.window(self._history_limit))
+
+    @property
+    def model_input(self) -> tuple[Message, ...]:
+        """Exactly what the model will see next turn before its prompt: the agent's
+        instructions as the first (system) message, then the window, as the
+        request sends them (origin ``seed``).
+
+        Limiting still applies when a turn is over budget. :meth:`token_estimate`
+        counts this list and the agent's tools.
+        """
+        window = [m.with_origin(Origin.SEED) for m in self._transcript.window(self._history_limit)]
+        instructions = self._agent.instructions
+        if instructions is None:
+            return tuple(window)
+        return (Message.system(instructions), *window)
+
+    @property
+    def turns(self) -> tuple[Turn, ...]:
+        """The completed turns, oldest first."""
+        return self._transcript.turns
+
+    def turn_count(self) -> int:
+        """How many completed turns the transcript holds."""
+        return self._transcript.turn_count()
+
+    @property
+    def total_usage(self) -> Usage:
+        """What every provider call of the conversation reported, summed."""
+        return self._transcript.total_usage
+
+    @property
+    def last_response(self) -> ProviderResponse | None:
+        """The latest answer (``None`` before the first)."""
+        return self._transcript.last_response
+
+    def user_event_indices(self) -> list[int]:
+        """Indices into :attr:`events` of the user messages: the safe places to cut."""
+        return self._transcript.user_indices()
+
+    # -- token helpers ------------------------------------------------------------------
+
+    def token_estimate(self) -> int:
+        """The tokens the next request would carry before its prompt: :attr:`model_input`
+        and the agent's tools, priced with the counter a turn would use.
+
+        Raises:
+            InvalidRequestError: no model to resolve the counter for.
+        """
+        agent = self._agent
+        counter = settings_counter(self._settings, agent.client, self._model())
+        return counter.count(self.model_input, agent.tools)
+
+    def available_context_tokens(self) -> int | None:
+        """Prompt budget left after :meth:`token_estimate`, at least 0; ``None`` without a budget.
+
+        The budget is the one a turn resolves from :attr:`settings` and the model.
+
+        Raises:
+            InvalidRequestError: no model, or a reserve that fills the limit.
+        """
+        budget = settings_budget(self._settings, self._model()).budget
+        if budget is None:
+            return None
+        return max(0, budget.prompt_tokens - self.token_estimate())
+
+    def _model(self) -> Model:
+        model = self._agent.model
+        if model is None:
+            raise InvalidRequestError(
+                "no model: give the Agent a model or the Client a default_model"
+            )
+        return model
+
+    # -- documents ----------------------------------------------------------------------
+
+    def _header(
+        self,
+        *,
+        next_turn_id: int | None = None,
+        total_usage: Usage | None = None,
+        updated_at: datetime | None = None,
+    ) -> ConversationDocument:
+        return ConversationDocument(
+            id=self._id,
+            history_limit=self._history_limit,
+            next_turn_id=self._transcript.next_turn_id if next_turn_id is None else next_turn_id,
+            total_usage=self._transcript.total_usage if total_usage is None else total_usage,
+            settings=saved_settings(self._settings, self._extra_settings),
+            metadata=self._metadata,
+            created_at=self._created_at,
+            updated_at=self._updated_at if updated_at is None else updated_at,
+        )
+
+    def to_document(self) -> ConversationDocument:
+        """The conversation as a document: transcript (pending prompts last), window and
+        settings. Never the agent, keys or tool handlers."""
+        return attrs.evolve(
+            self._header(), events=(*self._transcript.events, *self._transcript.pending)
+        )
+
+    def to_json(self, *, indent: int | None = None) -> str:
+        """The conversation as versioned JSON; restore it with :meth:`from_json`."""
+        return dumps_conversation(self.to_document(), indent=indent)
+
+    def __repr__(self) -> str:
+        return (
+            f"Conversation(id={self._id!r}, turns={self._transcript.turn_count()}, "
+            f"events={len(self._transcript)}, history_limit={self._history_limit})"
+        )

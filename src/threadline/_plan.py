@@ -1,0 +1,175 @@
+"""``RunPlan``: a checked request, frozen, holding everything the run loop reads.
+
+:func:`plan_run` turns what a builder collected (a model, the system message,
+history, a prompt, tools and :class:`RequestSettings`) into a plan, or one
+``InvalidRequestError`` naming every problem. The run loop (``_run``) consumes
+plans and never sees a builder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from threadline._errors import InvalidRequestError, TranscriptIntegrityError
+from threadline._messages import Message
+from threadline._models import Model
+from threadline._provider import Driver, ProviderCall
+from threadline._settings import RequestSettings
+from threadline._validate import problem
+from threadline.counting import resolve_token_counter
+from threadline.counting._protocol import TokenCounter
+from threadline.limiting._budget import BudgetResolution, resolve_budget
+from threadline.limiting._units import check_integrity
+from threadline.tools._tools import Tool, Toolset, tool
+
+if TYPE_CHECKING:
+    from threadline._client import Client
+    from threadline.limiting._event import TokenLimitHandler
+
+__all__ = ["RunPlan", "plan_run", "settings_budget", "settings_counter"]
+
+_TOOL_CHOICES = ("auto", "none", "required")
+_UNFORCED = (None, "auto", "none")
+
+
+@attrs.frozen(kw_only=True)
+class RunPlan:
+    """A validated request, ready to run."""
+
+    driver: Driver
+    model: Model
+    transcript: tuple[Message, ...]
+    """The system message, the history (origin ``seed``) and the prompt, in order."""
+    prompt_index: int | None
+    toolset: Toolset
+    counter: TokenCounter
+    resolution: BudgetResolution
+    call_template: ProviderCall
+    """Everything a round sends except its messages."""
+    pre: TokenLimitHandler | None
+    post: TokenLimitHandler | None
+    max_rounds: int
+
+    def call(self, messages: tuple[Message, ...], round_number: int) -> ProviderCall:
+        """What round ``round_number`` sends: a forcing tool choice applies to the first
+        round only, so the model can answer with the tools' results afterwards."""
+        choice = self.call_template.tool_choice
+        if round_number > 1 and choice not in _UNFORCED:
+            choice = "auto"
+        return attrs.evolve(self.call_template, messages=messages, tool_choice=choice)
+
+
+def plan_run(
+    client: Client,
+    *,
+    model: Model | None,
+    system: str | None,
+    history: Sequence[Message],
+    prompt: Message | None,
+    tools: Iterable[Tool | Any],
+    settings: RequestSettings,
+    problems: Sequence[str] = (),
+) -> RunPlan:
+    """Check a request and freeze it into a plan.
+
+    ``problems`` are what the builder already found; they come first in the error.
+
+    Raises:
+        InvalidRequestError: every problem at once (no model, tools that cannot
+            be used, a tool choice naming no tool, a history whose tool units are
+            broken), or a reserve that fills an explicit limit.
+    """
+    found = list(problems)
+    if model is None:
+        found.append("no model: call with_model() or give the Client a default_model")
+    toolset = _toolset(tools, found)
+    _check_tool_choice(settings.tool_choice, toolset, found)
+    if found:
+        raise InvalidRequestError("invalid request: " + "; ".join(found))
+    assert model is not None
+    assert toolset is not None
+    transcript, prompt_index = _transcript(system, history, prompt)
+    resolution = settings_budget(settings, model)
+    counter = settings_counter(settings, client, model)
+    template = ProviderCall(
+        model=model,
+        messages=(),
+        tools=toolset.tools,
+        tool_choice=settings.tool_choice,
+        max_output_tokens=settings.max_output_tokens,
+        sampling=settings.sampling(),
+        extra_body=dict(settings.extra_body),
+    )
+    return RunPlan(
+        driver=client.driver,
+        model=model,
+        transcript=transcript,
+        prompt_index=prompt_index,
+        toolset=toolset,
+        counter=counter,
+        resolution=resolution,
+        call_template=template,
+        pre=settings.pre_max_tokens_reached,
+        post=settings.post_max_tokens_reached,
+        max_rounds=settings.max_rounds,
+    )
+
+
+def settings_budget(settings: RequestSettings, model: Model) -> BudgetResolution:
+    """The budget ``settings`` resolve to for ``model`` (see ``resolve_budget``).
+
+    Raises:
+        InvalidRequestError: an explicit limit the reserve fills.
+    """
+    return resolve_budget(
+        model,
+        max_context_tokens=settings.max_context_tokens,
+        output_reserve_tokens=settings.output_reserve_tokens,
+        max_output_tokens=settings.max_output_tokens,
+    )
+
+
+def settings_counter(settings: RequestSettings, client: Client, model: Model) -> TokenCounter:
+    """The counter a request counts with: settings → client → driver → default → built-in."""
+    return resolve_token_counter(settings.token_counter, client.token_counter, client.driver, model)
+
+
+def _toolset(tools: Iterable[Tool | Any], problems: list[str]) -> Toolset | None:
+    try:
+        return Toolset(tuple(t if isinstance(t, Tool) else tool(t) for t in tools))
+    except (InvalidRequestError, TypeError) as exc:
+        problems.append(str(exc))
+        return None
+
+
+def _check_tool_choice(choice: str | None, toolset: Toolset | None, problems: list[str]) -> None:
+    if choice is None or choice in _TOOL_CHOICES:
+        return
+    names = toolset.names if toolset is not None else ()
+    if choice not in names:
+        expected = (
+            "'auto', 'none', 'required' or the name of one of the tools "
+            f"({', '.join(names) or 'none given'})"
+        )
+        problems.append(problem("tool_choice", expected, choice))
+
+
+def _transcript(
+    system: str | None, history: Sequence[Message], prompt: Message | None
+) -> tuple[tuple[Message, ...], int | None]:
+    transcript: list[Message] = []
+    if system is not None:
+        transcript.append(Message.system(system))
+    transcript.extend(history)
+    prompt_index: int | None = None
+    if prompt is not None:
+        prompt_index = len(transcript)
+        transcript.append(prompt)
+    try:
+        check_integrity(transcript)
+    except TranscriptIntegrityError as exc:
+        raise InvalidRequestError(f"the history cannot be sent as it is: {exc}") from None
+    return tuple(transcript), prompt_index

@@ -1,0 +1,276 @@
+"""The run loop: rounds of limit, send (with one context-length retry), tools, record.
+
+One round is: limit the transcript to the budget, send it, and when the model
+calls tools, run them concurrently and append their results. Rounds repeat
+until the model answers without calling a tool, or the plan's ``max_rounds``
+is hit. ``Request.run()`` and ``Request.stream()`` drive the same loop over a
+:class:`RunPlan`; ``run()`` simply drains it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
+
+import attrs
+
+from threadline._errors import (
+    ContextLengthExceededError,
+    MaxRoundsExceededError,
+    ProviderResponseError,
+)
+from threadline._events import (
+    FinalResult,
+    LimitApplied,
+    ReasoningDelta,
+    RoundDone,
+    StreamEvent,
+    TextDelta,
+    ToolCallEvent,
+    ToolResultEvent,
+)
+from threadline._messages import Message, Origin
+from threadline._plan import RunPlan
+from threadline._provider import ProviderResponse, ReasoningChunk, ResponseDone, TextChunk
+from threadline._result import RoundRecord, RunResult
+from threadline._telemetry import for_run
+from threadline.limiting._budget import Budget
+from threadline.limiting._engine import apply_limits
+from threadline.limiting._ledger import LimitingOutcome, LimitingRecord
+
+__all__ = ["Run"]
+
+logger = logging.getLogger("threadline.request")
+
+_CONTEXT_RETRY_MARGIN = 0.95
+"""A tightened budget aims this far under what the provider said would fit."""
+
+
+@attrs.define(kw_only=True)
+class _Round:
+    """What one round has found out so far."""
+
+    number: int
+    estimated: int = 0
+    limiting: LimitingRecord | None = None
+    retry_limiting: LimitingRecord | None = None
+    context_retry: bool = False
+    emitted: bool = False
+    """Whether this send already yielded reply text (then it is never retried)."""
+    response: ProviderResponse | None = None
+    runnable: bool = False
+
+
+class Run:
+    """The state of one run: the engine's own transcript, the budget and the ledger."""
+
+    def __init__(self, plan: RunPlan, *, streaming: bool) -> None:
+        self.plan = plan
+        self.streaming = streaming
+        self.budget: Budget | None = plan.resolution.budget
+        self.transcript: tuple[Message, ...] = plan.transcript
+        self.prompt_index = plan.prompt_index
+        self.turn_messages: list[Message] = (
+            [] if plan.prompt_index is None else [plan.transcript[plan.prompt_index]]
+        )
+        self.rounds: list[RoundRecord] = []
+        self.telemetry = for_run(plan, streaming=streaming)
+
+    async def events(self) -> AsyncGenerator[StreamEvent, None]:
+        """Every event of the run, ending with ``FinalResult``.
+
+        Raises:
+            MaxRoundsExceededError: the model was still calling tools after the last round.
+        """
+        with self.telemetry.run():
+            for number in range(1, self.plan.max_rounds + 1):
+                current = _Round(number=number)
+                with self.telemetry.round(current):
+                    async with aclosing(self._send_round(current)) as sending:
+                        async for event in sending:
+                            yield event
+                async with aclosing(self._run_tools(current)) as tools:
+                    async for event in tools:
+                        yield event
+                yield RoundDone(record=self._record(current))
+                if not current.runnable:
+                    # No tool calls, or a call to a tool the caller runs itself:
+                    # the run ends and hands the transcript back.
+                    assert current.response is not None
+                    result = self._result(current.response)
+                    self.telemetry.finished(result)
+                    yield FinalResult(result=result)
+                    return
+            raise MaxRoundsExceededError(self.plan.max_rounds)
+
+    # -- limiting and sending -----------------------------------------------------------
+
+    async def _limit(self, round_number: int) -> LimitingOutcome:
+        outcome = await apply_limits(
+            self.transcript,
+            tools=self.plan.toolset.tools,
+            counter=self.plan.counter,
+            budget=self.budget,
+            pre=self.plan.pre,
+            post=self.plan.post,
+            round=round_number,
+            prompt_index=self.prompt_index,
+        )
+        self.transcript = outcome.messages
+        self.prompt_index = outcome.prompt_index
+        return outcome
+
+    async def _send_round(self, current: _Round) -> AsyncGenerator[StreamEvent, None]:
+        """Limit, then send until there is a response, retrying once when the
+        provider says the prompt is too long (and nothing was shown yet)."""
+        outcome = await self._limit(current.number)
+        if outcome.record.limited:
+            yield LimitApplied(record=outcome.record, round=current.number)
+        current.estimated = outcome.record.tokens_after
+        current.limiting = outcome.record if self.budget is not None else None
+        while current.response is None:
+            current.emitted = False
+            try:
+                async with aclosing(self._send(current)) as sent:
+                    async for event in sent:
+                        yield event
+            except ContextLengthExceededError as exc:
+                if current.context_retry or current.emitted:
+                    raise
+                async with aclosing(self._limit_again(current, exc)) as limited:
+                    async for event in limited:
+                        yield event
+
+    async def _send(self, current: _Round) -> AsyncGenerator[StreamEvent, None]:
+        driver = self.plan.driver
+        call = self.plan.call(self.transcript, current.number)
+        if not self.streaming:
+            with self.telemetry.provider_call(call):
+                current.response = await driver.complete(call)
+            return
+        async with self.telemetry.provider_stream(call, driver.stream(call)) as chunks:
+            async for chunk in chunks:
+                if isinstance(chunk, TextChunk):
+                    current.emitted = True
+                    yield TextDelta(text=chunk.text, round=current.number)
+                elif isinstance(chunk, ReasoningChunk):
+                    current.emitted = True
+                    yield ReasoningDelta(text=chunk.text, round=current.number)
+                elif isinstance(chunk, ResponseDone):
+                    current.response = chunk.response
+        if current.response is None:
+            raise ProviderResponseError(
+                "the provider's stream ended without a complete response", provider=driver.name
+            )
+
+    async def _limit_again(
+        self, current: _Round, error: ContextLengthExceededError
+    ) -> AsyncGenerator[StreamEvent, None]:
+        current.context_retry = True
+        reply_room = self.plan.call_template.max_output_tokens or 0
+        self.budget = tightened_budget(self.budget, current.estimated, error, reply_room)
+        logger.warning(
+            "the provider refused %d estimated tokens as too long (%s); "
+            "limiting again to %d tokens and retrying once",
+            current.estimated,
+            error.message,
+            self.budget.prompt_tokens,
+        )
+        outcome = await self._limit(current.number)
+        current.retry_limiting = outcome.record
+        if outcome.record.limited:
+            yield LimitApplied(record=outcome.record, round=current.number)
+        current.estimated = outcome.record.tokens_after
+
+    # -- tools and the record -----------------------------------------------------------
+
+    async def _run_tools(self, current: _Round) -> AsyncGenerator[StreamEvent, None]:
+        """Keep the reply; run the tools it calls when every one can be run here."""
+        assert current.response is not None
+        reply = current.response.message.with_origin(Origin.TURN)
+        if reply is not current.response.message:
+            current.response = attrs.evolve(current.response, message=reply)
+        self._append(reply)
+        calls = reply.tool_calls
+        toolset = self.plan.toolset
+        current.runnable = bool(calls) and all(
+            (found := toolset.get(c.name)) is None or found.function is not None for c in calls
+        )
+        for tool_call in calls:
+            yield ToolCallEvent(call=tool_call, round=current.number)
+        if not current.runnable:
+            return
+        injected: list[Message] = []
+        for result in await self.telemetry.invoke_tools(toolset, calls, current.number):
+            self._append(result.message)
+            injected.extend(result.injected)
+            yield ToolResultEvent(
+                call=result.call,
+                message=result.message,
+                is_error=result.is_error,
+                round=current.number,
+            )
+        self.transcript = (*self.transcript, *injected)
+
+    def _append(self, message: Message) -> None:
+        self.transcript = (*self.transcript, message)
+        self.turn_messages.append(message)
+
+    def _record(self, current: _Round) -> RoundRecord:
+        response = current.response
+        assert response is not None
+        record = RoundRecord(
+            round=current.number,
+            usage=response.usage,
+            estimated_input_tokens=current.estimated,
+            reported_input_tokens=response.usage.input_tokens or None,
+            limiting=current.limiting,
+            retry_limiting=current.retry_limiting,
+            finish_reason=response.finish_reason,
+            tool_calls=len(response.message.tool_calls),
+            context_retry=current.context_retry,
+        )
+        self.rounds.append(record)
+        return record
+
+    def _result(self, response: ProviderResponse) -> RunResult:
+        return RunResult(
+            response=response,
+            messages=self.transcript,
+            rounds=tuple(self.rounds),
+            budget=self.budget,
+            turn_messages=tuple(self.turn_messages),
+        )
+
+
+def tightened_budget(
+    budget: Budget | None,
+    estimated: int,
+    error: ContextLengthExceededError,
+    reply_room: int,
+) -> Budget:
+    """A smaller budget after the provider said the prompt did not fit.
+
+    The reply's room comes off the provider's limit too: the budget's reserve,
+    or with no budget ``reply_room`` (the request's ``max_output_tokens``).
+    When the provider says how many tokens the prompt had and how many fit,
+    the new budget is our estimate scaled by that ratio; when it gives only
+    its limit, that limit less the reserve; always at most 90% of what was
+    just refused, so the retry sends less.
+    """
+    reported, limit = error.prompt_tokens, error.context_limit
+    reserve = budget.reserve if budget is not None else reply_room
+    ceiling = estimated * 0.9
+    if limit and reported and reported > 0:
+        target = min(ceiling, estimated * max(limit - reserve, 1) / reported)
+    elif limit:
+        target = min(ceiling, max(limit - reserve, 1))
+    else:
+        target = ceiling
+    prompt_tokens = math.floor(target * _CONTEXT_RETRY_MARGIN)
+    if budget is not None:
+        prompt_tokens = min(prompt_tokens, budget.prompt_tokens - 1)
+    prompt_tokens = max(1, prompt_tokens)
+    return Budget(limit=prompt_tokens + reserve, reserve=reserve)
