@@ -27,7 +27,7 @@ from threadline.tools._tools import Tool, Toolset, tool
 
 if TYPE_CHECKING:
     from threadline._client import Client
-    from threadline.limiting._engine import TokenLimitHandler
+    from threadline.limiting._event import TokenLimitHandler
 
 __all__ = ["RunPlan", "plan_run", "settings_budget", "settings_counter"]
 

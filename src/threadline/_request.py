@@ -30,7 +30,7 @@ from threadline.tools._tools import Tool
 
 if TYPE_CHECKING:
     from threadline._client import Client
-    from threadline.limiting._engine import TokenLimitHandler
+    from threadline.limiting._event import TokenLimitHandler
 
 __all__ = ["Request"]
 

@@ -11,7 +11,7 @@ from threadline._provider import ProviderResponse
 
 if TYPE_CHECKING:
     from threadline.limiting._budget import Budget
-    from threadline.limiting._engine import LimitingRecord
+    from threadline.limiting._ledger import LimitingRecord
 
 __all__ = ["RoundRecord", "RunResult"]
 

@@ -37,7 +37,8 @@ from threadline._provider import ProviderResponse, ReasoningChunk, ResponseDone,
 from threadline._result import RoundRecord, RunResult
 from threadline._telemetry import for_run
 from threadline.limiting._budget import Budget
-from threadline.limiting._engine import LimitingOutcome, LimitingRecord, apply_limits
+from threadline.limiting._engine import apply_limits
+from threadline.limiting._ledger import LimitingOutcome, LimitingRecord
 
 __all__ = ["Run"]
 

@@ -33,7 +33,7 @@ from threadline._validate import (
 from threadline.counting._protocol import TokenCounter, is_token_counter
 
 if TYPE_CHECKING:
-    from threadline.limiting._engine import TokenLimitHandler
+    from threadline.limiting._event import TokenLimitHandler
 
 __all__ = ["DEFAULT_MAX_ROUNDS", "RequestSettings", "SettingsChanges", "token_counter_or_none"]
 

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from threadline._messages import ToolCall
     from threadline._plan import RunPlan
     from threadline._result import RunResult
-    from threadline.limiting._engine import LimitingRecord
+    from threadline.limiting._ledger import LimitingRecord
     from threadline.tools._tools import ToolOutcome
 
 __all__ = [

@@ -27,7 +27,7 @@ from threadline.tools._tools import ToolOutcome, Toolset
 if TYPE_CHECKING:
     from threadline._plan import RunPlan
     from threadline._result import RunResult
-    from threadline.limiting._engine import LimitingRecord
+    from threadline.limiting._ledger import LimitingRecord
 
 __all__ = ["TracedRun"]
 

@@ -35,7 +35,6 @@ __all__ = [
     "BudgetReport",
     "BudgetResolution",
     "budget_report",
-    "is_token_limit_reached",
     "message_costs",
     "resolve_budget",
 ]
@@ -157,16 +156,6 @@ def _no_budget(reason: str) -> BudgetResolution:
     return BudgetResolution(budget=None, reason=reason)
 
 
-def is_token_limit_reached(count: int, budget: Budget | None) -> bool:
-    """True when a transcript of ``count`` tokens would set limiting off.
-
-    That is when it exceeds the prompt budget; a transcript exactly at the
-    budget fits. ``False`` without a budget: a limit that cannot be computed
-    is never reported as reached.
-    """
-    return budget is not None and count > budget.prompt_tokens
-
-
 def message_costs(
     counter: TokenCounter, messages: Sequence[Message], tools: Sequence[Tool] = ()
 ) -> tuple[list[int], int]:
@@ -178,7 +167,7 @@ def message_costs(
     be exact verifies with one real count.
     """
     if is_incremental(counter):
-        return [counter.message_tokens(m) for m in messages], counter.overhead_tokens(tools)
+        return list(map(counter.message_tokens, messages)), counter.overhead_tokens(tools)
     empty = counter.count([], ())
     return [counter.count([m], ()) - empty for m in messages], counter.count([], tools)
 
