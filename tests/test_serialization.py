@@ -260,6 +260,7 @@ _MESSAGE_REFUSALS = [
     ('{"format_version": 2, "messages": []}', "$.format_version", "newer threadline"),
     ('{"format_version": 0, "messages": []}', "$.format_version", "older than this threadline"),
     ('{"format_version": -3, "messages": []}', "$.format_version", "never negative"),
+    ('{"format_version": ' + "9" * 5000 + "}", "$", "a number too long to read"),
     ('{"format_version": 0, "messages": []}', "$.format_version", "older than this threadline"),
     ('{"format_version": 1}', "$.messages", "required field is missing"),
     ('{"format_version": 1, "messages": {}}', "$.messages", "expected an array"),

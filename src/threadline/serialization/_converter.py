@@ -327,6 +327,9 @@ def _read(text: str | bytes) -> Any:
         raise ConversationFormatError("nested too deeply to read") from None
     except Invalid as exc:
         raise ConversationFormatError(f"not valid JSON: {exc.reason}") from None
+    except ValueError:
+        # json reads digits into an int, which Python caps at 4,300 digits.
+        raise ConversationFormatError("a number too long to read") from None
 
 
 def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
