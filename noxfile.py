@@ -8,7 +8,15 @@ nox.options.sessions = ["tests", "lint", "typecheck"]
 nox.options.default_venv_backend = "venv"
 
 PYTHON = "3.11"
-PYTHON_PATHS = ("src", "tests", "benchmarks", "examples", "noxfile.py")
+PYTHON_PATHS = (
+    "src",
+    "tests",
+    "benchmarks",
+    "examples",
+    "docs/griffe_rest_roles.py",
+    "docs/site_hooks.py",
+    "noxfile.py",
+)
 
 
 @nox.session(python=PYTHON)
@@ -44,8 +52,9 @@ def typecheck(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def docs(session: nox.Session) -> None:
-    """Run every Python example in docs/ (they are written to run offline)."""
-    session.install("-e", ".[test]")
+    """Build the site strictly, as CI does, and run every Python example in docs/ (offline)."""
+    session.install("-e", ".[test,docs]")
+    session.run("mkdocs", "build", "--strict", env={"NO_MKDOCS_2_WARNING": "1"})
     session.run("python", "-m", "pytest", "tests/test_docs.py", *session.posargs)
 
 
@@ -66,5 +75,6 @@ def bench(session: nox.Session) -> None:
         "bench_limiting",
         "bench_request",
         "bench_conversation",
+        "bench_stores",
     ):
         session.run("python", f"benchmarks/{script}.py")

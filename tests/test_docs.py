@@ -3,13 +3,15 @@
 A page's ```python blocks run, in page order, as one script in an empty
 folder, with no network and no API key; a block of ``>>>`` lines is a
 doctest and runs as one. Blocks fenced ```py are fragments (a line of a
-builder, code that needs a real provider) and are not run.
+builder, code that needs a real provider) and are not run. The site
+(mkdocs.yml) documents every public package in docs/reference/.
 """
 
 from __future__ import annotations
 
 import doctest
 import os
+import pkgutil
 import re
 import subprocess
 import sys
@@ -17,8 +19,13 @@ from pathlib import Path
 
 import pytest
 
+import threadline
+
 DOCS = Path(__file__).parent.parent / "docs"
 PAGES = sorted(DOCS.glob("*.md"))
+REFERENCE = DOCS / "reference"
+# Subpackages with a page of their own in the guide rather than an API reference.
+NOT_IN_REFERENCE = {"threadline.cli"}
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 
 # Pages whose examples load the local model: they run with the integration tests.
@@ -66,3 +73,18 @@ def test_the_page_doctests_hold(page: Path) -> None:
     result = doctest.testfile(str(page), module_relative=False, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0
     assert result.failed == 0
+
+
+def test_every_public_package_has_an_api_reference() -> None:
+    packages = {"threadline"} | {
+        f"threadline.{module.name}"
+        for module in pkgutil.iter_modules(threadline.__path__)
+        if not module.name.startswith("_")
+    }
+    documented = {
+        line.removeprefix(":::").strip()
+        for page in REFERENCE.glob("*.md")
+        for line in page.read_text(encoding="utf-8").splitlines()
+        if line.startswith(":::")
+    }
+    assert packages - NOT_IN_REFERENCE <= documented, "add a page to docs/reference/"

@@ -41,6 +41,7 @@ from threadline._provider import (
     TextChunk,
 )
 from threadline._result import RoundRecord, RunResult
+from threadline._telemetry import for_run
 from threadline.limiting._budget import Budget
 from threadline.limiting._engine import LimitingOutcome, LimitingRecord, apply_limits
 
@@ -80,6 +81,7 @@ class Run:
             [] if plan.prompt_index is None else [plan.transcript[plan.prompt_index]]
         )
         self.rounds: list[RoundRecord] = []
+        self.telemetry = for_run(plan, streaming=streaming)
 
     async def events(self) -> AsyncGenerator[StreamEvent, None]:
         """Every event of the run, ending with ``FinalResult``.
@@ -87,22 +89,26 @@ class Run:
         Raises:
             MaxRoundsExceededError: the model was still calling tools after the last round.
         """
-        for number in range(1, self.plan.max_rounds + 1):
-            current = _Round(number=number)
-            async with aclosing(self._send_round(current)) as sending:
-                async for event in sending:
-                    yield event
-            async with aclosing(self._run_tools(current)) as tools:
-                async for event in tools:
-                    yield event
-            yield RoundDone(record=self._record(current))
-            if not current.runnable:
-                # No tool calls, or a call to a tool the caller runs itself:
-                # the run ends and hands the transcript back.
-                assert current.response is not None
-                yield FinalResult(result=self._result(current.response))
-                return
-        raise MaxRoundsExceededError(self.plan.max_rounds)
+        with self.telemetry.run():
+            for number in range(1, self.plan.max_rounds + 1):
+                current = _Round(number=number)
+                with self.telemetry.round(current):
+                    async with aclosing(self._send_round(current)) as sending:
+                        async for event in sending:
+                            yield event
+                async with aclosing(self._run_tools(current)) as tools:
+                    async for event in tools:
+                        yield event
+                yield RoundDone(record=self._record(current))
+                if not current.runnable:
+                    # No tool calls, or a call to a tool the caller runs itself:
+                    # the run ends and hands the transcript back.
+                    assert current.response is not None
+                    result = self._result(current.response)
+                    self.telemetry.finished(result)
+                    yield FinalResult(result=result)
+                    return
+            raise MaxRoundsExceededError(self.plan.max_rounds)
 
     # -- limiting and sending -----------------------------------------------------------
 
@@ -147,11 +153,11 @@ class Run:
         call = self.plan.call(self.transcript, current.number)
         deadline = self.plan.deadline(streaming=self.streaming)
         if not self.streaming:
-            with deadline.bound():
+            with deadline.bound(), self.telemetry.provider_call(call):
                 current.response = await driver.complete(call)
             return
         with deadline.bound():
-            async with driver.stream(call) as chunks:
+            async with self.telemetry.provider_stream(call, driver.stream(call)) as chunks:
                 async for chunk in chunks:
                     deadline.first_token()
                     event = _event_of(chunk, current)
@@ -201,7 +207,9 @@ class Run:
         if not current.runnable:
             return
         injected: list[Message] = []
-        for result in await toolset.invoke_all(calls, default_timeout=self.plan.tool_timeout):
+        for result in await self.telemetry.invoke_tools(
+            toolset, calls, current.number, default_timeout=self.plan.tool_timeout
+        ):
             self._append(result.message)
             injected.extend(result.injected)
             yield ToolResultEvent(

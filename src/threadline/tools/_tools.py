@@ -16,7 +16,7 @@ import inspect
 import json
 import logging
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, overload
 
 import anyio
@@ -39,7 +39,15 @@ from threadline.tools._results import (
 )
 from threadline.tools._signature import Binder, call_method, docstring, signature_parameters
 
-__all__ = ["Tool", "ToolOutcome", "ToolResult", "Toolset", "tool", "unknown_tool_outcome"]
+__all__ = [
+    "Tool",
+    "ToolOutcome",
+    "ToolResult",
+    "Toolset",
+    "invoke_concurrently",
+    "tool",
+    "unknown_tool_outcome",
+]
 
 logger = logging.getLogger("threadline.tools")
 
@@ -413,24 +421,36 @@ class Toolset:
             found = self._by_name.get(call.name)
             if found is not None:
                 found._require_function()
-        outcomes: list[ToolOutcome | None] = [None] * len(calls)
+        return await invoke_concurrently(
+            calls, functools.partial(self.invoke, default_timeout=default_timeout)
+        )
 
-        async def run(index: int, call: ToolCall) -> None:
-            outcomes[index] = await self.invoke(call, default_timeout=default_timeout)
 
-        try:
-            async with anyio.create_task_group() as group:
-                for index, call in enumerate(calls):
-                    group.start_soon(run, index, call)
-        except BaseExceptionGroup as caught:
-            # invoke() turns every failure into an outcome: what gets here is an
-            # interrupt (Ctrl-C on trio, SystemExit), raised as itself so
-            # ``except KeyboardInterrupt`` sees it.
-            interrupt = _interrupt_in(caught)
-            if interrupt is None:
-                raise
-            raise interrupt from None
-        return [outcome for outcome in outcomes if outcome is not None]
+async def invoke_concurrently(
+    calls: Sequence[ToolCall], invoke: Callable[[ToolCall], Awaitable[ToolOutcome]]
+) -> list[ToolOutcome]:
+    """``invoke`` each call in a task of its own; the outcomes in the calls' order.
+
+    ``invoke`` turns every failure into an outcome (``Tool.invoke`` does), so
+    what escapes is an interrupt (Ctrl-C on trio, ``SystemExit``): it is
+    raised as itself, not in an exception group, so ``except
+    KeyboardInterrupt`` sees it.
+    """
+    outcomes: list[ToolOutcome | None] = [None] * len(calls)
+
+    async def run(index: int, call: ToolCall) -> None:
+        outcomes[index] = await invoke(call)
+
+    try:
+        async with anyio.create_task_group() as group:
+            for index, call in enumerate(calls):
+                group.start_soon(run, index, call)
+    except BaseExceptionGroup as caught:
+        interrupt = _interrupt_in(caught)
+        if interrupt is None:
+            raise
+        raise interrupt from None
+    return [outcome for outcome in outcomes if outcome is not None]
 
 
 def _interrupt_in(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
