@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from threadline._deadline import CallDeadline
 from threadline._errors import InvalidRequestError, TranscriptIntegrityError
 from threadline._messages import Message
 from threadline._models import Model
@@ -52,6 +53,20 @@ class RunPlan:
     pre: TokenLimitHandler | None
     post: TokenLimitHandler | None
     max_rounds: int
+    timeout: float | None = None
+    """Each provider call's time limit, in seconds."""
+    first_token_timeout: float | None = None
+    """A streamed call's time limit for the first piece of its reply."""
+    tool_timeout: float | None = None
+    """The time limit of a tool call whose tool has none of its own."""
+
+    def deadline(self, *, streaming: bool) -> CallDeadline:
+        """The time limits of one provider call; the first-token one holds for streams."""
+        return CallDeadline(
+            timeout=self.timeout,
+            first_token_timeout=self.first_token_timeout if streaming else None,
+            provider=self.driver.name,
+        )
 
     def call(self, messages: tuple[Message, ...], round_number: int) -> ProviderCall:
         """What round ``round_number`` sends: a forcing tool choice applies to the first
@@ -115,6 +130,9 @@ def plan_run(
         pre=settings.pre_max_tokens_reached,
         post=settings.post_max_tokens_reached,
         max_rounds=settings.max_rounds,
+        timeout=settings.timeout,
+        first_token_timeout=settings.first_token_timeout,
+        tool_timeout=settings.tool_timeout,
     )
 
 

@@ -51,7 +51,7 @@ class Request:
             .run()
         )
 
-    The options (``with_max_context_tokens`` to ``with_max_rounds``) are one
+    The options (``with_max_context_tokens`` to ``with_tool_timeout``) are one
     :class:`RequestSettings` value, read with :attr:`settings` and replaced
     whole with :meth:`with_settings`.
 
@@ -198,6 +198,22 @@ class Request:
     def with_max_rounds(self, rounds: int) -> Self:
         """The most provider calls one run may make (default 10)."""
         return self._change("with_max_rounds", max_rounds=rounds)
+
+    def with_timeout(self, seconds: float | None) -> Self:
+        """The most seconds each provider call may take as a whole, from sending to
+        the reply's last byte, the driver's retries included; past it the run
+        raises ``RequestTimeoutError``. ``None``: no limit beyond the driver's own."""
+        return self._change("with_timeout", timeout=seconds)
+
+    def with_first_token_timeout(self, seconds: float | None) -> Self:
+        """The most seconds a streamed call may wait for the first piece of its reply
+        (text, reasoning or a tool call); past it the run raises ``RequestTimeoutError``."""
+        return self._change("with_first_token_timeout", first_token_timeout=seconds)
+
+    def with_tool_timeout(self, seconds: float | None) -> Self:
+        """The time limit of each call to a tool without a ``timeout`` of its own; a
+        call past it is an error result the model reads, and the run goes on."""
+        return self._change("with_tool_timeout", tool_timeout=seconds)
 
     def _change(self, method: str, **change: Unpack[SettingsChanges]) -> Self:
         # A builder mistake is named when the request is used, not where it is made.

@@ -33,7 +33,13 @@ from threadline._events import (
 )
 from threadline._messages import Message, Origin
 from threadline._plan import RunPlan
-from threadline._provider import ProviderResponse, ReasoningChunk, ResponseDone, TextChunk
+from threadline._provider import (
+    ProviderResponse,
+    ReasoningChunk,
+    ResponseDone,
+    StreamChunk,
+    TextChunk,
+)
 from threadline._result import RoundRecord, RunResult
 from threadline._telemetry import for_run
 from threadline.limiting._budget import Budget
@@ -146,20 +152,19 @@ class Run:
     async def _send(self, current: _Round) -> AsyncGenerator[StreamEvent, None]:
         driver = self.plan.driver
         call = self.plan.call(self.transcript, current.number)
+        deadline = self.plan.deadline(streaming=self.streaming)
         if not self.streaming:
-            with self.telemetry.provider_call(call):
+            with deadline.bound(), self.telemetry.provider_call(call):
                 current.response = await driver.complete(call)
             return
-        async with self.telemetry.provider_stream(call, driver.stream(call)) as chunks:
-            async for chunk in chunks:
-                if isinstance(chunk, TextChunk):
-                    current.emitted = True
-                    yield TextDelta(text=chunk.text, round=current.number)
-                elif isinstance(chunk, ReasoningChunk):
-                    current.emitted = True
-                    yield ReasoningDelta(text=chunk.text, round=current.number)
-                elif isinstance(chunk, ResponseDone):
-                    current.response = chunk.response
+        with deadline.bound():
+            async with self.telemetry.provider_stream(call, driver.stream(call)) as chunks:
+                async for chunk in chunks:
+                    deadline.first_token()
+                    event = _event_of(chunk, current)
+                    if event is not None:
+                        async with deadline.handed_over():
+                            yield event
         if current.response is None:
             raise ProviderResponseError(
                 "the provider's stream ended without a complete response", provider=driver.name
@@ -203,7 +208,9 @@ class Run:
         if not current.runnable:
             return
         injected: list[Message] = []
-        for result in await self.telemetry.invoke_tools(toolset, calls, current.number):
+        for result in await self.telemetry.invoke_tools(
+            toolset, calls, current.number, default_timeout=self.plan.tool_timeout
+        ):
             self._append(result.message)
             injected.extend(result.injected)
             yield ToolResultEvent(
@@ -243,6 +250,19 @@ class Run:
             budget=self.budget,
             turn_messages=tuple(self.turn_messages),
         )
+
+
+def _event_of(chunk: StreamChunk, current: _Round) -> StreamEvent | None:
+    """The event a stream chunk gives the caller; a ``ResponseDone`` ends the round's reply."""
+    if isinstance(chunk, TextChunk):
+        current.emitted = True
+        return TextDelta(text=chunk.text, round=current.number)
+    if isinstance(chunk, ReasoningChunk):
+        current.emitted = True
+        return ReasoningDelta(text=chunk.text, round=current.number)
+    if isinstance(chunk, ResponseDone):
+        current.response = chunk.response
+    return None
 
 
 def tightened_budget(

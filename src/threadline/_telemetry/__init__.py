@@ -180,10 +180,16 @@ class Telemetry:
         return stream
 
     async def invoke_tools(
-        self, toolset: Toolset, calls: Sequence[ToolCall], round_number: int
+        self,
+        toolset: Toolset,
+        calls: Sequence[ToolCall],
+        round_number: int,
+        *,
+        default_timeout: float | None = None,
     ) -> list[ToolOutcome]:
-        """Run ``calls`` concurrently, each in a span when tracing."""
-        return await toolset.invoke_all(calls)
+        """Run ``calls`` concurrently, each in a span when tracing; ``default_timeout``
+        is the time limit of a tool without its own."""
+        return await toolset.invoke_all(calls, default_timeout=default_timeout)
 
 
 class _Nothing(AbstractContextManager[object]):
