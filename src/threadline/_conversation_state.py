@@ -73,6 +73,8 @@ class ConversationState:
         self._created_at: datetime | None = now()
         self._updated_at: datetime | None = None
         self._transcript = Transcript()
+        # The store's marker of each pending event (None: unknown), beside transcript.pending.
+        self._pending_markers: tuple[str | None, ...] = ()
 
     def _turn_lock(self) -> anyio.Lock:
         # An anyio lock belongs to the backend that first used it; an idle
