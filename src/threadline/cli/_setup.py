@@ -91,6 +91,16 @@ def build_driver(args: argparse.Namespace) -> tuple[Driver, Model, int | None]:
             or a flag's value cannot work.
     """
     provider = choose_provider(args)
+    explicit = args.provider or os.environ.get("THREADLINE_PROVIDER", "").strip()
+    if provider == "anthropic" or (
+        provider == "local" and not explicit and os.environ.get("ANTHROPIC_API_KEY")
+    ):
+        from threadline.drivers.anthropic import AnthropicDriver
+
+        # Claude models share a 200,000-token window.
+        name = args.model or os.environ.get("THREADLINE_MODEL") or "claude-sonnet-4-5"
+        model = Model(name, context_size=catalog_context_size(name) or 200_000)
+        return AnthropicDriver(base_url=args.base_url), model, args.max_output_tokens
     if provider == "local":
         return _local_driver(args)
     return _openai_driver(args)
