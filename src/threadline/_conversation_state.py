@@ -238,7 +238,8 @@ class ConversationState:
         The budget is the one a turn resolves from :attr:`settings` and the model.
 
         Raises:
-            InvalidRequestError: no model, or a reserve that fills the limit.
+            InvalidRequestError: no model, a reserve that fills the limit, or a
+                ``max_output_tokens`` above the model's.
         """
         budget = settings_budget(self._settings, self._model()).budget
         if budget is None:
