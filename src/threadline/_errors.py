@@ -133,10 +133,12 @@ class ConcurrentModificationError(ThreadlineError):
         expected: int,
         actual: int | None,
         reason: str | None = None,
+        message: str | None = None,
     ) -> None:
         found = "no conversation" if actual is None else f"version {actual}"
         super().__init__(
-            f"conversation {conversation_id!r} changed under you: "
+            message
+            or f"conversation {conversation_id!r} changed under you: "
             + (reason or f"expected version {expected}, store has {found}")
         )
         self.conversation_id = conversation_id

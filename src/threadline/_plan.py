@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from threadline._client import Client
     from threadline.limiting._event import TokenLimitHandler
 
-__all__ = ["RunPlan", "plan_run", "settings_budget", "settings_counter"]
+__all__ = ["RunPlan", "plan_run", "reply_cap", "settings_budget", "settings_counter"]
 
 _TOOL_CHOICES = ("auto", "none", "required")
 _UNFORCED = (None, "auto", "none")
@@ -114,7 +114,7 @@ def plan_run(
         messages=(),
         tools=toolset.tools,
         tool_choice=settings.tool_choice,
-        max_output_tokens=settings.max_output_tokens,
+        max_output_tokens=reply_cap(settings, model),
         sampling=settings.sampling(),
         extra_body=dict(settings.extra_body),
     )
@@ -136,12 +136,33 @@ def plan_run(
     )
 
 
+def reply_cap(settings: RequestSettings, model: Model) -> int | None:
+    """The ``max_output_tokens`` a request sends: its own, else the model's.
+
+    Raises:
+        InvalidRequestError: the request asks for more than the model's
+            ``max_output_tokens``, the most it writes in one reply.
+    """
+    asked, ceiling = settings.max_output_tokens, model.max_output_tokens
+    if asked is None:
+        return ceiling
+    if ceiling is not None and asked > ceiling:
+        raise InvalidRequestError(
+            f"max_output_tokens {asked} is more than model {model.name!r} writes in one "
+            f"reply (its max_output_tokens is {ceiling}); ask for at most {ceiling}, or "
+            f"leave it unset to get {ceiling}"
+        )
+    return asked
+
+
 def settings_budget(settings: RequestSettings, model: Model) -> BudgetResolution:
     """The budget ``settings`` resolve to for ``model`` (see ``resolve_budget``).
 
     Raises:
-        InvalidRequestError: an explicit limit the reserve fills.
+        InvalidRequestError: an explicit limit the reserve fills, or a
+            ``max_output_tokens`` above the model's.
     """
+    reply_cap(settings, model)
     return resolve_budget(
         model,
         max_context_tokens=settings.max_context_tokens,

@@ -18,7 +18,7 @@ from threadline._errors import InvalidRequestError
 from threadline._events import FinalResult, StreamEvent
 from threadline._messages import Message, Origin, Role
 from threadline._models import Model
-from threadline._plan import RunPlan, plan_run
+from threadline._plan import RunPlan, plan_run, settings_counter
 from threadline._result import RunResult
 from threadline._run import Run
 from threadline._sentinel import NOT_GIVEN, NotGiven
@@ -256,6 +256,34 @@ class Request:
     async def budget_resolution(self) -> BudgetResolution:
         """The budget with the reason for it (or for its absence)."""
         return self._plan().resolution
+
+    async def token_counter(self) -> TokenCounter:
+        """The counter this request counts with: the very object limiting will use.
+
+        The counting chain's first match (the request's ``with_token_counter``,
+        the client's, the driver's, the process default, the built-in),
+        fitted to the resolved model: a ``ModelTokenCounter`` as its
+        ``for_model(model)``, a built-in bound to the driver's replay projection.
+
+        It needs a model (``with_model`` or the client's ``default_model``),
+        not a prompt.
+
+        Raises:
+            InvalidRequestError: no model, or a builder mistake (see the class docstring).
+
+        Example::
+
+            counter = await request.token_counter()
+            print(type(counter).__name__, counter.count(messages, tools))
+        """
+        model = self._model or self._client.default_model
+        problems = list(self._problems.values())
+        if model is None:
+            problems.append("no model: call with_model() or give the Client a default_model")
+        if problems:
+            raise InvalidRequestError("invalid request: " + "; ".join(problems))
+        assert model is not None
+        return settings_counter(self._settings, self._client, model)
 
     async def is_token_limit_reached(self) -> bool:
         """Whether the transcript as built is over the prompt budget; ``False`` without one."""
