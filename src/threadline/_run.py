@@ -35,6 +35,8 @@ from threadline._messages import Message, Origin
 from threadline._plan import RunPlan
 from threadline._provider import ProviderResponse, ReasoningChunk, ResponseDone, TextChunk
 from threadline._result import RoundRecord, RunResult
+from threadline.counting._calibration import CalibratedCounter
+from threadline.counting._protocol import TokenCounter
 from threadline.limiting._budget import Budget
 from threadline.limiting._engine import LimitingOutcome, LimitingRecord, apply_limits
 
@@ -52,6 +54,10 @@ class _Round:
 
     number: int
     estimated: int = 0
+    """The count limiting decided on for what was sent (calibrated, when it was)."""
+    raw_estimate: int = 0
+    """The request counter's own estimate of what was sent."""
+    calibrated: int | None = None
     limiting: LimitingRecord | None = None
     retry_limiting: LimitingRecord | None = None
     context_retry: bool = False
@@ -100,28 +106,41 @@ class Run:
 
     # -- limiting and sending -----------------------------------------------------------
 
-    async def _limit(self, round_number: int) -> LimitingOutcome:
+    def _counter(self) -> TokenCounter:
+        """The estimate limiting counts with: scaled by the calibration, when there is one."""
+        plan = self.plan
+        ratio = None if plan.calibration is None else plan.calibration.ratio(plan.model.name)
+        return plan.counter if ratio is None else CalibratedCounter(plan.counter, ratio)
+
+    async def _limit(self, current: _Round) -> LimitingOutcome:
+        counter = self._counter()
         outcome = await apply_limits(
             self.transcript,
             tools=self.plan.toolset.tools,
-            counter=self.plan.counter,
+            counter=counter,
             budget=self.budget,
             pre=self.plan.pre,
             post=self.plan.post,
-            round=round_number,
+            round=current.number,
             prompt_index=self.prompt_index,
         )
         self.transcript = outcome.messages
         self.prompt_index = outcome.prompt_index
+        current.estimated = outcome.record.tokens_after
+        if isinstance(counter, CalibratedCounter):
+            current.calibrated = current.estimated
+            current.raw_estimate = self.plan.counter.count(self.transcript, self.plan.toolset.tools)
+        else:
+            current.calibrated = None
+            current.raw_estimate = current.estimated
         return outcome
 
     async def _send_round(self, current: _Round) -> AsyncGenerator[StreamEvent, None]:
         """Limit, then send until there is a response, retrying once when the
         provider says the prompt is too long (and nothing was shown yet)."""
-        outcome = await self._limit(current.number)
+        outcome = await self._limit(current)
         if outcome.record.limited:
             yield LimitApplied(record=outcome.record, round=current.number)
-        current.estimated = outcome.record.tokens_after
         current.limiting = outcome.record if self.budget is not None else None
         while current.response is None:
             current.emitted = False
@@ -170,11 +189,10 @@ class Run:
             error.message,
             self.budget.prompt_tokens,
         )
-        outcome = await self._limit(current.number)
+        outcome = await self._limit(current)
         current.retry_limiting = outcome.record
         if outcome.record.limited:
             yield LimitApplied(record=outcome.record, round=current.number)
-        current.estimated = outcome.record.tokens_after
 
     # -- tools and the record -----------------------------------------------------------
 
@@ -213,11 +231,20 @@ class Run:
     def _record(self, current: _Round) -> RoundRecord:
         response = current.response
         assert response is not None
+        reported = response.usage.input_tokens or None
+        calibration = self.plan.calibration
+        if calibration is not None and reported is not None:
+            calibration.observe(
+                self.plan.model.name,
+                estimated_tokens=current.raw_estimate,
+                reported_tokens=reported,
+            )
         record = RoundRecord(
             round=current.number,
             usage=response.usage,
-            estimated_input_tokens=current.estimated,
-            reported_input_tokens=response.usage.input_tokens or None,
+            estimated_input_tokens=current.raw_estimate,
+            calibrated_input_tokens=current.calibrated,
+            reported_input_tokens=reported,
             limiting=current.limiting,
             retry_limiting=current.retry_limiting,
             finish_reason=response.finish_reason,
