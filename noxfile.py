@@ -75,5 +75,6 @@ def bench(session: nox.Session) -> None:
         "bench_limiting",
         "bench_request",
         "bench_conversation",
+        "bench_stores",
     ):
         session.run("python", f"benchmarks/{script}.py")

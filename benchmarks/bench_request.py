@@ -14,6 +14,11 @@ model servers stream), then times each case through three clients in one run:
   ``json.loads``; for the stream, ``aiter_lines`` plus ``json.loads`` per event;
 - the official ``openai`` client, for reference, when it is installed.
 
+Then the same cases again for ``AnthropicDriver`` on the Messages API (the
+mock serves it under ``/anthropic``; a 200-delta event stream), against raw
+httpx and, for reference, the official ``anthropic`` client
+(``benchmarks/_bench_anthropic.py``).
+
 Cases and targets (time ratio to raw httpx):
 
 - 2,000 small non-streamed requests, 50 at a time: <= 1.15;
@@ -41,6 +46,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import _bench_anthropic
 import anyio
 import httpx
 
@@ -136,6 +142,10 @@ async def _serve() -> None:
         b"transfer-encoding: chunked\r\ncache-control: no-cache\r\n\r\n"
     )
     stream_chunks = _stream_events()
+    anthropic_small = _http_response(
+        _bench_anthropic.message_body("Hello from the mock server."), b"application/json"
+    )
+    anthropic_chunks = _bench_anthropic.stream_events(STREAM_CHUNKS)
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -150,13 +160,14 @@ async def _serve() -> None:
                 if length:
                     await reader.readexactly(length)
                 path = request_line.split(b" ")[1]
+                messages_api = b"/anthropic/" in path
                 if path.startswith(b"/stream/"):
                     writer.write(stream_head)
-                    for chunk in stream_chunks:
+                    for chunk in anthropic_chunks if messages_api else stream_chunks:
                         writer.write(chunk)
                         await writer.drain()
                 else:
-                    writer.write(small)
+                    writer.write(anthropic_small if messages_api else small)
                     await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
@@ -371,7 +382,7 @@ def _report(title: str, target: float, medians: dict[str, float], unit: str) -> 
         if name == "threadline":
             met = ratio <= target
             note = f"  target <= {target:.2f}: {'met' if met else 'MISSED'}"
-        elif name == "openai":
+        elif name in ("openai", "anthropic"):
             note = "  (reference)"
         elif name == "  uncached":
             note = "  (threadline, no message JSON reused: a first request)"
@@ -380,76 +391,147 @@ def _report(title: str, target: float, medians: dict[str, float], unit: str) -> 
 
 
 async def _bench(port: int, quick: bool) -> bool:
-    clients = Clients(port)
     history = _history()
     prompt = "What did the committee agree on?"
+    clients = Clients(port)
     small_body = _same_body([], "Hello", stream=False)
     big_body = _same_body(history, prompt, stream=False)
     stream_body = _same_body([], "Stream me a story", stream=True)
-    big_wire = big_body["messages"]
-    print(f"history body: {len(json.dumps(big_body)) / 1000:.0f} KB, {len(big_wire)} messages")
-    assert big_wire == _wire([*history, Message.user(prompt)])
-
+    print(f"history body: {len(json.dumps(big_body)) / 1000:.0f} KB, {len(history) + 1} messages")
+    assert big_body["messages"] == _wire([*history, Message.user(prompt)])
     try:
-        # The answers must be the same through every client before timing them.
-        assert await clients.threadline_complete([], "Hello") == await clients.raw_complete(
-            small_body
-        )
-        streamed = await clients.raw_stream(stream_body)
-        assert await clients.threadline_consume_stream("Stream me a story") == streamed
-        if clients.openai is not None:
-            assert await clients.openai_consume_stream(stream_body["messages"]) == streamed
-
-        requests, concurrency = (400, 50) if quick else (2000, 50)
-        small: dict[str, Case] = {
-            "raw httpx": lambda: clients.raw_complete(small_body),
-            "threadline": lambda: clients.threadline_complete([], "Hello"),
-        }
-        if clients.openai is not None:
-            small["openai"] = lambda: clients.openai_complete(small_body["messages"])
-        medians = await _compare(
-            small, 2 if quick else 5, lambda work: _concurrently(work, requests, concurrency)
-        )
-        results = [
-            _report(
-                f"{requests:,} small requests, {concurrency} at a time (total time)",
-                1.15,
-                medians,
-                " total",
-            )
-        ]
-
-        big: dict[str, Case] = {
-            "raw httpx": lambda: clients.raw_complete(big_body),
-            "threadline": lambda: clients.threadline_complete(history, prompt),
-            "  uncached": lambda: clients.threadline_complete_uncached(history, prompt),
-        }
-        if clients.openai is not None:
-            big["openai"] = lambda: clients.openai_complete(big_wire)
-        medians = await _compare(big, 5 if quick else 25, _once)
-        results.append(
-            _report(
-                f"one request with a {HISTORY_MESSAGES:,}-message history (median)",
-                1.3,
-                medians,
-                "      ",
-            )
-        )
-
-        stream: dict[str, Case] = {
-            "raw httpx": lambda: clients.raw_stream(stream_body),
-            "threadline": lambda: clients.threadline_consume_stream("Stream me a story"),
-        }
-        if clients.openai is not None:
-            stream["openai"] = lambda: clients.openai_consume_stream(stream_body["messages"])
-        medians = await _compare(stream, 10 if quick else 40, _once)
-        results.append(
-            _report(f"consuming a {STREAM_CHUNKS}-chunk stream (median)", 1.25, medians, "      ")
+        met = await _family(
+            "OpenAI Chat Completions",
+            _Family(
+                raw_complete=clients.raw_complete,
+                raw_stream=clients.raw_stream,
+                complete=clients.threadline_complete,
+                complete_uncached=clients.threadline_complete_uncached,
+                consume_stream=clients.threadline_consume_stream,
+                reference="openai" if clients.openai is not None else None,
+                reference_complete=clients.openai_complete,
+                reference_stream=clients.openai_consume_stream,
+            ),
+            (small_body, big_body, stream_body),
+            history,
+            prompt,
+            quick,
         )
     finally:
         await clients.aclose()
     if clients.openai is None:
         print("\n(openai is not installed: pip install openai to print its ratios too)")
+
+    messages_api = _bench_anthropic.AnthropicClients(port)
+    bodies = (
+        _bench_anthropic.same_body([], "Hello", stream=False),
+        _bench_anthropic.same_body(history, prompt, stream=False),
+        _bench_anthropic.same_body([], "Stream me a story", stream=True),
+    )
+    try:
+        met &= await _family(
+            "Anthropic Messages",
+            _Family(
+                raw_complete=messages_api.raw_complete,
+                raw_stream=messages_api.raw_stream,
+                complete=messages_api.threadline_complete,
+                complete_uncached=messages_api.threadline_complete_uncached,
+                consume_stream=messages_api.threadline_consume_stream,
+                reference="anthropic" if messages_api.reference is not None else None,
+                reference_complete=messages_api.reference_complete,
+                reference_stream=messages_api.reference_consume_stream,
+            ),
+            bodies,
+            history,
+            prompt,
+            quick,
+        )
+    finally:
+        await messages_api.aclose()
+    if messages_api.reference is None:
+        print("\n(anthropic is not installed: pip install anthropic to print its ratios too)")
+    return met
+
+
+class _Family:
+    """One protocol's clients, as the cases call them."""
+
+    def __init__(self, **calls: Any) -> None:
+        self.raw_complete: Callable[[dict[str, Any]], Awaitable[str]] = calls["raw_complete"]
+        self.raw_stream: Callable[[dict[str, Any]], Awaitable[str]] = calls["raw_stream"]
+        self.complete: Callable[[list[Message], str], Awaitable[str]] = calls["complete"]
+        self.complete_uncached: Callable[[list[Message], str], Awaitable[str]] = calls[
+            "complete_uncached"
+        ]
+        self.consume_stream: Callable[[str], Awaitable[str]] = calls["consume_stream"]
+        self.reference: str | None = calls["reference"]
+        self.reference_complete: Callable[[Any], Awaitable[str]] = calls["reference_complete"]
+        self.reference_stream: Callable[[Any], Awaitable[str]] = calls["reference_stream"]
+
+
+async def _family(
+    protocol: str,
+    family: _Family,
+    bodies: tuple[dict[str, Any], dict[str, Any], dict[str, Any]],
+    history: list[Message],
+    prompt: str,
+    quick: bool,
+) -> bool:
+    small_body, big_body, stream_body = bodies
+    print(f"\n=== {protocol} ===")
+    # The answers must be the same through every client before timing them.
+    assert await family.complete([], "Hello") == await family.raw_complete(small_body)
+    streamed = await family.raw_stream(stream_body)
+    assert await family.consume_stream("Stream me a story") == streamed
+    if family.reference is not None:
+        assert await family.reference_stream(stream_body["messages"]) == streamed
+
+    requests, concurrency = (400, 50) if quick else (2000, 50)
+    small: dict[str, Case] = {
+        "raw httpx": lambda: family.raw_complete(small_body),
+        "threadline": lambda: family.complete([], "Hello"),
+    }
+    if family.reference is not None:
+        small[family.reference] = lambda: family.reference_complete(small_body["messages"])
+    medians = await _compare(
+        small, 2 if quick else 5, lambda work: _concurrently(work, requests, concurrency)
+    )
+    results = [
+        _report(
+            f"{requests:,} small requests, {concurrency} at a time (total time)",
+            1.15,
+            medians,
+            " total",
+        )
+    ]
+
+    big: dict[str, Case] = {
+        "raw httpx": lambda: family.raw_complete(big_body),
+        "threadline": lambda: family.complete(history, prompt),
+        "  uncached": lambda: family.complete_uncached(history, prompt),
+    }
+    if family.reference is not None:
+        big[family.reference] = lambda: family.reference_complete(big_body["messages"])
+    medians = await _compare(big, 5 if quick else 25, _once)
+    results.append(
+        _report(
+            f"one request with a {HISTORY_MESSAGES:,}-message history (median)",
+            1.3,
+            medians,
+            "      ",
+        )
+    )
+
+    stream: dict[str, Case] = {
+        "raw httpx": lambda: family.raw_stream(stream_body),
+        "threadline": lambda: family.consume_stream("Stream me a story"),
+    }
+    if family.reference is not None:
+        stream[family.reference] = lambda: family.reference_stream(stream_body["messages"])
+    medians = await _compare(stream, 10 if quick else 40, _once)
+    results.append(
+        _report(f"consuming a {STREAM_CHUNKS}-chunk stream (median)", 1.25, medians, "      ")
+    )
     return all(results)
 
 

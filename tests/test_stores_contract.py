@@ -7,6 +7,7 @@ a server, PostgreSQL or Redis, would take a fresh database or key prefix).
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,30 +25,47 @@ from threadline import (
     Message,
     Origin,
     Reasoning,
+    StoreError,
     ToolCall,
     Usage,
 )
 from threadline.serialization import ConversationDocument, ConversationEvent
-from threadline.stores import ConversationStore
+from threadline.stores import ConversationStore, StoreClosedError
 from threadline.stores.memory import MemoryStore
 from threadline.stores.sqlite import SQLiteStore
 
 pytestmark = pytest.mark.anyio
 
-StoreFactory = Callable[[Path], ConversationStore]
+StoreFactory = Callable[[pytest.FixtureRequest, Path], ConversationStore]
 
 
-def _memory_store(tmp_path: Path) -> ConversationStore:
+def _memory_store(request: pytest.FixtureRequest, tmp_path: Path) -> ConversationStore:
     return MemoryStore()
 
 
-def _sqlite_store(tmp_path: Path) -> ConversationStore:
+def _sqlite_store(request: pytest.FixtureRequest, tmp_path: Path) -> ConversationStore:
     return SQLiteStore(tmp_path / "conversations.db")
+
+
+def _postgres_store(request: pytest.FixtureRequest, tmp_path: Path) -> ConversationStore:
+    from threadline.stores.postgres import PostgresStore
+
+    server = request.getfixturevalue("postgres_server")
+    return PostgresStore(server.create_database())
+
+
+def _redis_store(request: pytest.FixtureRequest, tmp_path: Path) -> ConversationStore:
+    from threadline.stores.redis import RedisStore
+
+    server = request.getfixturevalue("redis_server")
+    return RedisStore(server.url(), prefix=f"test-{uuid.uuid4().hex}:")
 
 
 STORE_FACTORIES = [
     pytest.param(_memory_store, id="memory"),
     pytest.param(_sqlite_store, id="sqlite"),
+    pytest.param(_postgres_store, id="postgres", marks=pytest.mark.integration),
+    pytest.param(_redis_store, id="redis", marks=pytest.mark.integration),
 ]
 
 
@@ -62,7 +80,7 @@ async def store(
     request: pytest.FixtureRequest, tmp_path: Path, anyio_backend: str
 ) -> AsyncIterator[ConversationStore]:
     factory: StoreFactory = request.param
-    opened = factory(tmp_path)
+    opened = factory(request, tmp_path)
     try:
         yield opened
     finally:
@@ -621,3 +639,239 @@ async def test_writes_to_different_conversations_do_not_conflict(
     infos = await store.list()
     assert sorted(info.id for info in infos) == sorted(f"c{index}" for index in range(10))
     assert {(info.version, info.events) for info in infos} == {(2, 2)}
+
+
+async def test_a_closed_store_refuses_every_call_with_store_closed_error(
+    store: ConversationStore,
+) -> None:
+    await store.save(header("c1"), expected_version=0)
+    await store.aclose()
+    await store.aclose()  # closing twice is harmless
+
+    calls = [
+        store.load("c1"),
+        store.save(header("c2"), expected_version=0),
+        store.append_events("c1", [], header=header("c1"), expected_version=1),
+        store.list(),
+        store.delete("c1"),
+    ]
+    for call in calls:
+        with pytest.raises(StoreClosedError, match="closed"):
+            await call
+    assert issubclass(StoreClosedError, StoreError)
+
+
+# --- generations -------------------------------------------------------------------------
+
+
+async def test_a_conversation_deleted_and_created_again_has_a_new_generation(
+    store: ConversationStore,
+) -> None:
+    await store.save(header("c1"), expected_version=0)
+    first = await store.load("c1")
+    assert first.generation
+    await store.delete("c1")
+    await store.save(header("c1"), expected_version=0)
+    second = await store.load("c1")
+
+    assert second.version == first.version == 1
+    assert second.generation != first.generation
+    assert [info.generation for info in await store.list()] == [second.generation]
+
+
+async def test_a_writer_from_before_a_delete_cannot_match_the_new_conversation(
+    store: ConversationStore,
+) -> None:
+    await store.save(header("c1"), expected_version=0)
+    stale = await store.load("c1")
+    await store.delete("c1")
+    await store.save(header("c1", metadata={"who": "new"}), expected_version=0)
+
+    with pytest.raises(ConcurrentModificationError, match="deleted and created again"):
+        await store.append_events(
+            "c1",
+            [prompt("stale", 0)],
+            header=header("c1"),
+            expected_version=stale.version,
+            generation=stale.generation,
+        )
+    with pytest.raises(ConcurrentModificationError, match="deleted and created again"):
+        await store.save(header("c1"), expected_version=1, generation=stale.generation)
+    after = await store.load("c1")
+    assert after.version == 1
+    assert after.document.metadata == {"who": "new"}
+
+
+async def test_a_writer_may_choose_the_generation_it_creates(store: ConversationStore) -> None:
+    version = await store.append_events(
+        "c1", [prompt("hi", 0)], header=header("c1"), expected_version=0, generation="gen-a"
+    )
+    assert (await store.load("c1")).generation == "gen-a"
+    assert await store.save(header("c1"), expected_version=version, generation="gen-a") == 2
+
+
+@pytest.mark.parametrize("generation", ["", "has space", 7, "x" * 129])
+async def test_a_generation_that_is_not_a_short_token_is_refused(
+    store: ConversationStore, generation: Any
+) -> None:
+    with pytest.raises(InvalidRequestError, match="generation"):
+        await store.save(header("c1"), expected_version=0, generation=generation)
+
+
+# --- pending markers ---------------------------------------------------------------------
+
+
+async def two_writers_pending(store: ConversationStore) -> int:
+    """Conversation c1 with one answered turn and the pending prompts of writers a and b."""
+    version = await store.append_events(
+        "c1",
+        [prompt("first", 0), answer("one", 0)],
+        header=header("c1", next_turn_id=1),
+        expected_version=0,
+    )
+    version = await store.append_events(
+        "c1",
+        [prompt("from a", 1, pending=True)],
+        header=header("c1", next_turn_id=2),
+        expected_version=version,
+        pending_marker="writer-a",
+    )
+    return await store.append_events(
+        "c1",
+        [prompt("from b", 2, pending=True)],
+        header=header("c1", next_turn_id=3),
+        expected_version=version,
+        pending_marker="writer-b",
+    )
+
+
+def texts(stored: Any) -> list[str]:
+    return [event.message.text for event in stored.document.events]
+
+
+async def test_pending_events_carry_their_writers_marker(store: ConversationStore) -> None:
+    await two_writers_pending(store)
+    stored = await store.load("c1")
+    assert texts(stored) == ["first", "one", "from a", "from b"]
+    assert stored.pending_markers == ("writer-a", "writer-b")
+
+
+async def test_a_commit_drops_exactly_its_own_pending_copy(store: ConversationStore) -> None:
+    version = await two_writers_pending(store)
+    await store.append_events(
+        "c1",
+        [prompt("from b", 2), answer("two", 2)],
+        header=header("c1", next_turn_id=3),
+        expected_version=version,
+        drop_pending="writer-b",
+    )
+    stored = await store.load("c1")
+    assert texts(stored) == ["first", "one", "from a", "from b", "two"]
+    assert [event.pending for event in stored.document.events] == [
+        False,
+        False,
+        True,
+        False,
+        False,
+    ]
+    assert stored.pending_markers == ("writer-a",)
+
+
+async def test_remove_pending_takes_back_one_writers_prompt_whatever_the_version(
+    store: ConversationStore,
+) -> None:
+    version = await two_writers_pending(store)
+
+    assert await store.remove_pending("c1", "writer-a") is True
+    stored = await store.load("c1")
+    assert stored.version == version  # pending copies are not part of the versioned transcript
+    assert texts(stored) == ["first", "one", "from b"]
+    assert stored.pending_markers == ("writer-b",)
+    assert (await store.list())[0].events == 3
+
+    assert await store.remove_pending("c1", "writer-a") is False
+    assert await store.remove_pending("c1", "writer-c") is False
+    assert await store.remove_pending("missing", "writer-a") is False
+    # The writer still holding the version commits as if nothing happened.
+    await store.append_events(
+        "c1",
+        [prompt("from b", 2), answer("two", 2)],
+        header=header("c1", next_turn_id=3),
+        expected_version=version,
+        drop_pending="writer-b",
+    )
+    assert texts(await store.load("c1")) == ["first", "one", "from b", "two"]
+
+
+async def test_drop_pending_true_still_drops_every_pending_event(
+    store: ConversationStore,
+) -> None:
+    version = await two_writers_pending(store)
+    await store.append_events(
+        "c1", [], header=header("c1", next_turn_id=3), expected_version=version, drop_pending=True
+    )
+    stored = await store.load("c1")
+    assert texts(stored) == ["first", "one"]
+    assert stored.pending_markers == ()
+
+
+async def test_a_pending_event_written_without_a_marker_has_none(
+    store: ConversationStore,
+) -> None:
+    await store.append_events(
+        "c1", [prompt("hi", 0, pending=True)], header=header("c1"), expected_version=0
+    )
+    assert (await store.load("c1")).pending_markers == (None,)
+    assert await store.remove_pending("c1", "anyone") is False
+
+
+@pytest.mark.parametrize("marker", ["", "two words", "x" * 129, 3])
+async def test_a_marker_that_is_not_a_short_token_is_refused(
+    store: ConversationStore, marker: Any
+) -> None:
+    with pytest.raises(InvalidRequestError, match="marker"):
+        await store.append_events(
+            "c1",
+            [prompt("hi", 0, pending=True)],
+            header=header("c1"),
+            expected_version=0,
+            pending_marker=marker,
+        )
+    with pytest.raises(InvalidRequestError, match="marker"):
+        await store.remove_pending("c1", marker)
+    with pytest.raises(ConversationNotFoundError):
+        await store.load("c1")
+
+
+# --- pages ---------------------------------------------------------------------------
+
+
+async def test_list_page_reads_every_conversation_once_newest_first(
+    store: ConversationStore,
+) -> None:
+    for index in range(7):
+        await store.save(header(f"c{index}"), expected_version=0)
+    await store.save(header("c2"), expected_version=1)  # c2 becomes the newest
+
+    seen: list[str] = []
+    cursor = None
+    pages = 0
+    while True:
+        page = await store.list_page(limit=3, cursor=cursor)
+        assert len(page.conversations) <= 3
+        seen += [info.id for info in page.conversations]
+        pages += 1
+        if page.next_cursor is None:
+            break
+        cursor = page.next_cursor
+    assert seen == ["c2", "c6", "c5", "c4", "c3", "c1", "c0"]
+    assert pages == 3
+    assert [info.id for info in await store.list()] == seen
+
+
+@pytest.mark.parametrize(("limit", "cursor"), [(0, None), (True, None), (3, "not-a-cursor")])
+async def test_a_bad_page_request_is_refused(
+    store: ConversationStore, limit: Any, cursor: Any
+) -> None:
+    with pytest.raises(InvalidRequestError):
+        await store.list_page(limit=limit, cursor=cursor)

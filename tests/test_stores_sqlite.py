@@ -26,10 +26,11 @@ from threadline import (
     Origin,
     StoreError,
 )
-from threadline.serialization import ConversationDocument, ConversationEvent
+from threadline.serialization import FORMAT_VERSION, ConversationDocument, ConversationEvent
 
-# The migration table is private; one test registers an old format in it.
+# Private: one test registers an old format in its migration table, one writes schema-1 rows.
 from threadline.serialization import _converter as _serialization
+from threadline.stores import StoreClosedError
 from threadline.stores.sqlite import SCHEMA_VERSION, SQLiteStore
 
 pytestmark = pytest.mark.anyio
@@ -116,6 +117,51 @@ async def test_a_newer_schema_version_is_refused(path: Path, raw: sqlite3.Connec
     assert raw.execute("SELECT count(*) FROM threadline_events").fetchone() == (6,)
 
 
+# The layout of schema version 1, as threadline 0.1.0.dev0 wrote it before generations.
+SCHEMA_1 = """
+CREATE TABLE threadline_schema (version INTEGER NOT NULL);
+INSERT INTO threadline_schema (version) VALUES (1);
+CREATE TABLE threadline_conversations (
+    id TEXT PRIMARY KEY NOT NULL, version INTEGER NOT NULL, format_version INTEGER NOT NULL,
+    header TEXT NOT NULL, metadata TEXT NOT NULL, event_count INTEGER NOT NULL,
+    created_at TEXT NOT NULL, updated_at TEXT NOT NULL, touched INTEGER NOT NULL
+);
+CREATE INDEX threadline_conversations_touched ON threadline_conversations (touched);
+CREATE TABLE threadline_events (
+    conversation_id TEXT NOT NULL, seq INTEGER NOT NULL, turn_id INTEGER NOT NULL,
+    pending INTEGER NOT NULL, event TEXT NOT NULL, PRIMARY KEY (conversation_id, seq)
+) WITHOUT ROWID;
+CREATE INDEX threadline_events_turn ON threadline_events (conversation_id, turn_id);
+CREATE INDEX threadline_events_pending ON threadline_events (conversation_id) WHERE pending;
+"""
+
+
+async def test_a_file_of_schema_version_1_is_migrated_and_keeps_its_conversations(
+    path: Path, raw: sqlite3.Connection
+) -> None:
+    document = three_turns()
+    raw.executescript(SCHEMA_1)
+    raw.execute(
+        "INSERT INTO threadline_conversations VALUES ('c1', 4, ?, ?, '{}', ?, "
+        "'2025-01-01T00:00:00+00:00', '2025-01-01T00:00:00+00:00', 1)",
+        (FORMAT_VERSION, _serialization.dumps_conversation_header(document), len(document.events)),
+    )
+    raw.executemany(
+        "INSERT INTO threadline_events VALUES ('c1', ?, ?, ?, ?)",
+        [
+            (seq, e.turn_id, e.pending, _serialization.dumps_event(e))
+            for seq, e in enumerate(document.events)
+        ],
+    )
+
+    async with SQLiteStore(path) as store:
+        stored = await store.load("c1")
+        assert (stored.version, stored.document) == (4, document)
+        assert stored.generation
+        assert await store.save(document, expected_version=4, generation=stored.generation) == 5
+    assert raw.execute("SELECT version FROM threadline_schema").fetchall() == [(SCHEMA_VERSION,)]
+
+
 async def test_a_file_that_is_not_a_database_is_refused(path: Path) -> None:
     await anyio.Path(path.parent).mkdir(parents=True)
     await anyio.Path(path).write_bytes(b"these are my notes, not a database" * 100)
@@ -147,7 +193,7 @@ async def test_a_closed_store_refuses_calls_and_closing_twice_is_fine(path: Path
     await store.aclose()
     await store.aclose()
 
-    with pytest.raises(RuntimeError, match="closed"):
+    with pytest.raises(StoreClosedError, match="closed"):
         await store.load("c1")
 
 
@@ -556,3 +602,29 @@ async def test_a_write_locked_out_past_the_timeout_is_a_store_error_and_changes_
         stored = await store.load("c1")
     assert stored.version == 1
     assert stored.document == three_turns()
+
+
+def _scribble_over_pages(path: Path) -> None:
+    """Overwrite the start of every page but the first (the header): the b-trees are garbage."""
+    wal = path.with_name(path.name + "-wal")
+    assert not wal.exists() or wal.stat().st_size == 0  # checkpointed on close
+    data = bytearray(path.read_bytes())
+    for offset in range(4096, len(data), 4096):
+        data[offset : offset + 64] = b"\xff" * 64
+    path.write_bytes(bytes(data))
+
+
+def three_turns_as(conversation_id: str) -> ConversationDocument:
+    return attrs.evolve(three_turns(), id=conversation_id)
+
+
+async def test_a_damaged_file_is_a_store_error_naming_the_file(path: Path) -> None:
+    async with SQLiteStore(path) as store:
+        for index in range(200):
+            await store.save(three_turns_as(f"c{index}"), expected_version=0)
+    await anyio.to_thread.run_sync(_scribble_over_pages, path)
+
+    async with SQLiteStore(path) as store:
+        with pytest.raises(StoreError, match="damaged") as caught:
+            await store.list()
+    assert str(path) in str(caught.value)

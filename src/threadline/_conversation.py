@@ -19,6 +19,7 @@ what changes it: turns, rewrites and loading.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from typing import Unpack
@@ -54,6 +55,8 @@ class _TurnInProgress:
     pending_written: bool = False
     created_store_entry: bool = False
     committed: bool = False
+    # This turn's own pending copy in the store: removed exactly, whatever others wrote.
+    marker: str = attrs.field(factory=lambda: uuid.uuid4().hex)
 
 
 class Conversation(ConversationState):
@@ -171,7 +174,11 @@ class Conversation(ConversationState):
         with anyio.CancelScope(shield=True):
             turn.created_store_entry = self._version == 0
             self._version = await store.append_events(
-                self._id, [pending], header=header, expected_version=self._version
+                self._id,
+                [pending],
+                header=header,
+                expected_version=self._version,
+                pending_marker=turn.marker,
             )
             turn.pending_written = True
 
@@ -202,12 +209,13 @@ class Conversation(ConversationState):
                     updated_at=now(),
                 )
                 try:
+                    # Only a resubmitted leftover needs the rewrite of every pending copy.
                     self._version = await self._store.append_events(
                         self._id,
-                        [*events, *leftover],
+                        [*events, *leftover] if resubmitted is not None else events,
                         header=header,
                         expected_version=self._version,
-                        drop_pending=True,
+                        drop_pending=True if resubmitted is not None else turn.marker,
                     )
                 except ConcurrentModificationError as exc:
                     # Another writer got in between pending and commit: the
@@ -227,13 +235,17 @@ class Conversation(ConversationState):
             try:
                 if turn.created_store_entry and await self._delete_own_entry(store):
                     return
-                self._version = await store.append_events(
-                    self._id,
-                    list(self._transcript.pending),
-                    header=self._header(),
-                    expected_version=self._version,
-                    drop_pending=True,
-                )
+                try:
+                    self._version = await store.append_events(
+                        self._id,
+                        [],
+                        header=self._header(),
+                        expected_version=self._version,
+                        drop_pending=turn.marker,
+                    )
+                except ConcurrentModificationError:
+                    # Another writer got in: take back exactly this turn's prompt.
+                    await store.remove_pending(self._id, turn.marker)
             except Exception:
                 # The pending prompt stays visible on load; that is what it is for.
                 logger.warning(

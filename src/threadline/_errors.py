@@ -13,6 +13,7 @@ Everything threadline raises on purpose derives from one root, so
     ├── ConcurrentModificationError  a store write based on a stale version
     ├── ConversationNotFoundError  (also a KeyError) a store has no such conversation
     ├── StoreError                 a store could not do its work (locked, unreachable)
+    │   └── StoreClosedError           the store was closed with ``aclose()``
     ├── TokenizerDataError         the embedded vocabulary is missing or damaged
     ├── ToolArgumentsError         (also a ValueError) a tool call's arguments are not valid JSON
     └── ProviderError              the provider failed; carries status, body, request id
@@ -46,6 +47,7 @@ __all__ = [
     "ProviderResponseError",
     "ProviderUnavailableError",
     "RateLimitError",
+    "StoreClosedError",
     "StoreError",
     "ThreadlineError",
     "TokenizerDataError",
@@ -122,11 +124,18 @@ class ConcurrentModificationError(ThreadlineError):
 
     unsaved_result: Any = None
 
-    def __init__(self, conversation_id: str, *, expected: int, actual: int | None) -> None:
+    def __init__(
+        self,
+        conversation_id: str,
+        *,
+        expected: int,
+        actual: int | None,
+        reason: str | None = None,
+    ) -> None:
         found = "no conversation" if actual is None else f"version {actual}"
         super().__init__(
-            f"conversation {conversation_id!r} changed under you: expected version "
-            f"{expected}, store has {found}"
+            f"conversation {conversation_id!r} changed under you: "
+            + (reason or f"expected version {expected}, store has {found}")
         )
         self.conversation_id = conversation_id
         self.expected = expected
@@ -148,6 +157,10 @@ class StoreError(ThreadlineError):
     """A store could not do its work: its database is locked past the time-out,
     its server cannot be reached, its file cannot be written. Nothing was
     changed; the operation may be retried."""
+
+
+class StoreClosedError(StoreError):
+    """A store was used after ``aclose()``; open a new store to go on."""
 
 
 class TokenizerDataError(ThreadlineError):

@@ -8,7 +8,7 @@ own messages and tools, already limited to the budget) and gives back a
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol, TypeAlias, runtime_checkable
 
@@ -30,6 +30,7 @@ __all__ = [
     "StreamChunk",
     "TextChunk",
     "ToolCallChunk",
+    "chunks_of",
 ]
 
 FinishReason: TypeAlias = str
@@ -115,6 +116,27 @@ class ResponseDone:
 StreamChunk: TypeAlias = TextChunk | ReasoningChunk | ToolCallChunk | ResponseDone
 
 
+def chunks_of(response: ProviderResponse, *, text_pieces: int = 1) -> Iterator[StreamChunk]:
+    """A whole response as the chunks a stream of it would carry.
+
+    The display reasoning as one chunk, the text in ``text_pieces`` (about
+    equal) pieces, each tool call whole, then ``ResponseDone``. For a server
+    that answered a stream in one piece, and for fakes that stream a scripted
+    reply, so stream consumers see the same kinds of chunk either way.
+    """
+    message = response.message
+    if message.reasoning is not None and message.reasoning.text:
+        yield ReasoningChunk(text=message.reasoning.text)
+    text = message.text
+    if text:
+        size = max(1, -(-len(text) // max(1, text_pieces)))
+        for start in range(0, len(text), size):
+            yield TextChunk(text=text[start : start + size])
+    for index, call in enumerate(message.tool_calls):
+        yield ToolCallChunk(index=index, id=call.id, name=call.name, arguments=call.arguments)
+    yield ResponseDone(response=response)
+
+
 @runtime_checkable
 class Driver(Protocol):
     """What the run loop needs from a provider."""
@@ -145,4 +167,8 @@ class Driver(Protocol):
 
     def replay_projection(self, model: Model) -> ReplayProjection:
         """How this driver replays reasoning to ``model`` (what counting must count)."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release what the driver holds (its HTTP client, a loaded model); idempotent."""
         ...

@@ -6,14 +6,25 @@ store whose current version differs refuses the write with
 ``ConcurrentModificationError`` and changes nothing. Version 0 means "does
 not exist yet"; the first write creates the conversation at version 1.
 
+Every conversation also has a *generation*: an id given when it is created
+and changed when it is deleted and created again, so a writer holding a
+version from before the delete cannot match the new conversation by chance
+(pass ``generation=`` to a write to have it checked).
+
 How a conversation uses a store for one turn:
 
-1. ``append_events([pending user event], ...)`` before any provider work, so
-   a crash leaves the submitted message visible (``pending=True``);
-2. on success, ``append_events(turn events, ..., drop_pending=True)``: the
-   pending copy is replaced by the committed turn in one transaction;
-3. on failure or cancellation, ``append_events([], ..., drop_pending=True)``
-   with the state as it was before the turn.
+1. ``append_events([pending user event], ..., pending_marker=m)`` before any
+   provider work, so a crash leaves the submitted message visible
+   (``pending=True``); ``m`` is the writer's own marker for this turn;
+2. on success, ``append_events(turn events, ..., drop_pending=m)``: its own
+   pending copy is replaced by the committed turn in one transaction (other
+   writers' pending prompts stay);
+3. on failure, cancellation or a refused commit, ``remove_pending(id, m)``
+   removes exactly its own pending copy, whatever other writers did since:
+   it needs no version and does not change it.
+
+``drop_pending=True`` removes every pending event (the form for a writer
+that knows no marker).
 """
 
 from __future__ import annotations
@@ -26,15 +37,21 @@ import attrs
 
 from threadline.serialization._documents import ConversationDocument, ConversationEvent
 
-__all__ = ["ConversationInfo", "ConversationStore", "StoredConversation"]
+__all__ = ["ConversationInfo", "ConversationPage", "ConversationStore", "StoredConversation"]
 
 
 @attrs.frozen(kw_only=True)
 class StoredConversation:
-    """A conversation as loaded: its document and the version it was at."""
+    """A conversation as loaded: its document, the version it was at and its generation.
+
+    ``pending_markers`` holds the marker of each pending event of
+    ``document.events``, in order (``None`` for one written without a marker).
+    """
 
     document: ConversationDocument
     version: int
+    generation: str = ""
+    pending_markers: tuple[str | None, ...] = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -47,6 +64,20 @@ class ConversationInfo:
     """How many events its transcript holds (pending ones included)."""
     updated_at: datetime | None
     metadata: dict[str, str] = attrs.field(factory=dict, hash=False)
+    generation: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class ConversationPage:
+    """One page of a listing: ``conversations`` and the cursor of the next page.
+
+    ``next_cursor`` is ``None`` on the last page; pass it to ``list_page`` to
+    read on. A conversation written while pages are read moves to the front
+    and may be missed by a listing already past it.
+    """
+
+    conversations: list[ConversationInfo]
+    next_cursor: str | None
 
 
 @runtime_checkable
@@ -67,9 +98,18 @@ class ConversationStore(Protocol):
         """
         ...
 
-    async def save(self, document: ConversationDocument, *, expected_version: int) -> int:
+    async def save(
+        self,
+        document: ConversationDocument,
+        *,
+        expected_version: int,
+        generation: str | None = None,
+    ) -> int:
         """Replace the whole conversation (create it when ``expected_version`` is 0).
 
+        ``generation``: when creating, the generation the new conversation
+        gets (a fresh random one when ``None``); otherwise, when given, the
+        write is refused unless the stored conversation has that generation.
         Returns the new version.
         """
         ...
@@ -81,19 +121,36 @@ class ConversationStore(Protocol):
         *,
         header: ConversationDocument,
         expected_version: int,
-        drop_pending: bool = False,
+        drop_pending: bool | str = False,
+        pending_marker: str | None = None,
+        generation: str | None = None,
     ) -> int:
         """Atomically append ``events`` and update the conversation's state.
 
         ``header`` carries the state to store (every field but ``events``,
         which is ignored); ``drop_pending`` first removes the events marked
-        pending. ``expected_version`` 0 creates the conversation. Returns the
-        new version.
+        pending (``True``: all of them; a marker: only those written with
+        it). ``pending_marker`` is stored with the pending events among
+        ``events``. ``expected_version`` 0 creates the conversation;
+        ``generation`` is as for :meth:`save`. Returns the new version.
+        """
+        ...
+
+    async def remove_pending(self, conversation_id: str, marker: str) -> bool:
+        """Remove the pending events written with ``marker``, whatever the version.
+
+        The version does not change: pending events are not part of the
+        answered transcript. ``False`` when there were none (or no such
+        conversation).
         """
         ...
 
     async def list(self) -> list[ConversationInfo]:
         """Every conversation, most recently updated first."""
+        ...
+
+    async def list_page(self, *, limit: int = 100, cursor: str | None = None) -> ConversationPage:
+        """Up to ``limit`` conversations, most recently updated first, from ``cursor`` on."""
         ...
 
     async def delete(self, conversation_id: str) -> bool:

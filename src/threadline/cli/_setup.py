@@ -23,6 +23,7 @@ from threadline.cli._options import (
     LOCAL_CONTEXT,
     LOCAL_MAX_OUTPUT,
     LOCAL_MODEL_NAME,
+    StoreUrl,
     default_db_path,
 )
 
@@ -90,6 +91,16 @@ def build_driver(args: argparse.Namespace) -> tuple[Driver, Model, int | None]:
             or a flag's value cannot work.
     """
     provider = choose_provider(args)
+    explicit = args.provider or os.environ.get("THREADLINE_PROVIDER", "").strip()
+    if provider == "anthropic" or (
+        provider == "local" and not explicit and os.environ.get("ANTHROPIC_API_KEY")
+    ):
+        from threadline.drivers.anthropic import AnthropicDriver
+
+        # Claude models share a 200,000-token window.
+        name = args.model or os.environ.get("THREADLINE_MODEL") or "claude-sonnet-4-5"
+        model = Model(name, context_size=catalog_context_size(name) or 200_000)
+        return AnthropicDriver(base_url=args.base_url), model, args.max_output_tokens
     if provider == "local":
         return _local_driver(args)
     return _openai_driver(args)
@@ -132,9 +143,9 @@ def _openai_driver(args: argparse.Namespace) -> tuple[Driver, Model, int | None]
     return OpenAIChatDriver(base_url=base_url), model, max_output
 
 
-def db_path(args: argparse.Namespace) -> Path:
+def db_path(args: argparse.Namespace) -> Path | StoreUrl:
     """The database ``--db`` names, else ``THREADLINE_DB``, else the default file."""
-    given: Path | None = getattr(args, "db", None)
+    given: Path | StoreUrl | None = getattr(args, "db", None)
     return given or default_db_path()
 
 
@@ -147,6 +158,10 @@ def open_store(args: argparse.Namespace, *, read_only: bool = False) -> Conversa
     from threadline.stores.sqlite import SQLiteStore
 
     path = db_path(args)
+    if isinstance(path, StoreUrl):  # postgresql://… or redis://…
+        from threadline.stores import open_store as open_url
+
+        return open_url(path.url)
     if read_only and not path.exists():
         raise CliError(
             f"no database at {path} (nothing saved there yet; --db or THREADLINE_DB name another)"

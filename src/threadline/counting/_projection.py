@@ -34,7 +34,7 @@ import attrs
 
 from threadline._messages import Reasoning, has_provider_reasoning
 
-__all__ = ["DefaultReplayProjection"]
+__all__ = ["NO_REPLAY", "DefaultReplayProjection", "NoReplay"]
 
 ENVELOPE_KEYS: Final = frozenset({"type", "id", "status"})
 """Keys whose string values are envelope metadata, not replayed content."""
@@ -64,6 +64,25 @@ class DefaultReplayProjection:
         except (ValueError, RecursionError):
             return (raw.decode("utf-8", errors="replace"),)
         return tuple(_payload_strings(document))
+
+
+class NoReplay:
+    """The replay projection of a driver that never sends reasoning back.
+
+    Display text and replay state alike cost nothing on the next request.
+    Drivers and the test doubles share this one instance (``NO_REPLAY``).
+    """
+
+    __slots__ = ()
+
+    def replayed_reasoning(self, reasoning: Reasoning) -> tuple[str, ...]:
+        return ()
+
+    def __repr__(self) -> str:
+        return "NoReplay()"
+
+
+NO_REPLAY = NoReplay()
 
 
 def _payload_strings(document: Any) -> list[str]:

@@ -1,7 +1,8 @@
 """Drivers: one module per wire protocol, translating threadline's messages at the edge.
 
 ``OpenAIChatDriver`` speaks OpenAI Chat Completions (and every
-OpenAI-compatible server); ``LocalDriver`` runs a GGUF model in process and
+OpenAI-compatible server); ``AnthropicDriver`` the Anthropic Messages API
+(thinking replayed exactly); ``LocalDriver`` runs a GGUF model in process and
 needs the ``threadline[local]`` extra. The driver contract (``Driver``,
 ``ProviderCall``, ``ProviderResponse`` and the stream chunks) lives in the
 core; the drivers themselves are imported only when first asked for, so
@@ -28,10 +29,12 @@ from threadline._public import publish
 
 if TYPE_CHECKING:
     from threadline.drivers._http import RetryPolicy
+    from threadline.drivers.anthropic import AnthropicDriver
     from threadline.drivers.local import LocalDriver
     from threadline.drivers.openai_chat import OpenAIChatDriver
 
 __all__ = [
+    "AnthropicDriver",
     "Driver",
     "LocalDriver",
     "OpenAIChatDriver",
@@ -48,6 +51,7 @@ __all__ = [
 
 # name -> the module that defines it, imported on first access.
 _LAZY = {
+    "AnthropicDriver": "threadline.drivers.anthropic",
     "LocalDriver": "threadline.drivers.local",
     "OpenAIChatDriver": "threadline.drivers.openai_chat",
     "RetryPolicy": "threadline.drivers._http",

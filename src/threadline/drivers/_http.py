@@ -10,7 +10,9 @@ One retry policy serves every driver, and it is small enough to read at once:
   capped at ``max_delay``, less up to ``jitter`` of it at random, so clients
   that failed together do not return together;
 - a server's ``retry-after-ms`` or ``retry-after`` (seconds, or an HTTP date)
-  replaces that wait, clamped to ``[0, max_retry_after]``.
+  replaces that wait, clamped to ``[0, max_retry_after]``;
+- a server's ``x-should-retry: true`` or ``false`` (Anthropic sends it) overrides
+  the status rule, though never the retry count or a context-length refusal.
 
 A stream is retried only before any of its body has been read: once the first
 byte is consumed, a failure is raised, never replayed. Waiting goes through a
@@ -24,8 +26,8 @@ import logging
 import math
 import random
 import time
-from collections.abc import Callable, Mapping
-from typing import Protocol
+from collections.abc import AsyncGenerator, Callable, Mapping
+from typing import Any, Protocol
 
 import anyio
 import attrs
@@ -39,9 +41,13 @@ __all__ = [
     "DEFAULT_TIMEOUT",
     "Clock",
     "RetryPolicy",
+    "Secret",
     "SystemClock",
     "build_http_client",
+    "finish_reading",
+    "header_secrets",
     "is_retryable_status",
+    "request_id_of",
     "retry_after_seconds",
     "send_with_retries",
 ]
@@ -61,6 +67,56 @@ _RETRYABLE_TRANSPORT_ERRORS = (
 )
 """No response came back, and sending again may work. A bad URL scheme or a
 local protocol error will not improve, so those are raised at once."""
+
+
+_SECRET_HEADER_WORDS = ("auth", "key", "token", "secret")
+_DRAIN_SECONDS = 1.0
+
+
+class Secret:
+    """A credential that prints as ``'<hidden>'`` everywhere but the wire."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "'<hidden>'"
+
+    __str__ = __repr__
+
+
+def header_secrets(headers: Mapping[str, str]) -> list[str]:
+    """The values of credential-like headers, for an ``ErrorMapper`` to redact.
+
+    "Bearer sk-..." and "Basic ..." carry the secret as their last word; a
+    server that echoes the key echoes that word alone, so both are returned.
+    """
+    found: list[str] = []
+    for name, value in headers.items():
+        if any(word in name.lower() for word in _SECRET_HEADER_WORDS) and value.strip():
+            found += {value, value.split()[-1]}
+    return found
+
+
+async def finish_reading(events: AsyncGenerator[Any, None], *, drain: bool) -> None:
+    """Bring a stream's reader (and httpx's generators under it) to an end, never abandon it.
+
+    An async generator dropped mid-iteration is finalized by the garbage
+    collector, which trio reports as a ``ResourceWarning``; httpx's byte
+    iterators nest several. Reading on under a cancel scope ends them all:
+    after the stream's last event briefly, to reach the end of the body so the
+    connection goes back to the pool; otherwise (an error, a caller who left
+    early) at the next read, which cancellation interrupts at once.
+    """
+    with anyio.move_on_after(_DRAIN_SECONDS if drain else 0):
+        async for _ in events:
+            pass
+    await events.aclose()
 
 
 def build_http_client(
@@ -112,6 +168,18 @@ class SystemClock:
 def is_retryable_status(status: int) -> bool:
     """True for the statuses worth sending again: 408, 409, 429 and 5xx."""
     return status in (408, 409, 429) or 500 <= status < 600
+
+
+def request_id_of(headers: Mapping[str, str]) -> str | None:
+    """The id the provider gave the request: ``x-request-id`` or (Anthropic) ``request-id``."""
+    return headers.get("x-request-id") or headers.get("request-id")
+
+
+def _should_retry(status: int, headers: Mapping[str, str]) -> bool:
+    asked = headers.get("x-should-retry", "").strip().lower()
+    if asked in ("true", "false"):
+        return asked == "true"
+    return is_retryable_status(status)
 
 
 def _parse_seconds(value: str) -> float | None:
@@ -271,11 +339,11 @@ async def send_with_retries(
         if response.is_success:
             return response
         body = await _read_error_body(response) if stream else response.text
-        request_id = response.headers.get("x-request-id")
+        request_id = request_id_of(response.headers)
         status = response.status_code
         if (
             retry < policy.max_retries
-            and is_retryable_status(status)
+            and _should_retry(status, response.headers)
             and context_length_details(parse_error_body(body)) is None
         ):
             retry += 1
@@ -286,7 +354,11 @@ async def send_with_retries(
             await clock.sleep(wait)
             continue
         raise errors.from_response(
-            status, body, request_id=request_id, reason=response.reason_phrase
+            status,
+            body,
+            request_id=request_id,
+            reason=response.reason_phrase,
+            headers=response.headers,
         )
 
 

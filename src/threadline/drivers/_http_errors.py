@@ -35,11 +35,13 @@ __all__ = [
     "ProviderErrorDetails",
     "context_length_details",
     "parse_error_body",
+    "snippet",
 ]
 
 MAX_BODY_CHARS = 4096
 """How much of an error body an exception keeps; the rest is cut, with a note."""
 
+_SNIPPET = 200
 _REDACTED = "[redacted]"
 _MIN_SECRET_LENGTH = 8
 """Shorter "keys" (``"x"``, ``"ollama"``) guard nothing and would garble bodies."""
@@ -116,6 +118,7 @@ _CONTEXT_PHRASES = (
     "exceeds the maximum context length",
     "context length of only",
     "prompt is too long",
+    "exceed context limit",
     "input length exceeds",
     "`max_new_tokens` must be <=",
 )
@@ -127,6 +130,7 @@ _LIMIT_PATTERNS = (
     re.compile(r"context length of only " + _NUMBER),
     re.compile(r" tokens > " + _NUMBER + r" maximum"),
     re.compile(r"must be <= " + _NUMBER),
+    re.compile(r"exceed context limit: \d[\d,]* \+ \d[\d,]* > " + _NUMBER),
 )
 _PROMPT_PATTERNS = (
     re.compile(r"\(" + _NUMBER + r" in the messages"),
@@ -138,6 +142,7 @@ _PROMPT_PATTERNS = (
     re.compile(r"keep the first " + _NUMBER + r" tokens"),
     re.compile(r"prompt is too long: " + _NUMBER + r" tokens"),
     re.compile(r"given: " + _NUMBER + r" `inputs` tokens"),
+    re.compile(r"exceed context limit: " + _NUMBER + r" \+"),
 )
 
 
@@ -170,17 +175,64 @@ def context_length_details(details: ProviderErrorDetails) -> ContextLengthDetail
     return ContextLengthDetails(prompt_tokens=prompt_tokens, context_limit=context_limit)
 
 
+def _body_request_id(body: str) -> str | None:
+    if '"request_id"' not in body:
+        return None
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        return None
+    value = payload.get("request_id") if isinstance(payload, dict) else None
+    return value if isinstance(value, str) and value else None
+
+
+def snippet(text: str) -> str:
+    """The start of ``text``, for an error message about a malformed response."""
+    return text if len(text) <= _SNIPPET else f"{text[:_SNIPPET]}..."
+
+
 def _truncate(text: str) -> str:
     if len(text) <= MAX_BODY_CHARS:
         return text
     return f"{text[:MAX_BODY_CHARS]}... [{len(text) - MAX_BODY_CHARS} more characters cut]"
 
 
+def _context_refusal(
+    details: ProviderErrorDetails, message: str, common: Mapping[str, Any]
+) -> ContextLengthExceededError | None:
+    """The context-length error ``details`` describe, with the numbers; ``None`` if not one."""
+    context = context_length_details(details)
+    if context is None:
+        return None
+    return ContextLengthExceededError(
+        message,
+        prompt_tokens=context.prompt_tokens,
+        context_limit=context.context_limit,
+        **common,
+    )
+
+
 _STREAM_ERROR_KINDS: tuple[tuple[tuple[str, ...], type[ProviderError]], ...] = (
     (("auth", "permission", "api_key"), AuthenticationError),
     (("rate_limit", "quota", "too_many_requests"), RateLimitError),
-    (("invalid_request", "bad_request", "not_found", "validation"), BadRequestError),
+    (
+        ("invalid_request", "bad_request", "not_found", "validation", "request_too_large"),
+        BadRequestError,
+    ),
 )
+_RATE_LIMIT_HEADER_PREFIXES = ("x-ratelimit-", "anthropic-ratelimit-")
+
+
+def _rate_limit_note(headers: Mapping[str, str] | None) -> str:
+    """The rate-limit headers a 429 came with, as ``"; name=value, ..."`` (or nothing)."""
+    if not headers:
+        return ""
+    shown = [
+        f"{name.lower()}={value}"
+        for name, value in headers.items()
+        if name.lower().startswith(_RATE_LIMIT_HEADER_PREFIXES) or name.lower() == "retry-after"
+    ]
+    return f" [{', '.join(shown)}]" if shown else ""
 
 
 class ErrorMapper:
@@ -205,13 +257,28 @@ class ErrorMapper:
         return text
 
     def from_response(
-        self, status: int, body: str, *, request_id: str | None = None, reason: str = ""
+        self,
+        status: int,
+        body: str,
+        *,
+        request_id: str | None = None,
+        reason: str = "",
+        headers: Mapping[str, str] | None = None,
     ) -> ProviderError:
-        """The error for a non-success HTTP response, chosen by status and body."""
+        """The error for a non-success HTTP response, chosen by status and body.
+
+        A 429's message ends with the rate-limit headers it came with
+        (``retry-after``, ``x-ratelimit-*``, ``anthropic-ratelimit-*``); a body
+        that names its ``request_id`` (Anthropic's do) supplies one the headers lacked.
+        """
         body = self.redact(body)
         details = parse_error_body(body)
         message = details.message or f"HTTP {status} {reason}".strip()
         message = self.redact(message)
+        if status == 429:
+            message += self.redact(_rate_limit_note(headers))
+        if request_id is None:
+            request_id = _body_request_id(body)
         common: dict[str, Any] = {
             "status": status,
             "body": _truncate(body),
@@ -219,14 +286,9 @@ class ErrorMapper:
             "provider": self.provider,
         }
         if status in (400, 404, 413, 422) or status >= 500:
-            context = context_length_details(details)
-            if context is not None:
-                return ContextLengthExceededError(
-                    message,
-                    prompt_tokens=context.prompt_tokens,
-                    context_limit=context.context_limit,
-                    **common,
-                )
+            refusal = _context_refusal(details, message, common)
+            if refusal is not None:
+                return refusal
         cls: type[ProviderError]
         if status in (401, 403):
             cls = AuthenticationError
@@ -257,14 +319,9 @@ class ErrorMapper:
             "request_id": request_id,
             "provider": self.provider,
         }
-        context = context_length_details(details)
-        if context is not None:
-            return ContextLengthExceededError(
-                message,
-                prompt_tokens=context.prompt_tokens,
-                context_limit=context.context_limit,
-                **common,
-            )
+        refusal = _context_refusal(details, message, common)
+        if refusal is not None:
+            return refusal
         kind = f"{details.type or ''} {details.code or ''}".lower()
         for words, cls in _STREAM_ERROR_KINDS:
             if any(word in kind for word in words):

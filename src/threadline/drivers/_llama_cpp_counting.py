@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import httpx
 
 from threadline._provider import ProviderCall
-from threadline.drivers._http_errors import ErrorMapper
+from threadline.drivers._http_errors import ErrorMapper, snippet
 
 if TYPE_CHECKING:
     from threadline._messages import Message
@@ -34,13 +34,6 @@ __all__ = ["LlamaCppTokenCounter", "server_root"]
 
 Post = Callable[[str, bytes], Awaitable[httpx.Response]]
 """Sends a JSON body to a path at the server's root (with the driver's headers and retries)."""
-
-
-_SHOWN = 200
-
-
-def _snippet(text: str) -> str:
-    return text if len(text) <= _SHOWN else f"{text[:_SHOWN]}..."
 
 
 def server_root(base_url: str) -> str:
@@ -83,14 +76,14 @@ class LlamaCppTokenCounter:
         prompt = rendered.get("prompt")
         if not isinstance(prompt, str):
             raise self._errors.malformed(
-                f"/apply-template answered without a prompt: {_snippet(repr(rendered))}"
+                f"/apply-template answered without a prompt: {snippet(repr(rendered))}"
             )
         body = {"content": prompt, "add_special": True, "parse_special": True}
         tokenized = await self._answer("/tokenize", json.dumps(body).encode())
         tokens = tokenized.get("tokens")
         if not isinstance(tokens, list):
             raise self._errors.malformed(
-                f"/tokenize answered without tokens: {_snippet(repr(tokenized))}"
+                f"/tokenize answered without tokens: {snippet(repr(tokenized))}"
             )
         return len(tokens)
 
@@ -102,7 +95,7 @@ class LlamaCppTokenCounter:
             payload = None
         if not isinstance(payload, dict):
             text = response.content.decode("utf-8", errors="replace")
-            raise self._errors.malformed(f"{path} did not answer a JSON object: {_snippet(text)!r}")
+            raise self._errors.malformed(f"{path} did not answer a JSON object: {snippet(text)!r}")
         return payload
 
     def __repr__(self) -> str:

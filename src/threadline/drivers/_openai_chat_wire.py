@@ -39,6 +39,16 @@ from threadline._provider import (
 )
 from threadline.drivers._replay import check_transcript_reasoning
 from threadline.drivers._tool_calls import tool_call_dicts
+from threadline.drivers._wire import (
+    DEFAULT_CACHE_BYTES,
+    JSONCache,
+    MalformedResponse,
+    count_field,
+    encode_body,
+    json_kind,
+    json_object,
+    optional_str,
+)
 from threadline.tools._tools import Tool
 
 __all__ = [
@@ -56,10 +66,6 @@ _TOOL_CHOICE_MODES = frozenset({"auto", "none", "required"})
 # The field servers use for the model's display reasoning: "reasoning_content"
 # (DeepSeek, vLLM, llama.cpp), "reasoning" (newer vLLM, Ollama, OpenRouter).
 _REASONING_FIELDS = ("reasoning_content", "reasoning")
-
-
-class MalformedResponse(Exception):
-    """A response that is not the shape the protocol promises (internal)."""
 
 
 # --- request -----------------------------------------------------------------
@@ -174,55 +180,17 @@ def request_body(
     return body
 
 
-class MessageJSONCache:
-    """Each message's JSON, encoded once and reused while it is still sent.
+class MessageJSONCache(JSONCache):
+    """Each message's Chat Completions JSON, encoded once (see ``JSONCache``)."""
 
-    A run re-sends its whole history every round and a conversation every
-    turn; messages are immutable, so their JSON never changes. Encoding each
-    message once makes a request cost what its new messages cost, instead of
-    re-encoding a thousand-message history every time. Memory is bounded: two
-    generations of at most ``max_bytes / 2`` each, the older dropped when the
-    newer fills, so what is no longer sent is forgotten. A message whose JSON
-    alone is larger than a generation is encoded every time.
-    """
+    __slots__ = ()
 
-    __slots__ = ("_generation_bytes", "_previous", "_recent", "_recent_bytes")
+    def __init__(self, max_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+        super().__init__(_encode_message_json, max_bytes)
 
-    def __init__(self, max_bytes: int = 32 * 1024 * 1024) -> None:
-        self._generation_bytes = max(1, max_bytes // 2)
-        self._recent: dict[Message, bytes] = {}
-        self._previous: dict[Message, bytes] = {}
-        self._recent_bytes = 0
 
-    def __len__(self) -> int:
-        return len(self._recent) + len(self._previous)
-
-    def __contains__(self, message: object) -> bool:
-        return message in self._recent or message in self._previous
-
-    def encode(self, messages: tuple[Message, ...]) -> bytes:
-        """The JSON array of ``messages``, as Chat Completions takes it."""
-        recent = self._recent
-        parts: list[bytes] = []
-        for message in messages:
-            encoded = recent.get(message)
-            if encoded is None:
-                encoded = self._previous.get(message)
-                if encoded is None:
-                    encoded = encode_body(_encode_message(message))
-                self._remember(message, encoded)
-                recent = self._recent
-            parts.append(encoded)
-        return b"[" + b",".join(parts) + b"]"
-
-    def _remember(self, message: Message, encoded: bytes) -> None:
-        size = len(encoded)
-        if size > self._generation_bytes:
-            return
-        if self._recent_bytes + size > self._generation_bytes:
-            self._previous, self._recent, self._recent_bytes = self._recent, {}, 0
-        self._recent[message] = encoded
-        self._recent_bytes += size
+def _encode_message_json(message: Message) -> bytes:
+    return encode_body(_encode_message(message))
 
 
 def encode_request(
@@ -266,88 +234,26 @@ def _force_stream(body: dict[str, Any], stream: bool) -> None:
         body.pop("stream", None)
 
 
-def _json_default(value: object) -> object:
-    if isinstance(value, Mapping):
-        return dict(value)
-    if isinstance(value, set | frozenset):
-        return sorted(value)
-    raise TypeError(f"a {type(value).__name__} cannot be sent as JSON")
-
-
-# One encoder for every body: json.dumps with options builds a new one per call,
-# which costs more than encoding a short message.
-_ENCODER = json.JSONEncoder(
-    ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=_json_default
-)
-
-
-def encode_body(body: Mapping[str, Any]) -> bytes:
-    """``body`` as compact UTF-8 JSON.
-
-    Raises:
-        InvalidRequestError: a value JSON cannot carry (an object, NaN).
-    """
-    try:
-        text = _ENCODER.encode(body)
-    except (TypeError, ValueError) as exc:
-        raise InvalidRequestError(f"the request cannot be encoded as JSON: {exc}") from None
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        # A lone surrogate, usually from input decoded with errors="surrogateescape".
-        bad = exc.object[exc.start : exc.end]
-        raise InvalidRequestError(
-            f"the request holds text that is not valid Unicode ({bad!r}, a lone surrogate, "
-            "often left by undecodable input); clean the text before sending it"
-        ) from None
-
-
 # --- response ----------------------------------------------------------------
-
-
-def _kind(value: object) -> str:
-    return "null" if value is None else type(value).__name__
-
-
-def _object(value: object, where: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise MalformedResponse(f"{where} should be a JSON object, not {_kind(value)}")
-    return value
-
-
-def _optional_str(obj: Mapping[str, Any], key: str, where: str) -> str | None:
-    value = obj.get(key)
-    if value is None or isinstance(value, str):
-        return value
-    raise MalformedResponse(f"{where}.{key} should be a string, not {_kind(value)}")
-
-
-def _count(obj: Mapping[str, Any] | None, key: str, where: str) -> int:
-    value = None if obj is None else obj.get(key)
-    if value is None:
-        return 0
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise MalformedResponse(f"{where}.{key} should be a token count, not {value!r}")
-    return value
 
 
 def _details(obj: Mapping[str, Any], key: str, where: str) -> dict[str, Any] | None:
     value = obj.get(key)
-    return None if value is None else _object(value, f"{where}.{key}")
+    return None if value is None else json_object(value, f"{where}.{key}")
 
 
 def parse_usage(value: object, where: str = "usage") -> Usage:
     """The ``usage`` object of a response or of a stream's last event."""
-    usage = _object(value, where)
+    usage = json_object(value, where)
     prompt_details = _details(usage, "prompt_tokens_details", where)
     output_details = _details(usage, "completion_tokens_details", where)
     return Usage(
-        input_tokens=_count(usage, "prompt_tokens", where),
-        output_tokens=_count(usage, "completion_tokens", where),
-        cached_input_tokens=_count(
+        input_tokens=count_field(usage, "prompt_tokens", where),
+        output_tokens=count_field(usage, "completion_tokens", where),
+        cached_input_tokens=count_field(
             prompt_details, "cached_tokens", f"{where}.prompt_tokens_details"
         ),
-        reasoning_tokens=_count(
+        reasoning_tokens=count_field(
             output_details, "reasoning_tokens", f"{where}.completion_tokens_details"
         ),
     )
@@ -363,16 +269,16 @@ def _text_content(obj: Mapping[str, Any], where: str) -> str:
         # A few servers answer with content parts; keep their text.
         texts = []
         for index, part in enumerate(value):
-            part_obj = _object(part, f"{where}.content[{index}]")
-            text = _optional_str(part_obj, "text", f"{where}.content[{index}]")
+            part_obj = json_object(part, f"{where}.content[{index}]")
+            text = optional_str(part_obj, "text", f"{where}.content[{index}]")
             texts.append(text or "")
         return "".join(texts)
-    raise MalformedResponse(f"{where}.content should be a string, not {_kind(value)}")
+    raise MalformedResponse(f"{where}.content should be a string, not {json_kind(value)}")
 
 
 def _reasoning_text(obj: Mapping[str, Any], where: str) -> str:
     for field in _REASONING_FIELDS:
-        value = _optional_str(obj, field, where)
+        value = optional_str(obj, field, where)
         if value:
             return value
     return ""
@@ -385,24 +291,24 @@ def _arguments(function: Mapping[str, Any], where: str) -> str | None:
     if isinstance(value, dict):
         # Some servers send the arguments decoded; re-encode them once, as sent.
         return json.dumps(value, ensure_ascii=False)
-    raise MalformedResponse(f"{where}.arguments should be a string, not {_kind(value)}")
+    raise MalformedResponse(f"{where}.arguments should be a string, not {json_kind(value)}")
 
 
 def _parse_tool_calls(value: object, where: str) -> tuple[ToolCall, ...]:
     if value is None:
         return ()
     if not isinstance(value, list):
-        raise MalformedResponse(f"{where} should be a list, not {_kind(value)}")
+        raise MalformedResponse(f"{where} should be a list, not {json_kind(value)}")
     calls = []
     for index, item in enumerate(value):
         item_where = f"{where}[{index}]"
-        call = _object(item, item_where)
-        function = _object(call.get("function"), f"{item_where}.function")
-        name = _optional_str(function, "name", f"{item_where}.function")
+        call = json_object(item, item_where)
+        function = json_object(call.get("function"), f"{item_where}.function")
+        name = optional_str(function, "name", f"{item_where}.function")
         if not name:
             raise MalformedResponse(f"{item_where}.function.name is missing")
         arguments = _arguments(function, f"{item_where}.function")
-        call_id = _optional_str(call, "id", item_where) or invented_call_id()
+        call_id = optional_str(call, "id", item_where) or invented_call_id()
         calls.append(ToolCall(id=call_id, name=name, arguments=arguments or "{}"))
     return tuple(calls)
 
@@ -421,16 +327,16 @@ def parse_completion(
     Raises:
         MalformedResponse: the payload is not a chat completion.
     """
-    body = _object(payload, "the response")
+    body = json_object(payload, "the response")
     choices = body.get("choices")
     if not isinstance(choices, list) or not choices:
-        raise MalformedResponse(f"the response has no choices (choices is {_kind(choices)})")
-    choice = _object(choices[0], "choices[0]")
-    message = _object(choice.get("message"), "choices[0].message")
+        raise MalformedResponse(f"the response has no choices (choices is {json_kind(choices)})")
+    choice = json_object(choices[0], "choices[0]")
+    message = json_object(choice.get("message"), "choices[0].message")
     tool_calls = _parse_tool_calls(message.get("tool_calls"), "choices[0].message.tool_calls")
-    finish_reason = _optional_str(choice, "finish_reason", "choices[0]")
+    finish_reason = optional_str(choice, "finish_reason", "choices[0]")
     usage = body.get("usage")
-    model = _optional_str(body, "model", "the response")
+    model = optional_str(body, "model", "the response")
     return ProviderResponse(
         message=Message.assistant(
             _text_content(message, "choices[0].message"),
@@ -481,7 +387,7 @@ class StreamAssembler:
         Raises:
             MalformedResponse: the event is not a chat completion chunk.
         """
-        event = payload if type(payload) is dict else _object(payload, "a stream event")
+        event = payload if type(payload) is dict else json_object(payload, "a stream event")
         model = event.get("model")
         if model and isinstance(model, str):
             self._model = model
@@ -492,22 +398,22 @@ class StreamAssembler:
         if not choices:
             return []
         if type(choices) is not list:
-            raise MalformedResponse(f"a stream event's choices is {_kind(choices)}, not a list")
+            raise MalformedResponse(f"a stream event's choices is {json_kind(choices)}, not a list")
         chunks: list[StreamChunk] = []
         for position, choice in enumerate(choices):
             if type(choice) is not dict:
-                _object(choice, f"a stream event's choices[{position}]")
+                json_object(choice, f"a stream event's choices[{position}]")
             if choice.get("index", 0) != 0:
                 continue  # only one choice is asked for; ignore any other
             delta = choice.get("delta")
             if delta:
                 if type(delta) is not dict:
-                    _object(delta, f"a stream event's choices[{position}].delta")
+                    json_object(delta, f"a stream event's choices[{position}].delta")
                 self._add_delta(delta, position, chunks)
             finish_reason = choice.get("finish_reason")
             if finish_reason is not None:
                 if type(finish_reason) is not str:
-                    _optional_str(choice, "finish_reason", f"a stream event's choices[{position}]")
+                    optional_str(choice, "finish_reason", f"a stream event's choices[{position}]")
                 if finish_reason:
                     self.finish_reason = finish_reason
         return chunks
@@ -517,14 +423,14 @@ class StreamAssembler:
             reasoning = delta.get(field)
             if reasoning:
                 if type(reasoning) is not str:
-                    _optional_str(delta, field, f"a stream event's choices[{position}].delta")
+                    optional_str(delta, field, f"a stream event's choices[{position}].delta")
                 self._reasoning.append(reasoning)
                 chunks.append(ReasoningChunk(text=reasoning))
                 break
         text = delta.get("content")
         if text:
             if type(text) is not str:
-                _optional_str(delta, "content", f"a stream event's choices[{position}].delta")
+                optional_str(delta, "content", f"a stream event's choices[{position}].delta")
             self._text.append(text)
             chunks.append(TextChunk(text=text))
         tool_calls = delta.get("tool_calls")
@@ -532,13 +438,13 @@ class StreamAssembler:
             return
         where = f"a stream event's choices[{position}].delta.tool_calls"
         if not isinstance(tool_calls, list):
-            raise MalformedResponse(f"{where} should be a list, not {_kind(tool_calls)}")
+            raise MalformedResponse(f"{where} should be a list, not {json_kind(tool_calls)}")
         for index, item in enumerate(tool_calls):
-            chunks.append(self._add_tool_call(_object(item, f"{where}[{index}]")))
+            chunks.append(self._add_tool_call(json_object(item, f"{where}[{index}]")))
 
     def _add_tool_call(self, piece: dict[str, Any]) -> ToolCallChunk:
         where = "a stream event's tool call"
-        call_id = _optional_str(piece, "id", where)
+        call_id = optional_str(piece, "id", where)
         index = piece.get("index")
         if index is None:
             # Servers that omit the index send each call whole, or continue the last.
@@ -547,8 +453,10 @@ class StreamAssembler:
         if isinstance(index, bool) or not isinstance(index, int) or index < 0:
             raise MalformedResponse(f"{where} has index {index!r}, not a non-negative int")
         function_value = piece.get("function")
-        function = {} if function_value is None else _object(function_value, f"{where}.function")
-        name = _optional_str(function, "name", f"{where}.function")
+        function = (
+            {} if function_value is None else json_object(function_value, f"{where}.function")
+        )
+        name = optional_str(function, "name", f"{where}.function")
         arguments = _arguments(function, f"{where}.function") or ""
         partial = self._calls.get(index)
         if partial is None:

@@ -14,25 +14,9 @@ import json
 from collections.abc import Sequence
 
 from threadline._errors import InvalidRequestError
-from threadline._messages import Message, Reasoning, has_provider_reasoning
+from threadline._messages import Message, has_provider_reasoning
 
-__all__ = ["NO_REPLAY", "NoReplay", "check_provider_reasoning", "check_transcript_reasoning"]
-
-
-class NoReplay:
-    """The replay projection of a driver that never sends reasoning back.
-
-    Display text and replay state alike cost nothing on the next request.
-    """
-
-    def replayed_reasoning(self, reasoning: Reasoning) -> Sequence[str]:
-        return ()
-
-    def __repr__(self) -> str:
-        return "NoReplay()"
-
-
-NO_REPLAY = NoReplay()
+__all__ = ["check_provider_reasoning", "check_transcript_reasoning"]
 
 
 def _is_text_block(value: object) -> bool:

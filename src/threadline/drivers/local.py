@@ -25,7 +25,6 @@ import math
 import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Final
 
 import anyio
@@ -33,6 +32,7 @@ import anyio.from_thread
 import anyio.to_thread
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from threadline._closing import AsyncClosing
 from threadline._errors import (
     ContextLengthExceededError,
     InvalidRequestError,
@@ -46,6 +46,7 @@ from threadline._provider import (
     ResponseDone,
     StreamChunk,
 )
+from threadline.counting._projection import NO_REPLAY
 from threadline.counting._protocol import ReplayProjection, TokenCounter
 from threadline.drivers._local_chat import (
     CHAT_TEMPLATE,
@@ -63,7 +64,6 @@ from threadline.drivers._local_llama import (
     route_llama_logs_to_logging,
     without_extra_buffers,
 )
-from threadline.drivers._replay import NO_REPLAY
 from threadline.tools._tools import Tool
 
 __all__ = ["LocalDriver", "LocalTokenCounter", "default_model_path"]
@@ -121,7 +121,7 @@ class LocalTokenCounter:
         return f"LocalTokenCounter({self._driver.model.name!r})"
 
 
-class LocalDriver:
+class LocalDriver(AsyncClosing):
     """Runs a GGUF chat model in this process through llama-cpp-python.
 
     Args:
@@ -410,17 +410,6 @@ class LocalDriver:
         """Free the model's memory once no generation is running; a later call loads it again."""
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(self._free)
-
-    async def __aenter__(self) -> LocalDriver:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
 
 def _token_text(model: Llama, token: int) -> str:

@@ -13,35 +13,36 @@ import contextlib
 import json
 import os
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
-from types import TracebackType
 from typing import Literal
 
-import anyio
 import attrs
 import httpx
 
+from threadline._closing import AsyncClosing
 from threadline._models import Model
 from threadline._provider import (
     ProviderCall,
     ProviderResponse,
-    ReasoningChunk,
     ResponseDone,
     StreamChunk,
-    TextChunk,
-    ToolCallChunk,
+    chunks_of,
 )
 from threadline._sentinel import NOT_GIVEN, NotGiven
 from threadline._validate import fail
+from threadline.counting._projection import NO_REPLAY
 from threadline.counting._protocol import AsyncTokenCounter, ReplayProjection, TokenCounter
 from threadline.drivers._http import (
     DEFAULT_TIMEOUT,
     Clock,
     RetryPolicy,
+    Secret,
     SystemClock,
     build_http_client,
+    finish_reading,
+    header_secrets,
     send_with_retries,
 )
-from threadline.drivers._http_errors import ErrorMapper
+from threadline.drivers._http_errors import ErrorMapper, snippet
 from threadline.drivers._llama_cpp_counting import LlamaCppTokenCounter, server_root
 from threadline.drivers._openai_chat_wire import (
     MalformedResponse,
@@ -50,7 +51,6 @@ from threadline.drivers._openai_chat_wire import (
     encode_request,
     parse_completion,
 )
-from threadline.drivers._replay import NO_REPLAY
 from threadline.drivers._sse import ServerSentEvent, aiter_sse
 
 # RetryPolicy is re-exported: it is how this driver's retrying is configured.
@@ -58,49 +58,9 @@ __all__ = ["OpenAIChatDriver", "RetryPolicy"]
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 _NAME = "openai-chat"
-_SNIPPET = 200
-_DRAIN_SECONDS = 1.0
-_SECRET_HEADER_WORDS = ("auth", "key", "token", "secret")
 
 
-class _Secret:
-    """A credential that prints as ``'<hidden>'`` everywhere but the wire."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str) -> None:
-        self._value = value
-
-    def reveal(self) -> str:
-        return self._value
-
-    def __repr__(self) -> str:
-        return "'<hidden>'"
-
-    __str__ = __repr__
-
-
-async def _finish_reading(events: AsyncGenerator[ServerSentEvent, None], *, drain: bool) -> None:
-    """Bring the reader (and httpx's generators under it) to an end, never abandon it.
-
-    An async generator dropped mid-iteration is finalized by the garbage
-    collector, which trio reports as a ``ResourceWarning``; httpx's byte
-    iterators nest several. Reading on under a cancel scope ends them all:
-    after ``[DONE]`` briefly, to reach the end of the body so the connection
-    goes back to the pool; otherwise (an error, a caller who left early) at
-    the next read, which cancellation interrupts at once.
-    """
-    with anyio.move_on_after(_DRAIN_SECONDS if drain else 0):
-        async for _ in events:
-            pass
-    await events.aclose()
-
-
-def _snippet(text: str) -> str:
-    return text if len(text) <= _SNIPPET else f"{text[:_SNIPPET]}..."
-
-
-class OpenAIChatDriver:
+class OpenAIChatDriver(AsyncClosing):
     """A driver for the Chat Completions API (``POST {base_url}/chat/completions``).
 
     Args:
@@ -164,7 +124,7 @@ class OpenAIChatDriver:
         self._base_url = base_url.rstrip("/")
         self._url = httpx.URL(f"{self._base_url}/chat/completions")
         key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
-        self._api_key = _Secret(key) if key else None
+        self._api_key = Secret(key) if key else None
         policy = retry_policy or RetryPolicy()
         if max_retries is not None:
             policy = attrs.evolve(policy, max_retries=max_retries)
@@ -180,13 +140,9 @@ class OpenAIChatDriver:
             headers["openai-project"] = project
         headers.update({name.lower(): value for name, value in (default_headers or {}).items()})
         self._headers = headers
-        secrets = [key] if key else []
-        for name, value in headers.items():
-            if any(word in name for word in _SECRET_HEADER_WORDS):
-                # "Bearer sk-..." and "Basic ..." carry the secret as their last
-                # word; a server that echoes the key echoes that word alone.
-                secrets += {value, value.split()[-1]} if value.strip() else set()
-        self._errors = ErrorMapper(_NAME, secrets=secrets)
+        self._errors = ErrorMapper(
+            _NAME, secrets=[*([key] if key else []), *header_secrets(headers)]
+        )
 
         # Each message's JSON, encoded once: a run re-sends its history every round.
         self._message_json = MessageJSONCache()
@@ -279,7 +235,7 @@ class OpenAIChatDriver:
         except ValueError:
             raise self._errors.malformed(
                 "the response body is not JSON: "
-                f"{_snippet(content.decode('utf-8', errors='replace'))!r}",
+                f"{snippet(content.decode('utf-8', errors='replace'))!r}",
                 request_id=request_id,
             ) from None
         if isinstance(payload, dict) and payload.get("error") is not None:
@@ -349,16 +305,8 @@ class OpenAIChatDriver:
             # A server that ignored "stream": true and answered in one piece.
             whole = self._parse(await self._read(response), call, request_id)
             # Stream consumers still see the text: as one delta of each kind.
-            message = whole.message
-            if message.reasoning is not None and message.reasoning.text:
-                yield ReasoningChunk(text=message.reasoning.text)
-            if message.text:
-                yield TextChunk(text=message.text)
-            for index, tool_call in enumerate(message.tool_calls):
-                yield ToolCallChunk(
-                    index=index, id=tool_call.id, name=tool_call.name, arguments=tool_call.arguments
-                )
-            yield ResponseDone(response=whole)
+            for chunk in chunks_of(whole):
+                yield chunk
             return
         assembler = StreamAssembler(
             requested_model=call.model.name, provider=self._reasoning_label(call)
@@ -384,7 +332,7 @@ class OpenAIChatDriver:
         except httpx.TransportError as exc:
             raise self._errors.from_transport(exc) from exc
         finally:
-            await _finish_reading(events, drain=done)
+            await finish_reading(events, drain=done)
 
     def _event_payload(self, event: ServerSentEvent, request_id: str | None) -> object:
         """The decoded JSON of a data event; an error event raises its mapped error."""
@@ -396,7 +344,7 @@ class OpenAIChatDriver:
                     {"error": {"message": event.data}}, request_id=request_id
                 ) from None
             raise self._errors.malformed(
-                f"a stream event is not JSON: {_snippet(event.data)!r}", request_id=request_id
+                f"a stream event is not JSON: {snippet(event.data)!r}", request_id=request_id
             ) from None
         if event.event == "error" or (
             isinstance(payload, dict) and payload.get("error") is not None
@@ -416,14 +364,3 @@ class OpenAIChatDriver:
         """Close the HTTP client, when the driver built it."""
         if self._owns_client:
             await self._client.aclose()
-
-    async def __aenter__(self) -> OpenAIChatDriver:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.aclose()

@@ -1,11 +1,14 @@
 """``SQLiteStore``: conversations in one SQLite file, the embedded default.
 
-The layout, schema version 1::
+The layout, schema version 2::
 
     threadline_schema         (version)
     threadline_conversations  (id, version, format_version, header, metadata,
-                               event_count, created_at, updated_at, touched)
-    threadline_events         (conversation_id, seq, turn_id, pending, event)
+                               event_count, created_at, updated_at, touched,
+                               generation)
+    threadline_events         (conversation_id, seq, turn_id, pending, event, marker)
+
+A file of schema version 1 (no generation, no marker) is migrated when opened.
 
 ``header`` is the saved conversation without its events and ``event`` one
 event, both JSON of ``_serialization``'s format; every event of a
@@ -20,14 +23,11 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, suppress
-from datetime import datetime
+from contextlib import contextmanager
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Final, TypeAlias, TypeVar
 
 import anyio
@@ -43,24 +43,15 @@ from threadline._errors import (
 from threadline._store import ConversationInfo, StoredConversation
 from threadline.serialization._converter import (
     FORMAT_VERSION,
-    dumps_conversation_header,
     dumps_event,
-    loads_conversation_parts,
 )
-from threadline.serialization._documents import ConversationDocument, ConversationEvent
-from threadline.stores._checks import (
-    check_append,
-    check_conversation_id,
-    check_document,
-    check_expected_version,
-    check_turn_ids_below,
-    utc_now,
-)
+from threadline.stores._base import EventRecord, StoreBase, Write, check_turn_ids_below, utc_now
+from threadline.stores._parts import assemble, read_metadata, read_time
 from threadline.stores._sqlite_read_only import connect_read_only
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 """The layout of the tables this threadline writes, and the newest it reads."""
 
 _CREATE_TABLES: Final = (
@@ -74,7 +65,8 @@ _CREATE_TABLES: Final = (
         event_count INTEGER NOT NULL,
         created_at TEXT NOT NULL,
         updated_at TEXT NOT NULL,
-        touched INTEGER NOT NULL
+        touched INTEGER NOT NULL,
+        generation TEXT NOT NULL DEFAULT ''
     )
     """,
     "CREATE INDEX threadline_conversations_touched ON threadline_conversations (touched)",
@@ -85,6 +77,7 @@ _CREATE_TABLES: Final = (
         turn_id INTEGER NOT NULL,
         pending INTEGER NOT NULL,
         event TEXT NOT NULL,
+        marker TEXT,
         PRIMARY KEY (conversation_id, seq)
     ) WITHOUT ROWID
     """,
@@ -94,14 +87,20 @@ _CREATE_TABLES: Final = (
     "CREATE INDEX threadline_events_pending ON threadline_events (conversation_id) WHERE pending",
 )
 
-_EVENT_PATH: Final = re.compile(r"\$\.events\[(\d+)\]")
+# What brings a file of each older schema version to the next one.
+_MIGRATIONS: Final = {
+    1: (
+        "ALTER TABLE threadline_conversations ADD COLUMN generation TEXT NOT NULL DEFAULT ''",
+        "UPDATE threadline_conversations SET generation = lower(hex(randomblob(16)))",
+        "ALTER TABLE threadline_events ADD COLUMN marker TEXT",
+    ),
+}
+
 
 _T = TypeVar("_T")
-_EventRow: TypeAlias = tuple[int, bool, str]
-"""An event as written: its turn id, whether it is pending, its JSON."""
 
 
-class SQLiteStore:
+class SQLiteStore(StoreBase):
     """A :class:`~threadline._store.ConversationStore` in one SQLite file.
 
     The file (and its parent directories) is created on first use, in WAL
@@ -130,7 +129,7 @@ class SQLiteStore:
             written by a newer threadline (a newer schema version), or a
             stored row is damaged (the error names the conversation and the
             event).
-        RuntimeError: the store was closed with :meth:`aclose`.
+        StoreClosedError: the store was closed with :meth:`aclose`.
 
     Example::
 
@@ -147,7 +146,6 @@ class SQLiteStore:
         self._timeout = timeout
         self._read_only = read_only
         self._connection: sqlite3.Connection | None = None
-        self._closed = False
         # The anyio lock queues tasks without holding worker threads; the thread
         # lock keeps the one connection to one thread even if the store is
         # shared between event loops.
@@ -162,106 +160,28 @@ class SQLiteStore:
     def __repr__(self) -> str:
         return f"SQLiteStore({self._path!r})"
 
-    async def __aenter__(self) -> SQLiteStore:
-        return self
+    # --- the backend ---------------------------------------------------------------
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-    # --- the protocol ------------------------------------------------------------
-
-    async def load(self, conversation_id: str) -> StoredConversation:
-        """The conversation's document and current version.
-
-        Raises:
-            ConversationNotFoundError: no conversation has that id.
-            ConversationFormatError: a stored row is damaged; the error names
-                the conversation and the event.
-        """
-        check_conversation_id(conversation_id)
+    async def _load(self, conversation_id: str) -> StoredConversation:
         return await self._run(lambda connection: _load(connection, conversation_id))
 
-    async def save(self, document: ConversationDocument, *, expected_version: int) -> int:
-        """Replace the whole conversation (create it when ``expected_version`` is 0).
+    async def _write(self, write: Write) -> int:
+        return await self._run(lambda connection: _write(connection, write))
 
-        Returns the new version.
+    async def _list_page(self, limit: int, after: int | None) -> list[tuple[ConversationInfo, int]]:
+        return await self._run(lambda connection: _list_page(connection, limit, after))
 
-        Raises:
-            ConcurrentModificationError: the conversation is not at ``expected_version``.
-            ConversationFormatError: a message the saved format cannot hold.
-        """
-        check_document(document)
-        check_expected_version(expected_version)
+    async def _remove_pending(self, conversation_id: str, marker: str) -> bool:
+        return await self._run(
+            lambda connection: _remove_pending(connection, conversation_id, marker)
+        )
 
-        def work(connection: sqlite3.Connection) -> int:
-            rows = _event_rows(document.events)
-            return _write(
-                connection,
-                document,
-                rows,
-                expected_version=expected_version,
-                replace=True,
-                drop_pending=False,
-            )
-
-        return await self._run(work)
-
-    async def append_events(
-        self,
-        conversation_id: str,
-        events: Sequence[ConversationEvent],
-        *,
-        header: ConversationDocument,
-        expected_version: int,
-        drop_pending: bool = False,
-    ) -> int:
-        """Atomically append ``events`` and store ``header``'s state; see the protocol.
-
-        Writes the new events and the header, not the transcript before them.
-
-        Raises:
-            ConcurrentModificationError: the conversation is not at ``expected_version``.
-            ConversationFormatError: a message the saved format cannot hold.
-            InvalidRequestError: a header for another conversation, or events
-                whose turn ids are not below the header's ``next_turn_id``.
-        """
-        conversation_id, new_events, header = check_append(conversation_id, events, header)
-        check_expected_version(expected_version)
-
-        def work(connection: sqlite3.Connection) -> int:
-            rows = _event_rows(new_events)
-            return _write(
-                connection,
-                header,
-                rows,
-                expected_version=expected_version,
-                replace=False,
-                drop_pending=drop_pending,
-            )
-
-        return await self._run(work)
-
-    async def list(self) -> list[ConversationInfo]:
-        """Every conversation, most recently updated first.
-
-        ``updated_at`` is when the store last wrote the conversation.
-        """
-        return await self._run(_list)
-
-    async def delete(self, conversation_id: str) -> bool:
-        """Delete the conversation; ``False`` when there was none."""
-        check_conversation_id(conversation_id)
+    async def _delete(self, conversation_id: str) -> bool:
         return await self._run(lambda connection: _delete(connection, conversation_id))
 
-    async def aclose(self) -> None:
-        """Close the connection. Closing twice is fine; any other call afterwards raises."""
+    async def _close(self) -> None:
         async with self._lock:
-            await anyio.to_thread.run_sync(self._close)
+            await anyio.to_thread.run_sync(self._close_connection)
 
     # --- the connection --------------------------------------------------------------
 
@@ -272,12 +192,12 @@ class SQLiteStore:
     def _call(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
         with self._thread_lock:
             if self._closed:
-                raise RuntimeError(f"{self!r} is closed")
+                raise self._closed_error()
             try:
                 if self._connection is None:
                     if self._read_only:
                         self._connection = connect_read_only(
-                            self._path, self._timeout, _schema_version
+                            self._path, self._timeout, _current_schema_version
                         )
                     else:
                         self._connection = _connect(self._path, self._timeout)
@@ -286,10 +206,15 @@ class SQLiteStore:
                 # Locked past the time-out, a read-only or vanished file: the
                 # transaction was rolled back, so nothing changed.
                 raise StoreError(f"SQLite store {self._path}: {exc}") from exc
+            except sqlite3.DatabaseError as exc:
+                # A damaged file ("database disk image is malformed"): not ours to repair.
+                raise StoreError(
+                    f"SQLite store {self._path}: {exc}; the file is damaged: restore it "
+                    f"from a backup or move it away to start a new one"
+                ) from exc
 
-    def _close(self) -> None:
+    def _close_connection(self) -> None:
         with self._thread_lock:
-            self._closed = True
             if self._connection is not None:
                 self._connection.close()
                 self._connection = None
@@ -326,12 +251,19 @@ def _prepare_schema(connection: sqlite3.Connection, path: str) -> None:
         connection.execute(
             "CREATE TABLE IF NOT EXISTS threadline_schema (version INTEGER NOT NULL)"
         )
-        if _schema_version(connection, path) is None:
+        version = _schema_version(connection, path)
+        if version is None:
             for statement in _CREATE_TABLES:
                 connection.execute(statement)
             connection.execute(
                 "INSERT INTO threadline_schema (version) VALUES (?)", (SCHEMA_VERSION,)
             )
+            return
+        while version < SCHEMA_VERSION:
+            for statement in _MIGRATIONS[version]:
+                connection.execute(statement)
+            version += 1
+        connection.execute("UPDATE threadline_schema SET version = ?", (SCHEMA_VERSION,))
 
 
 def _schema_version(connection: sqlite3.Connection, path: str) -> int | None:
@@ -354,6 +286,17 @@ def _schema_version(connection: sqlite3.Connection, path: str) -> int | None:
     return version
 
 
+def _current_schema_version(connection: sqlite3.Connection, path: str) -> int | None:
+    """The schema version of a file opened read-only, which cannot be migrated."""
+    version = _schema_version(connection, path)
+    if version is not None and version < SCHEMA_VERSION:
+        raise ConversationFormatError(
+            f"{path} has store schema version {version}, written by an older threadline; "
+            f"open it once without read_only to migrate it to version {SCHEMA_VERSION}"
+        )
+    return version
+
+
 @contextmanager
 def _transaction(connection: sqlite3.Connection, mode: str = "") -> Iterator[None]:
     connection.execute(f"BEGIN {mode}")
@@ -369,22 +312,27 @@ def _transaction(connection: sqlite3.Connection, mode: str = "") -> Iterator[Non
 # --- the work, run in a worker thread ---------------------------------------------------
 
 
-def _event_rows(events: Sequence[ConversationEvent]) -> list[_EventRow]:
-    return [(event.turn_id, event.pending, dumps_event(event)) for event in events]
-
-
 def _load(connection: sqlite3.Connection, conversation_id: str) -> StoredConversation:
     # One read transaction: the header and the events of the same version.
     with _transaction(connection):
         row = connection.execute(
-            "SELECT version, header FROM threadline_conversations WHERE id = ?",
+            "SELECT version, header, generation FROM threadline_conversations WHERE id = ?",
             (conversation_id,),
         ).fetchone()
         if row is None:
             raise ConversationNotFoundError(conversation_id)
-        events = _read_events(connection, conversation_id)
-    version, header = row
-    return StoredConversation(document=_assemble(conversation_id, header, events), version=version)
+        events = connection.execute(
+            "SELECT seq, event, pending, marker FROM threadline_events "
+            "WHERE conversation_id = ? ORDER BY seq",
+            (conversation_id,),
+        ).fetchall()
+    version, header, generation = row
+    return StoredConversation(
+        document=assemble(conversation_id, header, events),
+        version=version,
+        generation=generation,
+        pending_markers=tuple(marker for _, _, pending, marker in events if pending),
+    )
 
 
 def _read_events(connection: sqlite3.Connection, conversation_id: str) -> list[tuple[Any, Any]]:
@@ -395,117 +343,149 @@ def _read_events(connection: sqlite3.Connection, conversation_id: str) -> list[t
     return cursor.fetchall()
 
 
-def _assemble(
-    conversation_id: str, header: object, events: Sequence[tuple[Any, Any]]
-) -> ConversationDocument:
-    """The stored parts as one document; a damaged row is refused, naming where it is."""
-    where = f"stored conversation {conversation_id!r}"
-    if not isinstance(header, str | bytes):
-        raise ConversationFormatError(f"{where}: the header is not JSON text but {header!r}")
-    for index, (seq, text) in enumerate(events):
-        if not isinstance(text, str | bytes):
-            raise ConversationFormatError(
-                f"{where}, event seq {seq}: expected JSON text, not {text!r}",
-                path=f"$.events[{index}]",
-            )
-    try:
-        return loads_conversation_parts(header, [text for _, text in events])
-    except ConversationFormatError as exc:
-        match = _EVENT_PATH.match(exc.path)
-        if match:
-            where += f", event seq {events[int(match[1])][0]}"
-        raise ConversationFormatError(f"{where}: {exc.reason}", path=exc.path) from None
-
-
-def _write(
-    connection: sqlite3.Connection,
-    header: ConversationDocument,
-    rows: list[_EventRow],
-    *,
-    expected_version: int,
-    replace: bool,
-    drop_pending: bool,
-) -> int:
-    conversation_id = header.id
-    header_text = dumps_conversation_header(header)
-    metadata = json.dumps(header.metadata)
+def _write(connection: sqlite3.Connection, write: Write) -> int:
+    """Check the version, write the events, then the header: one transaction."""
     with _transaction(connection, "IMMEDIATE"):
-        found = connection.execute(
-            "SELECT version, format_version, event_count FROM threadline_conversations "
-            "WHERE id = ?",
-            (conversation_id,),
-        ).fetchone()
-        current = 0 if found is None else found[0]
-        if current != expected_version:
-            raise ConcurrentModificationError(
-                conversation_id,
-                expected=expected_version,
-                actual=None if found is None else current,
-            )
-        count = 0 if found is None else found[2]
-        if replace:
-            connection.execute(
-                "DELETE FROM threadline_events WHERE conversation_id = ?", (conversation_id,)
-            )
-            count = 0
-        elif found is not None:
-            if found[1] != FORMAT_VERSION:
-                count = _rewrite_in_current_format(connection, conversation_id)
-            if drop_pending:
-                count -= connection.execute(
-                    "DELETE FROM threadline_events WHERE conversation_id = ? AND pending",
-                    (conversation_id,),
-                ).rowcount
-        first_seq = connection.execute(
-            "SELECT coalesce(max(seq) + 1, 0) FROM threadline_events WHERE conversation_id = ?",
-            (conversation_id,),
-        ).fetchone()[0]
-        connection.executemany(
-            "INSERT INTO threadline_events (conversation_id, seq, turn_id, pending, event) "
-            "VALUES (?, ?, ?, ?, ?)",
-            [
-                (conversation_id, first_seq + offset, turn_id, pending, text)
-                for offset, (turn_id, pending, text) in enumerate(rows)
-            ],
+        found = _check_version(connection, write)
+        count = _append_rows(connection, write, found)
+        return _upsert_header(connection, write, found, count)
+
+
+_Found: TypeAlias = tuple[int, int, int, str]
+"""A stored conversation's row as a write sees it: version, format version, event count,
+generation."""
+
+
+def _check_version(connection: sqlite3.Connection, write: Write) -> _Found | None:
+    """The conversation's row, when ``write.expected_version`` is its version.
+
+    Raises:
+        ConcurrentModificationError: it is at another version (or absent).
+    """
+    found: _Found | None = connection.execute(
+        "SELECT version, format_version, event_count, generation FROM threadline_conversations "
+        "WHERE id = ?",
+        (write.conversation_id,),
+    ).fetchone()
+    current = 0 if found is None else found[0]
+    if current != write.expected_version:
+        raise ConcurrentModificationError(
+            write.conversation_id,
+            expected=write.expected_version,
+            actual=None if found is None else current,
         )
-        count += len(rows)
-        highest = connection.execute(
-            "SELECT max(turn_id) FROM threadline_events WHERE conversation_id = ?",
-            (conversation_id,),
-        ).fetchone()[0]
-        if highest is not None:
-            check_turn_ids_below(highest, header)
-        now = utc_now().isoformat()
-        touched = "(SELECT coalesce(max(touched), 0) + 1 FROM threadline_conversations)"
-        if found is None:
-            connection.execute(
-                "INSERT INTO threadline_conversations (id, version, format_version, header, "
-                "metadata, event_count, created_at, updated_at, touched) "
-                f"VALUES (?, ?, ?, ?, ?, ?, ?, ?, {touched})",
-                (conversation_id, 1, FORMAT_VERSION, header_text, metadata, count, now, now),
+    if found is not None and write.generation is not None and write.generation != found[3]:
+        raise write.generation_refusal(found[3], current)
+    return found
+
+
+def _append_rows(connection: sqlite3.Connection, write: Write, found: _Found | None) -> int:
+    """Write the event rows (replacing or after the kept ones); the new event count."""
+    conversation_id = write.conversation_id
+    count = 0 if found is None else found[2]
+    if write.replace:
+        connection.execute(
+            "DELETE FROM threadline_events WHERE conversation_id = ?", (conversation_id,)
+        )
+        count = 0
+    elif found is not None:
+        if found[1] != FORMAT_VERSION:
+            count = _rewrite_in_current_format(connection, conversation_id)
+        if write.drop_all:
+            count -= connection.execute(
+                "DELETE FROM threadline_events WHERE conversation_id = ? AND pending",
+                (conversation_id,),
+            ).rowcount
+        elif write.drop_marker is not None:
+            count -= connection.execute(
+                "DELETE FROM threadline_events WHERE conversation_id = ? AND pending "
+                "AND marker = ?",
+                (conversation_id, write.drop_marker),
+            ).rowcount
+    first_seq = connection.execute(
+        "SELECT coalesce(max(seq) + 1, 0) FROM threadline_events WHERE conversation_id = ?",
+        (conversation_id,),
+    ).fetchone()[0]
+    _insert_rows(connection, conversation_id, first_seq, write.records, write.pending_marker)
+    highest = connection.execute(
+        "SELECT max(turn_id) FROM threadline_events WHERE conversation_id = ?",
+        (conversation_id,),
+    ).fetchone()[0]
+    if highest is not None:
+        check_turn_ids_below(highest, write.header)
+    return count + len(write.records)
+
+
+def _insert_rows(
+    connection: sqlite3.Connection,
+    conversation_id: str,
+    first_seq: int,
+    records: Sequence[EventRecord],
+    marker: str | None = None,
+) -> None:
+    connection.executemany(
+        "INSERT INTO threadline_events (conversation_id, seq, turn_id, pending, event, marker) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
+        [
+            (
+                conversation_id,
+                first_seq + offset,
+                record.turn_id,
+                record.pending,
+                record.text,
+                marker if record.pending else None,
             )
-        else:
-            # Compare-and-set: BEGIN IMMEDIATE already excludes other writers,
-            # and the version in the WHERE keeps that true if this code changes.
-            updated = connection.execute(
-                "UPDATE threadline_conversations SET version = ?, format_version = ?, "
-                f"header = ?, metadata = ?, event_count = ?, updated_at = ?, touched = {touched} "
-                "WHERE id = ? AND version = ?",
-                (
-                    current + 1,
-                    FORMAT_VERSION,
-                    header_text,
-                    metadata,
-                    count,
-                    now,
-                    conversation_id,
-                    current,
-                ),
-            )
-            if updated.rowcount != 1:
-                raise ConcurrentModificationError(
-                    conversation_id, expected=expected_version, actual=None
-                )
+            for offset, record in enumerate(records)
+        ],
+    )
+
+
+def _upsert_header(
+    connection: sqlite3.Connection, write: Write, found: _Found | None, count: int
+) -> int:
+    """Create or update the conversation's row; the new version."""
+    header = write.header
+    metadata = json.dumps(header.metadata)
+    now = utc_now().isoformat()
+    touched = "(SELECT coalesce(max(touched), 0) + 1 FROM threadline_conversations)"
+    if found is None:
+        connection.execute(
+            "INSERT INTO threadline_conversations (id, version, format_version, header, "
+            "metadata, event_count, created_at, updated_at, touched, generation) "
+            f"VALUES (?, ?, ?, ?, ?, ?, ?, ?, {touched}, ?)",
+            (
+                header.id,
+                1,
+                FORMAT_VERSION,
+                write.header_text,
+                metadata,
+                count,
+                now,
+                now,
+                write.generation,
+            ),
+        )
+        return 1
+    current = found[0]
+    # Compare-and-set: BEGIN IMMEDIATE already excludes other writers,
+    # and the version in the WHERE keeps that true if this code changes.
+    updated = connection.execute(
+        "UPDATE threadline_conversations SET version = ?, format_version = ?, "
+        f"header = ?, metadata = ?, event_count = ?, updated_at = ?, touched = {touched} "
+        "WHERE id = ? AND version = ?",
+        (
+            current + 1,
+            FORMAT_VERSION,
+            write.header_text,
+            metadata,
+            count,
+            now,
+            header.id,
+            current,
+        ),
+    )
+    if updated.rowcount != 1:
+        raise ConcurrentModificationError(header.id, expected=write.expected_version, actual=None)
     return current + 1
 
 
@@ -519,65 +499,60 @@ def _rewrite_in_current_format(connection: sqlite3.Connection, conversation_id: 
     header = connection.execute(
         "SELECT header FROM threadline_conversations WHERE id = ?", (conversation_id,)
     ).fetchone()[0]
-    document = _assemble(conversation_id, header, _read_events(connection, conversation_id))
+    rows = connection.execute(
+        "SELECT seq, event, marker FROM threadline_events WHERE conversation_id = ? ORDER BY seq",
+        (conversation_id,),
+    ).fetchall()
+    document = assemble(conversation_id, header, rows)
     connection.execute(
         "DELETE FROM threadline_events WHERE conversation_id = ?", (conversation_id,)
     )
-    rows = _event_rows(document.events)
-    connection.executemany(
-        "INSERT INTO threadline_events (conversation_id, seq, turn_id, pending, event) "
-        "VALUES (?, ?, ?, ?, ?)",
-        [
-            (conversation_id, seq, turn_id, pending, text)
-            for seq, (turn_id, pending, text) in enumerate(rows)
-        ],
-    )
+    for seq, (event, (_, _, marker)) in enumerate(zip(document.events, rows, strict=True)):
+        _insert_rows(
+            connection, conversation_id, seq, [EventRecord(event, dumps_event(event))], marker
+        )
     return len(rows)
 
 
-def _list(connection: sqlite3.Connection) -> list[ConversationInfo]:
+def _list_page(
+    connection: sqlite3.Connection, limit: int, after: int | None
+) -> list[tuple[ConversationInfo, int]]:
     rows = connection.execute(
-        "SELECT id, version, event_count, updated_at, metadata FROM threadline_conversations "
-        "ORDER BY touched DESC"
+        "SELECT id, version, event_count, updated_at, metadata, generation, touched "
+        "FROM threadline_conversations WHERE touched < ? ORDER BY touched DESC LIMIT ?",
+        (_NO_CURSOR if after is None else after, limit),
     ).fetchall()
     return [
-        ConversationInfo(
-            id=conversation_id,
-            version=version,
-            events=count,
-            updated_at=_read_time(conversation_id, updated_at),
-            metadata=_read_metadata(conversation_id, metadata),
+        (
+            ConversationInfo(
+                id=conversation_id,
+                version=version,
+                events=count,
+                updated_at=read_time(conversation_id, updated_at),
+                metadata=read_metadata(conversation_id, metadata),
+                generation=generation,
+            ),
+            touched,
         )
-        for conversation_id, version, count, updated_at, metadata in rows
+        for conversation_id, version, count, updated_at, metadata, generation, touched in rows
     ]
 
 
-def _read_time(conversation_id: str, value: object) -> datetime:
-    moment = None
-    if isinstance(value, str):
-        with suppress(ValueError):
-            moment = datetime.fromisoformat(value)
-    if moment is None:
-        raise ConversationFormatError(
-            f"stored conversation {conversation_id!r}: updated_at {value!r} is not an ISO 8601 time"
-        )
-    return moment
+_NO_CURSOR: Final = 2**63 - 1
 
 
-def _read_metadata(conversation_id: str, value: object) -> dict[str, str]:
-    try:
-        metadata = json.loads(value) if isinstance(value, str | bytes) else None
-    except ValueError:
-        metadata = None
-    if not isinstance(metadata, dict) or not all(
-        isinstance(item, str) for item in metadata.values()
-    ):
-        raise ConversationFormatError(
-            f"stored conversation {conversation_id!r}: the metadata column is not a JSON "
-            f"object of strings: {value!r}",
-            path="$.metadata",
-        )
-    return metadata
+def _remove_pending(connection: sqlite3.Connection, conversation_id: str, marker: str) -> bool:
+    with _transaction(connection, "IMMEDIATE"):
+        removed = connection.execute(
+            "DELETE FROM threadline_events WHERE conversation_id = ? AND pending AND marker = ?",
+            (conversation_id, marker),
+        ).rowcount
+        if removed:
+            connection.execute(
+                "UPDATE threadline_conversations SET event_count = event_count - ? WHERE id = ?",
+                (removed, conversation_id),
+            )
+    return removed > 0
 
 
 def _delete(connection: sqlite3.Connection, conversation_id: str) -> bool:

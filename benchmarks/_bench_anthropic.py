@@ -1,0 +1,216 @@
+"""The Anthropic half of ``bench_request.py``: canned Messages API answers and the clients.
+
+``bench_request.py`` serves these answers from its mock server under the
+``/anthropic`` paths and times ``AnthropicDriver`` against raw httpx (and the
+official ``anthropic`` client, for reference) exactly as it times the OpenAI
+driver: same cases, same targets.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+
+from threadline import Client, FinalResult, Message, Model, TextDelta
+from threadline.drivers import AnthropicDriver, ProviderCall
+from threadline.drivers._anthropic_request import encode_request, new_message_cache
+from threadline.drivers._http import DEFAULT_LIMITS
+
+try:
+    import anthropic
+except ImportError:  # the reference client is optional
+    anthropic = None  # type: ignore[assignment]
+
+MODEL_NAME = "bench-model"
+API_KEY = "bench-key"
+MAX_TOKENS = 1024
+
+
+def message_body(text: str) -> bytes:
+    return json.dumps(
+        {
+            "id": "msg_bench",
+            "type": "message",
+            "role": "assistant",
+            "model": MODEL_NAME,
+            "content": [{"type": "text", "text": text}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": {"input_tokens": 12, "output_tokens": 5},
+        },
+        separators=(",", ":"),
+    ).encode()
+
+
+def stream_events(chunks: int) -> list[bytes]:
+    """A text stream of ``chunks`` deltas, framed as chunked transfer encoding."""
+
+    def event(payload: dict[str, Any]) -> bytes:
+        data = json.dumps(payload, separators=(",", ":")).encode()
+        return b"event: " + payload["type"].encode() + b"\ndata: " + data + b"\n\n"
+
+    message = {"id": "msg_bench", "type": "message", "role": "assistant", "model": MODEL_NAME}
+    events = [
+        event(
+            {
+                "type": "message_start",
+                "message": {
+                    **message,
+                    "content": [],
+                    "usage": {"input_tokens": 12, "output_tokens": 1},
+                },
+            }
+        ),
+        event(
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "text", "text": ""},
+            }
+        ),
+    ]
+    events += [
+        event(
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "text_delta", "text": f"tok{i} "},
+            }
+        )
+        for i in range(chunks)
+    ]
+    events += [
+        event({"type": "content_block_stop", "index": 0}),
+        event(
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                "usage": {"output_tokens": chunks},
+            }
+        ),
+        event({"type": "message_stop"}),
+    ]
+    return [b"%x\r\n%s\r\n" % (len(e), e) for e in events] + [b"0\r\n\r\n"]
+
+
+def same_body(history: list[Message], prompt: str, *, stream: bool) -> dict[str, Any]:
+    """The body AnthropicDriver sends, built by its own wire code, to post raw."""
+    call = ProviderCall(
+        model=Model(MODEL_NAME),
+        messages=(*history, Message.user(prompt)),
+        max_output_tokens=MAX_TOKENS,
+    )
+    encoded = encode_request(
+        call, stream=stream, label=f"anthropic:{MODEL_NAME}", default_max_tokens=MAX_TOKENS
+    )
+    body: dict[str, Any] = json.loads(encoded.body)
+    return body
+
+
+class AnthropicClients:
+    """AnthropicDriver, raw httpx and the official client, each with its own pool."""
+
+    def __init__(self, port: int) -> None:
+        self.base = f"http://127.0.0.1:{port}/anthropic"
+        self.stream_base = f"http://127.0.0.1:{port}/stream/anthropic"
+        self.model = Model(MODEL_NAME, context_size=1_000_000)
+        self.driver = AnthropicDriver(base_url=self.base, api_key=API_KEY, max_retries=0)
+        self.threadline = Client(self.driver, default_model=self.model)
+        self.threadline_stream = Client(
+            AnthropicDriver(base_url=self.stream_base, api_key=API_KEY, max_retries=0),
+            default_model=self.model,
+        )
+        self.http = httpx.AsyncClient(limits=DEFAULT_LIMITS, timeout=60.0)
+        self.headers = {
+            "accept": "application/json",
+            "content-type": "application/json",
+            "anthropic-version": "2023-06-01",
+            "x-api-key": API_KEY,
+        }
+        self.reference: Any = None
+        self.reference_stream: Any = None
+        if anthropic is not None:
+            # Its own default pool (the client takes no httpx.AsyncClient of ours).
+            self.reference, self.reference_stream = (
+                anthropic.AsyncAnthropic(base_url=base, api_key=API_KEY, max_retries=0)
+                for base in (self.base, self.stream_base)
+            )
+
+    async def aclose(self) -> None:
+        await self.threadline.aclose()
+        await self.threadline_stream.aclose()
+        await self.http.aclose()
+        for client in (self.reference, self.reference_stream):
+            if client is not None:
+                await client.close()
+
+    async def raw_complete(self, body: dict[str, Any]) -> str:
+        response = await self.http.post(
+            f"{self.base}/v1/messages", content=json.dumps(body).encode(), headers=self.headers
+        )
+        response.raise_for_status()
+        text: str = json.loads(response.content)["content"][0]["text"]
+        return text
+
+    async def raw_stream(self, body: dict[str, Any]) -> str:
+        pieces = []
+        headers = {**self.headers, "accept": "text/event-stream"}
+        async with self.http.stream(
+            "POST",
+            f"{self.stream_base}/v1/messages",
+            content=json.dumps(body).encode(),
+            headers=headers,
+        ) as response:
+            response.raise_for_status()
+            async for line in response.aiter_lines():
+                if not line.startswith("data: "):
+                    continue
+                event = json.loads(line[6:])
+                if (
+                    event["type"] == "content_block_delta"
+                    and event["delta"]["type"] == "text_delta"
+                ):
+                    pieces.append(event["delta"]["text"])
+                elif event["type"] == "message_stop":
+                    break
+        return "".join(pieces)
+
+    async def threadline_complete(self, history: list[Message], prompt: str) -> str:
+        request = self.threadline.request().with_messages(history).with_prompt(prompt)
+        result = await request.with_max_output_tokens(MAX_TOKENS).run()
+        return result.text
+
+    async def threadline_complete_uncached(self, history: list[Message], prompt: str) -> str:
+        """As a first request would: no message's JSON encoded before (counts stay warm)."""
+        self.driver._message_json = new_message_cache()
+        return await self.threadline_complete(history, prompt)
+
+    async def threadline_consume_stream(self, prompt: str) -> str:
+        pieces = []
+        request = self.threadline_stream.request().with_prompt(prompt)
+        async with request.with_max_output_tokens(MAX_TOKENS).stream() as events:
+            async for event in events:
+                if isinstance(event, TextDelta):
+                    pieces.append(event.text)
+                elif isinstance(event, FinalResult):
+                    assert event.result.text == "".join(pieces)
+        return "".join(pieces)
+
+    async def reference_complete(self, messages: list[dict[str, Any]]) -> str:
+        message = await self.reference.messages.create(
+            model=MODEL_NAME, max_tokens=MAX_TOKENS, messages=messages
+        )
+        text: str = message.content[0].text
+        return text
+
+    async def reference_consume_stream(self, messages: list[dict[str, Any]]) -> str:
+        pieces = []
+        stream = await self.reference_stream.messages.create(
+            model=MODEL_NAME, max_tokens=MAX_TOKENS, messages=messages, stream=True
+        )
+        async for event in stream:
+            if event.type == "content_block_delta" and event.delta.type == "text_delta":
+                pieces.append(event.delta.text)
+        return "".join(pieces)

@@ -1,0 +1,414 @@
+"""The Anthropic Messages request: threadline's transcript to the JSON body.
+
+Pure translation, no I/O. What differs from Chat Completions:
+
+- there is no system role: every system message becomes a text block of the
+  top-level ``system`` field, in transcript order;
+- roles alternate: consecutive messages of one role are merged into one turn
+  of content blocks; tool results are ``tool_result`` blocks of a user turn
+  that comes straight after the assistant's ``tool_use`` blocks, with
+  ``is_error`` for a failed tool (threadline writes those as ``error: ...``);
+- thinking is replayed by position. The current tool-use cycle (the last
+  assistant message, when it called tools and only their results and
+  injected context follow) is sent with its thinking blocks exactly as they
+  are stored, first in its content. Thinking of earlier turns is left out: the
+  API strips it anyway and does not count it. Reasoning another provider or
+  another model produced is never sent, and the request says so in its
+  ``left_out`` notes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, Literal
+
+import attrs
+
+from threadline._errors import InvalidRequestError
+from threadline._messages import ImagePart, Message, Origin, Role, TextPart, ToolCall
+from threadline._provider import ProviderCall
+from threadline.drivers._replay import check_transcript_reasoning
+from threadline.drivers._wire import JSONCache, encode_body
+from threadline.tools._tools import Tool
+
+__all__ = [
+    "MIN_THINKING_BUDGET",
+    "EncodedRequest",
+    "Thinking",
+    "current_cycle",
+    "encode_count_request",
+    "encode_message_blocks",
+    "encode_request",
+    "new_message_cache",
+]
+
+logger = logging.getLogger("threadline.drivers.anthropic")
+
+MIN_THINKING_BUDGET: Final = 1024
+"""The smallest ``budget_tokens`` the API accepts for enabled thinking."""
+
+_TOOL_ERROR_PREFIX: Final = "error: "
+# The fields /v1/messages/count_tokens takes; anything else is refused there.
+_COUNT_FIELDS: Final = frozenset({"model", "system", "tools", "tool_choice", "thinking"})
+
+
+def _budget(instance: Thinking, attribute: attrs.Attribute[int | None], value: int | None) -> None:
+    if instance.type != "enabled":
+        if value is not None:
+            raise InvalidRequestError(
+                f"thinking budget_tokens only goes with 'enabled', not {instance.type!r}"
+            )
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < MIN_THINKING_BUDGET:
+        raise InvalidRequestError(
+            f"thinking budget_tokens must be an int >= {MIN_THINKING_BUDGET}, not {value!r}"
+        )
+
+
+@attrs.frozen
+class Thinking:
+    """Extended thinking: ``Thinking.enabled(2048)``, ``Thinking.adaptive()`` or ``disabled()``.
+
+    Give it to ``AnthropicDriver(thinking=...)`` for every call, or per request
+    with ``request.with_extra_body({"thinking": Thinking.enabled(4096)})``.
+    ``budget_tokens`` must be at least 1024 and below the request's
+    ``max_tokens``.
+
+    Raises:
+        InvalidRequestError: a budget below 1024, or a budget with another type.
+    """
+
+    type: Literal["enabled", "adaptive", "disabled"] = attrs.field(
+        validator=attrs.validators.in_(("enabled", "adaptive", "disabled"))
+    )
+    budget_tokens: int | None = attrs.field(default=None, validator=_budget)
+
+    @classmethod
+    def enabled(cls, budget_tokens: int) -> Thinking:
+        """Thinking with up to ``budget_tokens`` tokens of reasoning."""
+        return cls("enabled", budget_tokens)
+
+    @classmethod
+    def adaptive(cls) -> Thinking:
+        """Let the model decide how much to think (models that support it)."""
+        return cls("adaptive")
+
+    @classmethod
+    def disabled(cls) -> Thinking:
+        """No thinking, even where the driver's default enables it."""
+        return cls("disabled")
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``thinking`` field of the body."""
+        if self.budget_tokens is None:
+            return {"type": self.type}
+        return {"type": self.type, "budget_tokens": self.budget_tokens}
+
+
+@attrs.frozen(kw_only=True)
+class EncodedRequest:
+    """A body ready to send, and the reasoning it left out (``message i: why``)."""
+
+    body: bytes
+    left_out: tuple[str, ...] = ()
+
+
+# --- content blocks ----------------------------------------------------------
+
+
+def _text_block(text: str) -> bytes:
+    return encode_body({"type": "text", "text": text})
+
+
+def _image_block(part: ImagePart) -> dict[str, Any]:
+    url = part.url
+    if url.startswith("data:"):
+        header, comma, data = url[5:].partition(",")
+        media_type, _, encoding = header.partition(";")
+        if comma and encoding == "base64" and media_type:
+            return {
+                "type": "image",
+                "source": {"type": "base64", "media_type": media_type, "data": data},
+            }
+        raise InvalidRequestError(
+            "an image data URL must be 'data:<media type>;base64,<data>' for Anthropic"
+        )
+    return {"type": "image", "source": {"type": "url", "url": url}}
+
+
+def _content_blocks(message: Message) -> list[bytes]:
+    content = message.content
+    if isinstance(content, str):
+        return [_text_block(content)] if content else []
+    blocks = []
+    for part in content:
+        if isinstance(part, TextPart):
+            if part.text:
+                blocks.append(_text_block(part.text))
+        else:
+            blocks.append(encode_body(_image_block(part)))
+    return blocks
+
+
+def _tool_input(call: ToolCall) -> bytes:
+    """The call's arguments as the ``input`` object, their own bytes when they are one."""
+    text = call.arguments.strip()
+    try:
+        value = json.loads(text) if text else {}
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        # A reply cut off mid-arguments; the API takes only an object here.
+        logger.debug("tool call %r: arguments are not a JSON object; sent as {}", call.id)
+        return b"{}"
+    return text.encode("utf-8") if text else b"{}"
+
+
+def _tool_use_block(call: ToolCall) -> bytes:
+    head = encode_body({"type": "tool_use", "id": call.id, "name": call.name})
+    return head[:-1] + b',"input":' + _tool_input(call) + b"}"
+
+
+def _tool_result_block(message: Message) -> bytes:
+    text = message.text
+    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": message.tool_call_id}
+    if text:
+        block["content"] = text
+    if text.startswith(_TOOL_ERROR_PREFIX):
+        block["is_error"] = True
+    return encode_body(block)
+
+
+def encode_message_blocks(message: Message) -> bytes:
+    """``message``'s content blocks, comma-joined, without any thinking.
+
+    This is how every message but the current tool-use cycle is sent, so it
+    is what the per-message cache keeps.
+    """
+    if message.role is Role.TOOL:
+        return _tool_result_block(message)
+    blocks = _content_blocks(message)
+    blocks.extend(_tool_use_block(call) for call in message.tool_calls)
+    return b",".join(blocks)
+
+
+def new_message_cache() -> JSONCache:
+    """A cache of :func:`encode_message_blocks`, one per driver."""
+    return JSONCache(encode_message_blocks)
+
+
+def _thinking_blocks(raw: bytes, index: int) -> bytes:
+    """The stored blocks, byte for byte, ready to splice into a content array."""
+    text = raw.strip()
+    if text[:1] == b"[" and text[-1:] == b"]":
+        return text[1:-1].strip()
+    if text[:1] == b"{":
+        return text
+    raise InvalidRequestError(
+        f"message {index}: its reasoning's provider_reasoning is neither a thinking block "
+        "nor a list of them, so it cannot be replayed to Anthropic"
+    )
+
+
+# --- the transcript ----------------------------------------------------------
+
+
+def current_cycle(messages: Sequence[Message]) -> int | None:
+    """The index of the assistant message whose tool-use cycle is still open, or ``None``.
+
+    That is the last assistant message, when it called tools and only tool
+    results and injected context come after it.
+    """
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if message.role is Role.ASSISTANT:
+            return index if message.tool_calls else None
+        if message.role is not Role.TOOL and message.origin is not Origin.INJECTION:
+            return None
+    return None
+
+
+def _replayed(
+    message: Message, index: int, cycle: int | None, label: str, left_out: list[str]
+) -> bytes | None:
+    reasoning = message.reasoning
+    if reasoning is None or not reasoning.has_provider_reasoning():
+        return None
+    if reasoning.provider != label:
+        left_out.append(
+            f"message {index}: reasoning from {reasoning.provider or 'an unnamed provider'} "
+            f"was not sent to {label} (another provider or model)"
+        )
+        return None
+    if index != cycle:
+        return None  # an earlier turn: the API would strip it
+    return _thinking_blocks(reasoning.provider_reasoning, index)
+
+
+def _turn(role: bytes, blocks: list[bytes]) -> bytes:
+    return b'{"role":"' + role + b'","content":[' + b",".join(blocks) + b"]}"
+
+
+def _encode_transcript(
+    messages: Sequence[Message], label: str, cache: JSONCache | None
+) -> tuple[list[bytes], bytes, list[str]]:
+    """The system blocks, the JSON array of turns, and the reasoning left out."""
+    check_transcript_reasoning(messages)
+    cycle = current_cycle(messages)
+    system: list[bytes] = []
+    turns: list[bytes] = []
+    left_out: list[str] = []
+    role = b""
+    blocks: list[bytes] = []
+    for index, message in enumerate(messages):
+        if message.role is Role.SYSTEM:
+            system.extend(_content_blocks(message))
+            continue
+        thinking = _replayed(message, index, cycle, label, left_out)
+        if thinking is not None:
+            encoded = b",".join(part for part in (thinking, encode_message_blocks(message)) if part)
+        else:
+            encoded = cache.get(message) if cache is not None else encode_message_blocks(message)
+        if not encoded:
+            continue  # an empty message: the API refuses empty content
+        this_role = b"assistant" if message.role is Role.ASSISTANT else b"user"
+        if this_role != role and blocks:
+            turns.append(_turn(role, blocks))
+            blocks = []
+        role = this_role
+        blocks.append(encoded)
+    if blocks:
+        turns.append(_turn(role, blocks))
+    return system, b"[" + b",".join(turns) + b"]", left_out
+
+
+# --- fields ------------------------------------------------------------------
+
+
+def _encode_tool(tool: Tool) -> dict[str, Any]:
+    encoded: dict[str, Any] = {"name": tool.name}
+    if tool.description:
+        encoded["description"] = tool.description
+    encoded["input_schema"] = tool.parameters
+    return encoded
+
+
+def _tool_choice(choice: str, tools: tuple[Tool, ...]) -> dict[str, Any]:
+    if choice in ("auto", "none"):
+        return {"type": choice}
+    if choice == "required":
+        return {"type": "any"}
+    if not any(tool.name == choice for tool in tools):
+        raise InvalidRequestError(
+            f"tool_choice {choice!r} is neither 'auto', 'none', 'required' nor the name "
+            "of a tool sent with the call"
+        )
+    return {"type": "tool", "name": choice}
+
+
+def _thinking_json(value: object, max_tokens: int | None) -> dict[str, Any]:
+    if isinstance(value, Thinking):
+        thinking = value
+    elif isinstance(value, Mapping):
+        try:
+            thinking = Thinking(value.get("type"), value.get("budget_tokens"))  # type: ignore[arg-type]
+        except (TypeError, ValueError) as exc:
+            raise InvalidRequestError(f"thinking {dict(value)!r} is not valid: {exc}") from None
+    else:
+        raise InvalidRequestError(
+            f"thinking must be a Thinking value or a mapping, not {type(value).__name__}"
+        )
+    budget = thinking.budget_tokens
+    if budget is not None and max_tokens is not None and budget >= max_tokens:
+        raise InvalidRequestError(
+            f"thinking budget_tokens ({budget}) must be below max_tokens ({max_tokens}); "
+            "raise with_max_output_tokens or lower the budget"
+        )
+    return thinking.to_json()
+
+
+def _fields(
+    call: ProviderCall, *, max_tokens: int | None, thinking: Thinking | None
+) -> dict[str, Any]:
+    """Every field but ``model``, ``system`` and ``messages``, ``extra_body`` merged last."""
+    fields: dict[str, Any] = {}
+    if max_tokens is not None:
+        fields["max_tokens"] = max_tokens
+    if call.tools:
+        fields["tools"] = [_encode_tool(tool) for tool in call.tools]
+    if call.tool_choice is not None:
+        fields["tool_choice"] = _tool_choice(call.tool_choice, call.tools)
+    sampling = call.sampling
+    for field, value in (
+        ("temperature", sampling.temperature),
+        ("top_p", sampling.top_p),
+        ("stop_sequences", None if sampling.stop is None else list(sampling.stop)),
+    ):
+        if value is not None:
+            fields[field] = value
+    # seed, presence_penalty and frequency_penalty have no Anthropic equivalent.
+    extra = dict(call.extra_body)
+    chosen = extra.pop("thinking", thinking)
+    if chosen is not None:
+        fields["thinking"] = _thinking_json(chosen, max_tokens)
+    fields.update(extra)
+    return fields
+
+
+def _assemble(head: dict[str, Any], system: list[bytes], messages: bytes) -> bytes:
+    body = encode_body(head)[:-1]
+    if system:
+        body += b',"system":[' + b",".join(system) + b"]"
+    return body + b',"messages":' + messages + b"}"
+
+
+def encode_request(
+    call: ProviderCall,
+    *,
+    stream: bool,
+    label: str,
+    default_max_tokens: int,
+    thinking: Thinking | None = None,
+    cache: JSONCache | None = None,
+) -> EncodedRequest:
+    """The body of ``POST /v1/messages`` for ``call``.
+
+    ``label`` (``"anthropic:<model>"``) decides whose reasoning is replayed;
+    ``max_tokens`` is the call's ``max_output_tokens`` or ``default_max_tokens``.
+
+    Raises:
+        InvalidRequestError: refused replay state, an unknown forced tool, a
+            thinking budget that does not fit, a value JSON cannot carry.
+    """
+    max_tokens = call.max_output_tokens or default_max_tokens
+    system, messages, left_out = _encode_transcript(call.messages, label, cache)
+    head: dict[str, Any] = {"model": call.model.name}
+    head.update(_fields(call, max_tokens=max_tokens, thinking=thinking))
+    if stream:
+        head["stream"] = True
+    else:
+        head.pop("stream", None)
+    for note in left_out:
+        logger.info("%s", note)
+    return EncodedRequest(body=_assemble(head, system, messages), left_out=tuple(left_out))
+
+
+def encode_count_request(
+    call: ProviderCall,
+    *,
+    label: str,
+    thinking: Thinking | None = None,
+    cache: JSONCache | None = None,
+) -> bytes:
+    """The body of ``POST /v1/messages/count_tokens``: the request's, minus ``max_tokens``.
+
+    Only the fields the counting endpoint takes are kept (model, system,
+    messages, tools, tool choice, thinking).
+    """
+    system, messages, _ = _encode_transcript(call.messages, label, cache)
+    head: dict[str, Any] = {"model": call.model.name}
+    fields = _fields(call, max_tokens=None, thinking=thinking)
+    head.update({name: value for name, value in fields.items() if name in _COUNT_FIELDS})
+    return _assemble(head, system, messages)

@@ -1,0 +1,171 @@
+"""JSON on the wire, shared by every HTTP driver's translation module.
+
+Encoding: :func:`encode_body` (compact UTF-8 JSON, one encoder for every body)
+and :class:`JSONCache`, which keeps each message's encoded JSON so a long
+history is encoded once, not every round. Decoding: response JSON is
+untrusted, and the small checks here (``json_object``, ``optional_str``,
+``count_field``) raise :class:`MalformedResponse` naming where the shape broke,
+which a driver turns into a ``ProviderResponseError``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from threadline._errors import InvalidRequestError
+from threadline._messages import Message
+
+__all__ = [
+    "DEFAULT_CACHE_BYTES",
+    "JSONCache",
+    "MalformedResponse",
+    "count_field",
+    "encode_body",
+    "json_kind",
+    "json_object",
+    "optional_str",
+]
+
+DEFAULT_CACHE_BYTES = 32 * 1024 * 1024
+
+
+class MalformedResponse(Exception):
+    """A response that is not the shape the protocol promises (internal)."""
+
+
+# --- encoding ----------------------------------------------------------------
+
+
+def _json_default(value: object) -> object:
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, set | frozenset):
+        return sorted(value)
+    raise TypeError(f"a {type(value).__name__} cannot be sent as JSON")
+
+
+# One encoder for every body: json.dumps with options builds a new one per call,
+# which costs more than encoding a short message.
+_ENCODER = json.JSONEncoder(
+    ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=_json_default
+)
+
+
+def encode_body(body: Mapping[str, Any]) -> bytes:
+    """``body`` as compact UTF-8 JSON.
+
+    Raises:
+        InvalidRequestError: a value JSON cannot carry (an object, NaN), or
+            text that is not valid Unicode (a lone surrogate).
+    """
+    try:
+        text = _ENCODER.encode(body)
+    except (TypeError, ValueError) as exc:
+        raise InvalidRequestError(f"the request cannot be encoded as JSON: {exc}") from None
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        # A lone surrogate, usually from input decoded with errors="surrogateescape".
+        bad = exc.object[exc.start : exc.end]
+        raise InvalidRequestError(
+            f"the request holds text that is not valid Unicode ({bad!r}, a lone surrogate, "
+            "often left by undecodable input); clean the text before sending it"
+        ) from None
+
+
+class JSONCache:
+    """Each message's JSON, encoded once and reused while it is still sent.
+
+    A run re-sends its whole history every round and a conversation every
+    turn; messages are immutable, so their JSON never changes. Encoding each
+    message once makes a request cost what its new messages cost, instead of
+    re-encoding a thousand-message history every time. Memory is bounded: two
+    generations of at most ``max_bytes / 2`` each, the older dropped when the
+    newer fills, so what is no longer sent is forgotten. A message whose JSON
+    alone is larger than a generation is encoded every time.
+
+    ``encode_message`` is the driver's encoding of one message.
+    """
+
+    __slots__ = ("_encode_message", "_generation_bytes", "_previous", "_recent", "_recent_bytes")
+
+    def __init__(
+        self, encode_message: Callable[[Message], bytes], max_bytes: int = DEFAULT_CACHE_BYTES
+    ) -> None:
+        self._encode_message = encode_message
+        self._generation_bytes = max(1, max_bytes // 2)
+        self._recent: dict[Message, bytes] = {}
+        self._previous: dict[Message, bytes] = {}
+        self._recent_bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._recent) + len(self._previous)
+
+    def __contains__(self, message: object) -> bool:
+        return message in self._recent or message in self._previous
+
+    def get(self, message: Message) -> bytes:
+        """The encoded JSON of ``message``, from the cache when it was encoded before."""
+        encoded = self._recent.get(message)
+        if encoded is None:
+            encoded = self._previous.get(message)
+            if encoded is None:
+                encoded = self._encode_message(message)
+            self._remember(message, encoded)
+        return encoded
+
+    def encode(self, messages: tuple[Message, ...]) -> bytes:
+        """The JSON array of ``messages``, each encoded once."""
+        recent = self._recent
+        parts: list[bytes] = []
+        for message in messages:
+            encoded = recent.get(message)
+            if encoded is None:
+                encoded = self.get(message)
+                recent = self._recent
+            parts.append(encoded)
+        return b"[" + b",".join(parts) + b"]"
+
+    def _remember(self, message: Message, encoded: bytes) -> None:
+        size = len(encoded)
+        if size > self._generation_bytes:
+            return
+        if self._recent_bytes + size > self._generation_bytes:
+            self._previous, self._recent, self._recent_bytes = self._recent, {}, 0
+        self._recent[message] = encoded
+        self._recent_bytes += size
+
+
+# --- decoding ----------------------------------------------------------------
+
+
+def json_kind(value: object) -> str:
+    """The JSON name of ``value``'s kind, for error messages."""
+    return "null" if value is None else type(value).__name__
+
+
+def json_object(value: object, where: str) -> dict[str, Any]:
+    """``value`` when it is a JSON object; otherwise ``MalformedResponse`` naming ``where``."""
+    if not isinstance(value, dict):
+        raise MalformedResponse(f"{where} should be a JSON object, not {json_kind(value)}")
+    return value
+
+
+def optional_str(obj: Mapping[str, Any], key: str, where: str) -> str | None:
+    """``obj[key]`` when it is a string or absent; otherwise ``MalformedResponse``."""
+    value = obj.get(key)
+    if value is None or isinstance(value, str):
+        return value
+    raise MalformedResponse(f"{where}.{key} should be a string, not {json_kind(value)}")
+
+
+def count_field(obj: Mapping[str, Any] | None, key: str, where: str) -> int:
+    """``obj[key]`` as a token count (0 when absent); otherwise ``MalformedResponse``."""
+    value = None if obj is None else obj.get(key)
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise MalformedResponse(f"{where}.{key} should be a token count, not {value!r}")
+    return value

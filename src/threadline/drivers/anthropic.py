@@ -1,0 +1,379 @@
+"""``AnthropicDriver``: the Anthropic Messages API, with signed thinking replayed exactly.
+
+The driver only translates (``_anthropic_request``, ``_anthropic_response``)
+and sends (``_http``: one pooled ``httpx.AsyncClient``, the shared retry
+policy, errors mapped to threadline's tree, the shared SSE decoder). It also
+speaks to servers that implement the same API, such as llama.cpp's
+``llama-server`` (``/v1/messages``, ``/v1/messages/count_tokens``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from typing import Final
+
+import attrs
+import httpx
+
+from threadline._closing import AsyncClosing
+from threadline._messages import Message
+from threadline._models import Model
+from threadline._provider import (
+    ProviderCall,
+    ProviderResponse,
+    ResponseDone,
+    StreamChunk,
+    chunks_of,
+)
+from threadline._sentinel import NOT_GIVEN, NotGiven
+from threadline.counting._projection import NO_REPLAY
+from threadline.counting._protocol import ReplayProjection, TokenCounter
+from threadline.drivers._anthropic_request import (
+    Thinking,
+    encode_count_request,
+    encode_request,
+    new_message_cache,
+)
+from threadline.drivers._anthropic_response import StreamAssembler, parse_message
+from threadline.drivers._http import (
+    DEFAULT_TIMEOUT,
+    Clock,
+    RetryPolicy,
+    Secret,
+    SystemClock,
+    build_http_client,
+    finish_reading,
+    header_secrets,
+    request_id_of,
+    send_with_retries,
+)
+from threadline.drivers._http_errors import ErrorMapper, snippet
+from threadline.drivers._sse import aiter_sse
+from threadline.drivers._wire import MalformedResponse
+from threadline.tools._tools import Tool
+
+__all__ = ["AnthropicDriver", "AnthropicTokenCounter", "RetryPolicy", "Thinking"]
+
+DEFAULT_BASE_URL: Final = "https://api.anthropic.com"
+ANTHROPIC_VERSION: Final = "2023-06-01"
+DEFAULT_MAX_TOKENS: Final = 4096
+"""``max_tokens`` when a request sets no ``max_output_tokens`` (the API requires one);
+the same as the default output reserve, so the budget keeps room for it."""
+_NAME: Final = "anthropic"
+
+
+class AnthropicDriver(AsyncClosing):
+    """A driver for the Messages API (``POST {base_url}/v1/messages``).
+
+    Args:
+        api_key: sent as ``x-api-key``; ``None`` reads ``ANTHROPIC_API_KEY``, and
+            when that is unset too no key is sent (fine for a local server). It
+            never appears in a ``repr``, a log record or an exception.
+        base_url: the API root without ``/v1``; ``None`` reads
+            ``ANTHROPIC_BASE_URL``, else ``https://api.anthropic.com``.
+        http_client: an ``httpx.AsyncClient`` to send with; the driver does not
+            close a client it was given.
+        timeout: per-request time-out (default 600 s read, 5 s connect).
+        max_retries: retries after the first attempt (overrides the policy's).
+        retry_policy: the waits between retries (``RetryPolicy``); 429, 5xx and
+            529 (overloaded) are retried, and ``x-should-retry`` is obeyed.
+        default_max_tokens: ``max_tokens`` for calls that set no
+            ``max_output_tokens`` (the API requires it).
+        thinking: extended thinking for every call (``Thinking.enabled(2048)``);
+            a request's ``extra_body={"thinking": ...}`` overrides it.
+        anthropic_version: the ``anthropic-version`` header.
+        betas: sent as ``anthropic-beta``.
+        default_headers: extra headers on every request.
+        clock: what retries wait on; tests pass a fake one.
+
+    Example::
+
+        async with AnthropicDriver() as driver:   # reads ANTHROPIC_API_KEY
+            client = Client(driver, default_model=Model("claude-sonnet-4-5", context_size=200_000))
+    """
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        http_client: httpx.AsyncClient | None = None,
+        timeout: float | httpx.Timeout | NotGiven | None = NOT_GIVEN,
+        max_retries: int | None = None,
+        retry_policy: RetryPolicy | None = None,
+        default_max_tokens: int = DEFAULT_MAX_TOKENS,
+        thinking: Thinking | None = None,
+        anthropic_version: str = ANTHROPIC_VERSION,
+        betas: Sequence[str] = (),
+        default_headers: Mapping[str, str] | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        root = base_url or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL
+        self._base_url = root.rstrip("/").removesuffix("/v1")
+        self._url = httpx.URL(f"{self._base_url}/v1/messages")
+        self._count_url = httpx.URL(f"{self._base_url}/v1/messages/count_tokens")
+        key = api_key if api_key is not None else os.environ.get("ANTHROPIC_API_KEY")
+        self._api_key = Secret(key) if key else None
+        policy = retry_policy or RetryPolicy()
+        if max_retries is not None:
+            policy = attrs.evolve(policy, max_retries=max_retries)
+        self._retry_policy = policy
+        self._clock = clock or SystemClock()
+        self._default_max_tokens = default_max_tokens
+        self._thinking = thinking
+        headers = {
+            "accept": "application/json",
+            "content-type": "application/json",
+            "anthropic-version": anthropic_version,
+        }
+        if betas:
+            headers["anthropic-beta"] = ",".join(betas)
+        headers.update({name.lower(): value for name, value in (default_headers or {}).items()})
+        self._headers = headers
+        secrets = [key] if key else []
+        self._errors = ErrorMapper(_NAME, secrets=[*secrets, *header_secrets(headers)])
+        self._message_json = new_message_cache()
+        self._owns_client = http_client is None
+        if http_client is None:
+            self._timeout: float | httpx.Timeout | NotGiven | None = NOT_GIVEN
+            self._client = build_http_client(
+                timeout=DEFAULT_TIMEOUT if isinstance(timeout, NotGiven) else timeout
+            )
+        else:
+            self._timeout = timeout
+            self._client = http_client
+
+    def __repr__(self) -> str:
+        url = httpx.URL(self._base_url)
+        port = f":{url.port}" if url.port else ""
+        shown = f"{url.scheme}://{url.host}{port}{url.path}"
+        key = "set" if self._api_key else "unset"
+        return f"AnthropicDriver(base_url={shown!r}, api_key=<{key}>)"
+
+    @property
+    def name(self) -> str:
+        """``"anthropic"``."""
+        return _NAME
+
+    @property
+    def retry_policy(self) -> RetryPolicy:
+        """The retry policy in force."""
+        return self._retry_policy
+
+    def token_counter(self) -> TokenCounter | None:
+        """``None``: the exact counter is a network call, see :meth:`exact_token_counter`."""
+        return None
+
+    def exact_token_counter(self, model: Model) -> AnthropicTokenCounter:
+        """An exact counter for ``model`` backed by ``/v1/messages/count_tokens``."""
+        return AnthropicTokenCounter(self, model)
+
+    def replay_projection(self, model: Model) -> ReplayProjection:
+        """Reasoning is counted as the API counts it: not at all, but in one place.
+
+        The API strips thinking of earlier turns and does not count it, and
+        reasoning of other providers is never sent. The one exception, the
+        thinking of a tool-use cycle still open (the last assistant message),
+        is sent and counted by the API but not by this projection, which sees
+        no positions: at most the previous reply's length. ``count_tokens``
+        (:meth:`exact_token_counter`) counts it exactly, and the run's
+        context-length retry covers a refusal it would cause.
+        """
+        return NO_REPLAY
+
+    def _label(self, call: ProviderCall) -> str:
+        return f"{_NAME}:{call.model.name}"
+
+    # --- sending -------------------------------------------------------------
+
+    def _build(self, url: httpx.URL, content: bytes, *, stream: bool) -> httpx.Request:
+        headers = dict(self._headers)
+        if stream:
+            headers["accept"] = "text/event-stream"
+        if self._api_key is not None:
+            headers["x-api-key"] = self._api_key.reveal()
+        if isinstance(self._timeout, NotGiven):
+            return self._client.build_request("POST", url, content=content, headers=headers)
+        return self._client.build_request(
+            "POST", url, content=content, headers=headers, timeout=self._timeout
+        )
+
+    def _request(self, call: ProviderCall, *, stream: bool) -> httpx.Request:
+        encoded = encode_request(
+            call,
+            stream=stream,
+            label=self._label(call),
+            default_max_tokens=self._default_max_tokens,
+            thinking=self._thinking,
+            cache=self._message_json,
+        )
+        return self._build(self._url, encoded.body, stream=stream)
+
+    async def _send(self, request: httpx.Request, *, stream: bool = False) -> httpx.Response:
+        return await send_with_retries(
+            self._client,
+            request,
+            policy=self._retry_policy,
+            errors=self._errors,
+            clock=self._clock,
+            stream=stream,
+        )
+
+    def _decode(
+        self, content: bytes | str, request_id: str | None, *, event: str | None = None
+    ) -> object:
+        try:
+            payload = json.loads(content)
+        except ValueError:
+            text = content.decode("utf-8", "replace") if isinstance(content, bytes) else content
+            if event == "error":
+                raise self._errors.from_payload(
+                    {"error": {"message": text}}, request_id=request_id
+                ) from None
+            what = "the response body" if event is None else "a stream event"
+            raise self._errors.malformed(
+                f"{what} is not JSON: {snippet(text)!r}", request_id=request_id
+            ) from None
+        if isinstance(payload, dict) and (
+            payload.get("type") == "error" or payload.get("error") is not None
+        ):
+            raise self._errors.from_payload(payload, request_id=request_id)
+        return payload
+
+    def _parse(
+        self, content: bytes, call: ProviderCall, request_id: str | None
+    ) -> ProviderResponse:
+        payload = self._decode(content, request_id)
+        try:
+            return parse_message(
+                payload,
+                requested_model=call.model.name,
+                provider=self._label(call),
+                request_id=request_id,
+            )
+        except MalformedResponse as exc:
+            raise self._errors.malformed(str(exc), request_id=request_id) from None
+
+    async def complete(self, call: ProviderCall) -> ProviderResponse:
+        """Send ``call`` and return the whole answer.
+
+        Raises:
+            InvalidRequestError: the call cannot be sent (refused reasoning
+                replay state, an unknown forced tool, a thinking budget that
+                does not fit).
+            ProviderError: the mapped failure, after retries where they apply.
+        """
+        response = await self._send(self._request(call, stream=False))
+        return self._parse(response.content, call, request_id_of(response.headers))
+
+    async def count_tokens(self, call: ProviderCall) -> int:
+        """The input tokens of ``call`` as the server counts them (``count_tokens``).
+
+        Raises:
+            ProviderError: the mapped failure, or an answer without ``input_tokens``.
+        """
+        body = encode_count_request(
+            call, label=self._label(call), thinking=self._thinking, cache=self._message_json
+        )
+        response = await self._send(self._build(self._count_url, body, stream=False))
+        request_id = request_id_of(response.headers)
+        payload = self._decode(response.content, request_id)
+        tokens = payload.get("input_tokens") if isinstance(payload, dict) else None
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
+            raise self._errors.malformed(
+                f"count_tokens answered without an input_tokens count: {payload!r}",
+                request_id=request_id,
+            )
+        return tokens
+
+    @contextlib.asynccontextmanager
+    async def stream(self, call: ProviderCall) -> AsyncIterator[AsyncIterator[StreamChunk]]:
+        """Send ``call`` with ``stream: true``; yield chunks ending with ``ResponseDone``.
+
+        Raises:
+            ProviderError: on entry, the mapped failure; while iterating, an
+                ``error`` event (``overloaded_error`` is
+                ``ProviderUnavailableError``), a broken connection, or a
+                malformed event (``ProviderResponseError``).
+        """
+        response = await self._send(self._request(call, stream=True), stream=True)
+        chunks = self._chunks(response, call)
+        try:
+            yield chunks
+        finally:
+            try:
+                await chunks.aclose()
+            finally:
+                await response.aclose()
+
+    async def _chunks(
+        self, response: httpx.Response, call: ProviderCall
+    ) -> AsyncGenerator[StreamChunk, None]:
+        request_id = request_id_of(response.headers)
+        if response.headers.get("content-type", "").startswith("application/json"):
+            # A server that ignored "stream": true and answered in one piece.
+            try:
+                content = await response.aread()
+            except httpx.TransportError as exc:
+                raise self._errors.from_transport(exc) from exc
+            for chunk in chunks_of(self._parse(content, call, request_id)):
+                yield chunk
+            return
+        assembler = StreamAssembler(requested_model=call.model.name, provider=self._label(call))
+        events = aiter_sse(response.aiter_bytes())
+        try:
+            async for event in events:
+                if event.event == "ping":
+                    continue
+                payload = self._decode(event.data, request_id, event=event.event)
+                for chunk in assembler.add(payload, event.event):
+                    yield chunk
+                if assembler.finished:
+                    break
+            if not assembler.complete:
+                raise self._errors.malformed(
+                    "the stream ended before the message was complete (no message_stop)",
+                    request_id=request_id,
+                )
+            yield ResponseDone(response=assembler.finish(request_id=request_id))
+        except MalformedResponse as exc:
+            raise self._errors.malformed(str(exc), request_id=request_id) from None
+        except httpx.TransportError as exc:
+            raise self._errors.from_transport(exc) from exc
+        finally:
+            await finish_reading(events, drain=assembler.finished)
+
+    # --- lifetime ------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Close the HTTP client, when the driver built it."""
+        if self._owns_client:
+            await self._client.aclose()
+
+
+class AnthropicTokenCounter:
+    """The exact input tokens of a transcript, asked of ``/v1/messages/count_tokens``.
+
+    A network call per count, so it is async: use it where exactness is worth
+    a round trip (near the budget's edge), not for every estimate.
+
+    Example::
+
+        counter = driver.exact_token_counter(model)
+        tokens = await counter.count(messages, tools)
+    """
+
+    def __init__(self, driver: AnthropicDriver, model: Model) -> None:
+        self._driver = driver
+        self._model = model
+
+    def __repr__(self) -> str:
+        return f"AnthropicTokenCounter(model={self._model.name!r})"
+
+    async def count(self, messages: Sequence[Message], tools: Sequence[Tool] = ()) -> int:
+        """The server's count of ``messages`` sent with ``tools``."""
+        call = ProviderCall(model=self._model, messages=tuple(messages), tools=tuple(tools))
+        return await self._driver.count_tokens(call)

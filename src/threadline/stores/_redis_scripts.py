@@ -1,0 +1,211 @@
+"""The Redis layout of ``RedisStore`` and the Lua scripts that make each call one
+atomic step.
+
+For a key prefix ``P`` and a conversation id ``I``, schema version 1::
+
+    P schema        the schema version (a string)
+    P index         sorted set: conversation id -> write order (the listing)
+    P touched       counter: the write order
+    P c:I           hash: version, generation, header, metadata, format,
+                    count, max_turn, seq, last_write, created_at, updated_at, touched
+    P e:I           list: the events in order; an answered event is its JSON,
+                    a pending one "p<seq>\\t<marker>\\t<JSON>"
+    P p:I           hash: each pending item of P e:I -> "<marker>\\t<turn id>"
+
+A write script compares the version (and generation), checks the turn ids,
+drops pending items and appends, in one atomic step: Redis runs a script
+with no other command in between. ``last_write`` holds the id of the write
+that made the current version, so a write retried after a lost connection is
+recognised as applied. The scripts name keys they build from the prefix, so
+the store needs one Redis server (with replicas if wanted), not Redis Cluster.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = ["DELETE", "LIST_PAGE", "LOAD", "OPEN", "REMOVE_PENDING", "SCHEMA_VERSION", "WRITE"]
+
+SCHEMA_VERSION: Final = 1
+
+# KEYS: schema. ARGV: this code's schema version. Returns the stored version.
+OPEN: Final = """
+local stored = redis.call('GET', KEYS[1])
+if not stored then
+    redis.call('SET', KEYS[1], ARGV[1])
+    return tonumber(ARGV[1])
+end
+return tonumber(stored) or -1
+"""
+
+# KEYS: c, e, p, index, touched.
+# ARGV: id, expected, generation ('' none), write_id, replace, drop_all, drop_marker ('' none),
+#       marker, header, metadata, format, next_turn_id, ttl_ms (0 none), n,
+#       then n triples: turn_id, pending (1/0), event JSON.
+# Returns {status, version, detail}.
+WRITE: Final = """
+local c, e, p, index, touched = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local expected = tonumber(ARGV[2])
+local generation, write_id = ARGV[3], ARGV[4]
+local replace, drop_all, drop_marker = ARGV[5] == '1', ARGV[6] == '1', ARGV[7]
+local marker, format = ARGV[8], ARGV[11]
+local next_turn, ttl, n = tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14])
+
+local state = redis.call('HMGET', c, 'version', 'generation', 'last_write', 'format',
+    'max_turn', 'count', 'seq')
+local exists = state[1] ~= false
+local version = tonumber(state[1]) or 0
+if exists and version == expected + 1 and state[3] == write_id then
+    return {'ok', version, state[2]}
+end
+if version ~= expected then
+    return {'conflict', exists and version or -1, ''}
+end
+local committed_max, count, seq = -1, 0, 0
+if exists then
+    if generation ~= '' and state[2] ~= generation then
+        return {'generation', version, state[2]}
+    end
+    if not replace and state[4] ~= format then
+        return {'format', version, state[4]}
+    end
+    generation = state[2]
+    seq = tonumber(state[7])
+    if not replace then
+        committed_max, count = tonumber(state[5]), tonumber(state[6])
+    end
+end
+
+local dropping = {}
+local kept_max = committed_max
+if exists and not replace then
+    local flat = redis.call('HGETALL', p)
+    for i = 1, #flat, 2 do
+        local value = flat[i + 1]
+        local tab = string.find(value, '\\t', 1, true)
+        local own = string.sub(value, 1, tab - 1)
+        if drop_all or (drop_marker ~= '' and own == drop_marker) then
+            dropping[#dropping + 1] = flat[i]
+        else
+            kept_max = math.max(kept_max, tonumber(string.sub(value, tab + 1)))
+        end
+    end
+end
+if kept_max >= next_turn then
+    return {'turn', version, tostring(kept_max)}
+end
+
+-- Every check has passed: write. (A new conversation clears what an expired one may have
+-- left behind.)
+if replace or not exists then
+    redis.call('DEL', e, p)
+end
+for _, item in ipairs(dropping) do
+    redis.call('LREM', e, -1, item)
+    redis.call('HDEL', p, item)
+end
+count = count - #dropping
+local items = {}
+for i = 0, n - 1 do
+    local turn, pending, text = ARGV[15 + 3 * i], ARGV[16 + 3 * i] == '1', ARGV[17 + 3 * i]
+    if pending then
+        seq = seq + 1
+        local item = 'p' .. seq .. '\\t' .. marker .. '\\t' .. text
+        redis.call('HSET', p, item, marker .. '\\t' .. turn)
+        items[#items + 1] = item
+    else
+        committed_max = math.max(committed_max, tonumber(turn))
+        items[#items + 1] = text
+    end
+    if #items == 1000 then
+        redis.call('RPUSH', e, unpack(items))
+        items = {}
+    end
+end
+if #items > 0 then
+    redis.call('RPUSH', e, unpack(items))
+end
+
+local now = redis.call('TIME')
+local stamp = now[1] .. '.' .. string.format('%06d', tonumber(now[2]))
+local order = redis.call('INCR', touched)
+redis.call('HSET', c, 'version', version + 1, 'generation', generation, 'header', ARGV[9],
+    'metadata', ARGV[10], 'format', format, 'count', count + n, 'max_turn', committed_max,
+    'seq', seq, 'last_write', write_id, 'updated_at', stamp, 'touched', order)
+if not exists then
+    redis.call('HSET', c, 'created_at', stamp)
+end
+redis.call('ZADD', index, order, ARGV[1])
+if ttl > 0 then
+    redis.call('PEXPIRE', c, ttl)
+    redis.call('PEXPIRE', e, ttl)
+    redis.call('PEXPIRE', p, ttl)
+end
+return {'ok', version + 1, generation}
+"""
+
+# KEYS: c, e. Returns {version, generation, header, items} or nil.
+LOAD: Final = """
+local state = redis.call('HMGET', KEYS[1], 'version', 'generation', 'header')
+if not state[1] then
+    return false
+end
+return {state[1], state[2], state[3], redis.call('LRANGE', KEYS[2], 0, -1)}
+"""
+
+# KEYS: index. ARGV: prefix, after ('+inf' for the first page), limit.
+# Returns rows {id, version, count, updated_at, metadata, generation, touched}; an index
+# entry whose conversation expired is removed and skipped.
+LIST_PAGE: Final = """
+local index, prefix, after, limit = KEYS[1], ARGV[1], ARGV[2], tonumber(ARGV[3])
+local rows = {}
+local bound = after == '+inf' and '+inf' or ('(' .. after)
+while #rows < limit do
+    local found = redis.call('ZREVRANGEBYSCORE', index, bound, '-inf', 'WITHSCORES',
+        'LIMIT', 0, limit - #rows)
+    if #found == 0 then
+        break
+    end
+    for i = 1, #found, 2 do
+        local id, order = found[i], found[i + 1]
+        local state = redis.call('HMGET', prefix .. 'c:' .. id, 'version', 'count',
+            'updated_at', 'metadata', 'generation')
+        if state[1] then
+            rows[#rows + 1] = {id, state[1], state[2], state[3], state[4], state[5], order}
+        else
+            redis.call('ZREM', index, id)
+        end
+        bound = '(' .. order
+    end
+end
+return rows
+"""
+
+# KEYS: c, e, p. ARGV: marker. Returns how many pending items went.
+REMOVE_PENDING: Final = """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+    return 0
+end
+local flat = redis.call('HGETALL', KEYS[3])
+local removed = 0
+for i = 1, #flat, 2 do
+    local value = flat[i + 1]
+    if string.sub(value, 1, string.find(value, '\\t', 1, true) - 1) == ARGV[1] then
+        redis.call('LREM', KEYS[2], -1, flat[i])
+        redis.call('HDEL', KEYS[3], flat[i])
+        removed = removed + 1
+    end
+end
+if removed > 0 then
+    redis.call('HINCRBY', KEYS[1], 'count', -removed)
+end
+return removed
+"""
+
+# KEYS: c, e, p, index. ARGV: id. Returns 1 when there was a conversation.
+DELETE: Final = """
+local existed = redis.call('DEL', KEYS[1])
+redis.call('DEL', KEYS[2], KEYS[3])
+redis.call('ZREM', KEYS[4], ARGV[1])
+return existed
+"""

@@ -1,0 +1,331 @@
+"""``RedisStore``: conversations in Redis, shared by many processes and machines.
+
+Needs the ``redis`` extra (redis-py)::
+
+    pip install 'threadline[redis]'
+
+The layout and the Lua scripts are in ``_redis_scripts``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any, Final
+
+import anyio
+import anyio.to_thread
+
+from threadline._errors import (
+    ConversationFormatError,
+    ConversationNotFoundError,
+    InvalidRequestError,
+    StoreError,
+)
+from threadline._store import ConversationInfo, StoredConversation
+from threadline.serialization._converter import FORMAT_VERSION
+from threadline.stores import _redis_scripts as scripts
+from threadline.stores._base import StoreBase, Write, check_turn_ids_below
+from threadline.stores._parts import assemble, read_metadata
+from threadline.stores._remote import RemoteTarget, on_asyncio
+
+try:
+    import redis
+    import redis.asyncio
+    import redis.asyncio.retry
+    import redis.backoff
+    import redis.exceptions
+    import redis.retry
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError("RedisStore needs redis-py: pip install 'threadline[redis]'") from exc
+
+__all__ = ["SCHEMA_VERSION", "RedisStore"]
+
+SCHEMA_VERSION: Final = scripts.SCHEMA_VERSION
+
+_SCRIPTS: Final = {
+    "open": scripts.OPEN,
+    "write": scripts.WRITE,
+    "load": scripts.LOAD,
+    "list_page": scripts.LIST_PAGE,
+    "remove_pending": scripts.REMOVE_PENDING,
+    "delete": scripts.DELETE,
+}
+
+
+class RedisStore(StoreBase):
+    """A :class:`~threadline._store.ConversationStore` in Redis.
+
+    ``url`` is a ``redis://[:password@]host:port/db`` (or ``rediss://`` for
+    TLS) URL. Every key starts with ``prefix``, so several applications can
+    share one server. Each call is one Lua script, which Redis runs with no
+    other command in between: the version check and the write are one atomic
+    step, so of two writers based on the same version exactly one succeeds;
+    the others get ``ConcurrentModificationError`` and change nothing.
+    Listing walks a sorted index page by page (never ``KEYS``).
+
+    ``ttl``: when given, a conversation expires that many seconds after its
+    last write (every write renews it); ``None`` keeps conversations until
+    they are deleted.
+
+    Under asyncio the store uses redis-py's async client; under trio, where
+    it does not run, the blocking client in worker threads. A call cancelled
+    while its script runs waits for it. A write whose connection is lost is
+    retried, safely: a retried write that had been applied is recognised.
+
+    Raises (from any call):
+        StoreError: the server cannot be reached, refuses the password, lost
+            the connection, or the keys under ``prefix`` are not this store's;
+            the message names the store (never the password) and what to do.
+        ConversationFormatError: the keys were written by a newer threadline
+            (a newer schema version), or a stored event is damaged.
+        StoreClosedError: the store was closed with :meth:`aclose`.
+
+    Example::
+
+        async with RedisStore("redis://:secret@cache.internal:6379/0", prefix="support:") as store:
+            stored = await store.load("support-42")
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        prefix: str = "threadline:",
+        ttl: float | None = None,
+        max_connections: int = 50,
+        timeout: float = 10.0,
+    ) -> None:
+        self._target = RemoteTarget(url, schemes=("redis", "rediss"), store="RedisStore")
+        if not isinstance(prefix, str):
+            raise InvalidRequestError(f"prefix is a str, not {type(prefix).__name__}")
+        if ttl is not None and (not isinstance(ttl, int | float) or ttl <= 0):
+            raise InvalidRequestError(f"ttl is a number of seconds > 0 or None, not {ttl!r}")
+        if not isinstance(max_connections, int) or max_connections < 1:
+            raise InvalidRequestError(f"max_connections is an int >= 1, not {max_connections!r}")
+        if not isinstance(timeout, int | float) or timeout <= 0:
+            raise InvalidRequestError(f"timeout is a number of seconds > 0, not {timeout!r}")
+        self._prefix = prefix
+        self._ttl_ms = 0 if ttl is None else max(1, round(ttl * 1000))
+        self._max_connections = max_connections
+        self._timeout = float(timeout)
+        self._ready = False
+        self._ready_lock = anyio.Lock()
+        self._async_client: redis.asyncio.Redis | None = None
+        self._async_scripts: dict[str, Any] = {}
+        self._sync_client: redis.Redis | None = None
+        self._sync_scripts: dict[str, Any] = {}
+
+    def __repr__(self) -> str:
+        return f"RedisStore({self._target.shown!r}, prefix={self._prefix!r})"
+
+    @property
+    def prefix(self) -> str:
+        """What every key of this store starts with."""
+        return self._prefix
+
+    def _keys(self, conversation_id: str) -> list[str]:
+        return [f"{self._prefix}{kind}:{conversation_id}" for kind in ("c", "e", "p")]
+
+    # --- the backend ---------------------------------------------------------------
+
+    async def _load(self, conversation_id: str) -> StoredConversation:
+        found = await self._call("load", self._keys(conversation_id)[:2], [])
+        if not found:
+            raise ConversationNotFoundError(conversation_id)
+        version, generation, header, items = found
+        events: list[tuple[Any, ...]] = []
+        markers: list[str | None] = []
+        for seq, item in enumerate(items):
+            if item.startswith("{"):
+                events.append((seq, item))
+                continue
+            _, marker, text = item.split("\t", 2)
+            events.append((seq, text))
+            markers.append(marker or None)
+        return StoredConversation(
+            document=assemble(conversation_id, header, events),
+            version=int(version),
+            generation=generation,
+            pending_markers=tuple(markers),
+        )
+
+    async def _write(self, write: Write) -> int:
+        args: list[object] = [
+            write.conversation_id,
+            write.expected_version,
+            write.generation or "",
+            write.write_id,
+            int(write.replace),
+            int(write.drop_all),
+            write.drop_marker or "",
+            write.pending_marker or "",
+            write.header_text,
+            json.dumps(write.header.metadata),
+            FORMAT_VERSION,
+            write.header.next_turn_id,
+            self._ttl_ms,
+            len(write.records),
+        ]
+        for record in write.records:
+            args += [record.turn_id, int(record.pending), record.text]
+        keys = [*self._keys(write.conversation_id), *self._shared_keys()]
+        status, version, detail = await self._call("write", keys, args)
+        if status == "ok":
+            return int(version)
+        if status == "conflict":
+            raise write.conflict(None if version < 0 else int(version))
+        if status == "generation":
+            raise write.generation_refusal(detail, int(version))
+        if status == "turn":
+            check_turn_ids_below(int(detail), write.header)
+        if status == "format":
+            raise StoreError(
+                f"{self!r}: conversation {write.conversation_id!r} was written in saved "
+                f"format {detail} and this threadline writes format {FORMAT_VERSION}; load "
+                f"it and save it whole (store.save) to bring it to the current format"
+            )
+        raise StoreError(f"{self!r}: the write script answered {status!r}")
+
+    async def _list_page(self, limit: int, after: int | None) -> list[tuple[ConversationInfo, int]]:
+        rows = await self._call(
+            "list_page",
+            [self._shared_keys()[0]],
+            [self._prefix, "+inf" if after is None else after, limit],
+        )
+        return [
+            (
+                ConversationInfo(
+                    id=conversation_id,
+                    version=int(version),
+                    events=int(count),
+                    updated_at=datetime.fromtimestamp(float(updated_at), UTC),
+                    metadata=read_metadata(conversation_id, metadata),
+                    generation=generation,
+                ),
+                int(order),
+            )
+            for conversation_id, version, count, updated_at, metadata, generation, order in rows
+        ]
+
+    async def _remove_pending(self, conversation_id: str, marker: str) -> bool:
+        return bool(await self._call("remove_pending", self._keys(conversation_id), [marker]))
+
+    async def _delete(self, conversation_id: str) -> bool:
+        keys = [*self._keys(conversation_id), self._shared_keys()[0]]
+        return bool(await self._call("delete", keys, [conversation_id]))
+
+    async def _close(self) -> None:
+        async with self._ready_lock:
+            async_client, self._async_client = self._async_client, None
+            sync_client, self._sync_client = self._sync_client, None
+            if async_client is not None:
+                await async_client.aclose(close_connection_pool=True)
+            if sync_client is not None:
+                await anyio.to_thread.run_sync(sync_client.close)
+                await anyio.to_thread.run_sync(sync_client.connection_pool.disconnect)
+
+    def _shared_keys(self) -> list[str]:
+        return [f"{self._prefix}index", f"{self._prefix}touched"]
+
+    # --- the connection --------------------------------------------------------------
+
+    async def _call(self, script: str, keys: Sequence[str], args: Sequence[object]) -> Any:
+        """Run one script; errors become ``StoreError`` naming the store, never the password."""
+        if not self._ready:
+            await self._prepare()
+        return await self._run_script(script, keys, args)
+
+    async def _run_script(self, script: str, keys: Sequence[str], args: Sequence[object]) -> Any:
+        problem: redis.exceptions.RedisError
+        try:
+            with anyio.CancelScope(shield=True):
+                if on_asyncio():
+                    return await self._async_script(script)(keys=keys, args=args)
+                return await anyio.to_thread.run_sync(
+                    lambda: self._sync_script(script)(keys=keys, args=args)
+                )
+        except redis.exceptions.RedisError as exc:
+            problem = exc
+        raise self._error(problem)
+
+    def _options(self, *, asynchronous: bool) -> dict[str, Any]:
+        # Writes are safe to retry: each carries an id the script recognises.
+        backoff = redis.backoff.ExponentialBackoff(cap=1.0, base=0.05)
+        retry = (
+            redis.asyncio.retry.Retry(backoff, 3) if asynchronous else redis.retry.Retry(backoff, 3)
+        )
+        return {
+            "decode_responses": True,
+            "socket_timeout": self._timeout,
+            "socket_connect_timeout": self._timeout,
+            "max_connections": self._max_connections,
+            "timeout": self._timeout,  # how long to wait for a free connection
+            "retry": retry,
+            "retry_on_error": [redis.exceptions.ConnectionError, redis.exceptions.TimeoutError],
+        }
+
+    def _async_script(self, name: str) -> Any:
+        if self._async_client is None:
+            # A blocking pool: past max_connections a call waits for a connection.
+            pool = redis.asyncio.BlockingConnectionPool.from_url(
+                self._target.url, **self._options(asynchronous=True)
+            )
+            self._async_client = redis.asyncio.Redis(connection_pool=pool)
+            self._async_scripts = {
+                key: self._async_client.register_script(lua) for key, lua in _SCRIPTS.items()
+            }
+        return self._async_scripts[name]
+
+    def _sync_script(self, name: str) -> Any:
+        if self._sync_client is None:
+            self._sync_client = redis.Redis(
+                connection_pool=redis.BlockingConnectionPool.from_url(
+                    self._target.url, **self._options(asynchronous=False)
+                )
+            )
+            self._sync_scripts = {
+                key: self._sync_client.register_script(lua) for key, lua in _SCRIPTS.items()
+            }
+        return self._sync_scripts[name]
+
+    def _error(self, problem: redis.exceptions.RedisError) -> StoreError:
+        if isinstance(problem, redis.exceptions.AuthenticationError):
+            return self._target.error(
+                "RedisStore", "the server refused the login", problem, "check the URL's password"
+            )
+        if isinstance(problem, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
+            return self._target.error(
+                "RedisStore",
+                "cannot reach the server",
+                problem,
+                "check that it runs at that address; a write in flight was applied once or "
+                "not at all, load the conversation to see which",
+            )
+        if "WRONGTYPE" in str(problem):
+            return self._target.error(
+                "RedisStore",
+                f"the keys under prefix {self._prefix!r} are not this store's",
+                problem,
+                "choose a prefix no other program writes under",
+            )
+        return self._target.error("RedisStore", "the server refused a script", problem, "see above")
+
+    # --- opening ---------------------------------------------------------------------
+
+    async def _prepare(self) -> None:
+        async with self._ready_lock:
+            if self._ready:
+                return
+            self._check_open()
+            stored = await self._run_script("open", [f"{self._prefix}schema"], [SCHEMA_VERSION])
+            if stored < 1 or stored > SCHEMA_VERSION:
+                raise ConversationFormatError(
+                    f"{self!r}: the keys under the prefix have threadline schema version "
+                    f"{stored}, "
+                    + ("written by a newer threadline; " if stored > 1 else "")
+                    + f"this one reads schema version {SCHEMA_VERSION}; "
+                    + ("upgrade threadline to use them" if stored > 1 else "choose another prefix")
+                )
+            self._ready = True
