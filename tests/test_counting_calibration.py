@@ -190,3 +190,30 @@ def test_a_malformed_saved_calibration_is_refused_with_its_path(saved: object) -
     with pytest.raises(ConversationFormatError) as caught:
         Conversation.from_json(agent, json.dumps(document))
     assert "token_calibration" in str(caught.value)
+
+
+def test_a_tool_set_keeps_a_ratio_of_its_own_with_the_models_until_it_is_seen() -> None:
+    calibration = TokenCalibration(min_estimated_tokens=0)
+    calibration.observe("m", estimated_tokens=100, reported_tokens=110)
+    assert calibration.ratio("m", ["lookup"]) == 1.1  # not seen yet: the model's own
+    calibration.observe("m", estimated_tokens=100, reported_tokens=150, tools=["lookup"])
+    assert calibration.ratio("m", ["lookup"]) == 1.5
+    assert calibration.ratio("m") == 1.1  # a tool round leaves plain rounds alone
+    assert calibration.ratios_of("m") == {"m": 1.1, "m [tools: lookup]": 1.5}
+    assert calibration.ratios_of("m2") == {}
+
+
+@pytest.mark.anyio
+async def test_a_request_with_tools_learns_and_uses_its_tool_sets_ratio() -> None:
+    def lookup(word: str) -> str:
+        """Look a word up."""
+        return word
+
+    counter = PerMessageCounter()
+    calibration = TokenCalibration(min_estimated_tokens=0)
+    driver = ReportingDriver(["one", "two"], ratio=2.0, counter=counter)
+    client = Client(driver, token_counter=counter, calibration=calibration, default_model=MODEL)
+    await client.request().with_prompt("hello").with_tools([lookup]).run()
+    assert calibration.ratios() == {"m [tools: lookup]": 2.0}
+    second = await client.request().with_prompt("again").with_tools([lookup]).run()
+    assert second.rounds[0].calibrated_input_tokens == 20

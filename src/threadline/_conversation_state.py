@@ -259,8 +259,7 @@ class ConversationState:
         model = self._agent.model
         if calibration is None or model is None:
             return {}
-        ratio = calibration.ratio(model.name)
-        return {} if ratio is None else {model.name: ratio}
+        return calibration.ratios_of(model.name)
 
     def _restore_calibration(self) -> None:
         """Give the ratios a loaded document saved to the client's calibration, if any."""

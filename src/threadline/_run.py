@@ -109,7 +109,10 @@ class Run:
     def _counter(self) -> TokenCounter:
         """The estimate limiting counts with: scaled by the calibration, when there is one."""
         plan = self.plan
-        ratio = None if plan.calibration is None else plan.calibration.ratio(plan.model.name)
+        calibration = plan.calibration
+        ratio = None
+        if calibration is not None:
+            ratio = calibration.ratio(plan.model.name, plan.toolset.names)
         return plan.counter if ratio is None else CalibratedCounter(plan.counter, ratio)
 
     async def _limit(self, current: _Round) -> LimitingOutcome:
@@ -238,6 +241,7 @@ class Run:
                 self.plan.model.name,
                 estimated_tokens=current.raw_estimate,
                 reported_tokens=reported,
+                tools=self.plan.toolset.names,
             )
         record = RoundRecord(
             round=current.number,

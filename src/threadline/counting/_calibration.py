@@ -3,7 +3,10 @@
 A :class:`TokenCalibration` keeps one ratio per model: the input tokens a
 provider reported for a prompt over the tokens the request's counter
 estimated for that same prompt. Every response with reported usage is an
-observation. The ratio only ratchets up: the first observation sets it, a
+observation. Requests that send tools keep a ratio of their own per tool
+set (``"model [tools: a, b]"``): a chat template renders tool schemas in its
+own way (a system prompt of instructions, often), so their ratio is not the
+messages'. Until a tool set has been seen, the model's own ratio stands in. The ratio only ratchets up: the first observation sets it, a
 later one raises it when it is higher, nothing lowers it. A calibrated
 estimate therefore errs towards counting too much (a turn that keeps a unit
 less) rather than too little (a turn the provider refuses).
@@ -16,7 +19,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from threadline._validate import fail, non_negative_int
@@ -26,7 +29,13 @@ if TYPE_CHECKING:
     from threadline.counting._protocol import TokenCounter
     from threadline.tools._tools import Tool
 
-__all__ = ["DEFAULT_MIN_ESTIMATED_TOKENS", "CalibratedCounter", "TokenCalibration", "scaled"]
+__all__ = [
+    "DEFAULT_MIN_ESTIMATED_TOKENS",
+    "CalibratedCounter",
+    "TokenCalibration",
+    "calibration_key",
+    "scaled",
+]
 
 DEFAULT_MIN_ESTIMATED_TOKENS = 64
 """Rounds estimated below this many tokens teach a calibration nothing.
@@ -44,6 +53,13 @@ _EPSILON = 1e-9
 def scaled(tokens: int, ratio: float) -> int:
     """``tokens`` times ``ratio``, rounded up (never below a count it should equal)."""
     return max(0, math.ceil(tokens * ratio - _EPSILON))
+
+
+def calibration_key(model: str, tools: Iterable[str] = ()) -> str:
+    """Where a calibration keeps the ratio of ``model`` sent with the tools named ``tools``:
+    the model's name, or ``"model [tools: a, b]"``."""
+    names = sorted(set(tools))
+    return f"{model} [tools: {', '.join(names)}]" if names else model
 
 
 def _ratio(name: str, value: object) -> float:
@@ -66,7 +82,7 @@ class TokenCalibration:
     model with its state and gives it back to its client's calibration when
     loaded, so a resumed conversation does not start uncalibrated.
 
-    ``ratios`` seeds it (a model's name to its ratio);
+    ``ratios`` seeds it (a model's name, or a :func:`calibration_key`, to its ratio);
     ``min_estimated_tokens`` is the smallest estimate a round must have to
     be learned from (see :data:`DEFAULT_MIN_ESTIMATED_TOKENS`). One
     calibration may serve many requests and threads at once.
@@ -102,50 +118,67 @@ class TokenCalibration:
         """The smallest estimate a round needs to teach the calibration."""
         return self._min_estimated_tokens
 
-    def ratio(self, model: str) -> float | None:
-        """The ratio learned for ``model``; ``None`` before its first observation."""
-        return self._ratios.get(model)
+    def ratio(self, model: str, tools: Iterable[str] = ()) -> float | None:
+        """The ratio learned for ``model`` sent with the tools named ``tools`` (the model's
+        own ratio until that tool set is seen); ``None`` before any observation."""
+        ratios = self._ratios
+        found = ratios.get(calibration_key(model, tools))
+        return ratios.get(model) if found is None else found
 
     def ratios(self) -> dict[str, float]:
-        """Every model's ratio (a copy)."""
+        """Every ratio, by :func:`calibration_key` (a copy)."""
         with self._lock:
             return dict(self._ratios)
 
-    def observe(self, model: str, *, estimated_tokens: int, reported_tokens: int) -> float | None:
-        """Learn from one response: the prompt was estimated at ``estimated_tokens`` and the
-        provider reported ``reported_tokens``. Returns the ratio for ``model`` afterwards.
+    def ratios_of(self, model: str) -> dict[str, float]:
+        """The ratios of ``model``: its own and those of its tool sets."""
+        tooled = f"{model} [tools: "
+        return {k: v for k, v in self.ratios().items() if k == model or k.startswith(tooled)}
+
+    def observe(
+        self,
+        model: str,
+        *,
+        estimated_tokens: int,
+        reported_tokens: int,
+        tools: Iterable[str] = (),
+    ) -> float | None:
+        """Learn from one response: the prompt (sent with the tools named ``tools``) was
+        estimated at ``estimated_tokens`` and the provider reported ``reported_tokens``.
+        Returns the ratio that applies now.
 
         An estimate under :attr:`min_estimated_tokens` or a report of 0 changes nothing.
         """
+        tools = tuple(tools)
         if estimated_tokens < max(1, self._min_estimated_tokens) or reported_tokens <= 0:
-            return self.ratio(model)
-        return self._raise(model, reported_tokens / estimated_tokens)
+            return self.ratio(model, tools)
+        return self._raise(calibration_key(model, tools), reported_tokens / estimated_tokens)
 
     def absorb(self, ratios: Mapping[str, float]) -> None:
-        """Take in ratios learned elsewhere (a saved conversation, another process):
-        each model's ratio becomes the larger of the two.
+        """Take in ratios learned elsewhere (a saved conversation, another process),
+        by :func:`calibration_key`: each ratio becomes the larger of the two.
 
         Raises:
             InvalidRequestError: a ratio that is not a positive, finite number.
         """
-        checked = {model: _ratio(f"ratios[{model!r}]", value) for model, value in ratios.items()}
-        for model, value in checked.items():
-            self._raise(model, value)
+        checked = {key: _ratio(f"ratios[{key!r}]", value) for key, value in ratios.items()}
+        for key, value in checked.items():
+            self._raise(key, value)
 
-    def calibrate(self, model: str, tokens: int) -> int:
-        """``tokens`` scaled by the ratio of ``model``, rounded up; as given without one."""
-        ratio = self.ratio(model)
+    def calibrate(self, model: str, tokens: int, tools: Iterable[str] = ()) -> int:
+        """``tokens`` scaled by the ratio that applies, rounded up; as given without one."""
+        ratio = self.ratio(model, tools)
         return tokens if ratio is None else scaled(tokens, ratio)
 
-    def _raise(self, model: str, ratio: float) -> float:
+    def _raise(self, key: str, ratio: float) -> float:
         with self._lock:
-            current = self._ratios.get(model)
+            current = self._ratios.get(key)
             if current is None or ratio > current:
-                self._ratios[model] = current = ratio
+                self._ratios[key] = current = ratio
             return current
 
     def __repr__(self) -> str:
-        shown = ", ".join(f"{model!r}: {ratio:.4f}" for model, ratio in self.ratios().items())
+        shown = ", ".join(f"{key!r}: {ratio:.4f}" for key, ratio in self.ratios().items())
         return f"TokenCalibration({{{shown}}})"
 
 
