@@ -35,6 +35,7 @@ from threadline._messages import Message, Origin
 from threadline._plan import RunPlan
 from threadline._provider import ProviderResponse, ReasoningChunk, ResponseDone, TextChunk
 from threadline._result import RoundRecord, RunResult
+from threadline._telemetry import for_run
 from threadline.counting._calibration import CalibratedCounter
 from threadline.counting._protocol import TokenCounter
 from threadline.limiting._budget import Budget
@@ -80,6 +81,7 @@ class Run:
             [] if plan.prompt_index is None else [plan.transcript[plan.prompt_index]]
         )
         self.rounds: list[RoundRecord] = []
+        self.telemetry = for_run(plan, streaming=streaming)
 
     async def events(self) -> AsyncGenerator[StreamEvent, None]:
         """Every event of the run, ending with ``FinalResult``.
@@ -87,22 +89,26 @@ class Run:
         Raises:
             MaxRoundsExceededError: the model was still calling tools after the last round.
         """
-        for number in range(1, self.plan.max_rounds + 1):
-            current = _Round(number=number)
-            async with aclosing(self._send_round(current)) as sending:
-                async for event in sending:
-                    yield event
-            async with aclosing(self._run_tools(current)) as tools:
-                async for event in tools:
-                    yield event
-            yield RoundDone(record=self._record(current))
-            if not current.runnable:
-                # No tool calls, or a call to a tool the caller runs itself:
-                # the run ends and hands the transcript back.
-                assert current.response is not None
-                yield FinalResult(result=self._result(current.response))
-                return
-        raise MaxRoundsExceededError(self.plan.max_rounds)
+        with self.telemetry.run():
+            for number in range(1, self.plan.max_rounds + 1):
+                current = _Round(number=number)
+                with self.telemetry.round(current):
+                    async with aclosing(self._send_round(current)) as sending:
+                        async for event in sending:
+                            yield event
+                async with aclosing(self._run_tools(current)) as tools:
+                    async for event in tools:
+                        yield event
+                yield RoundDone(record=self._record(current))
+                if not current.runnable:
+                    # No tool calls, or a call to a tool the caller runs itself:
+                    # the run ends and hands the transcript back.
+                    assert current.response is not None
+                    result = self._result(current.response)
+                    self.telemetry.finished(result)
+                    yield FinalResult(result=result)
+                    return
+            raise MaxRoundsExceededError(self.plan.max_rounds)
 
     # -- limiting and sending -----------------------------------------------------------
 
@@ -162,9 +168,10 @@ class Run:
         driver = self.plan.driver
         call = self.plan.call(self.transcript, current.number)
         if not self.streaming:
-            current.response = await driver.complete(call)
+            with self.telemetry.provider_call(call):
+                current.response = await driver.complete(call)
             return
-        async with driver.stream(call) as chunks:
+        async with self.telemetry.provider_stream(call, driver.stream(call)) as chunks:
             async for chunk in chunks:
                 if isinstance(chunk, TextChunk):
                     current.emitted = True
@@ -216,7 +223,7 @@ class Run:
         if not current.runnable:
             return
         injected: list[Message] = []
-        for result in await toolset.invoke_all(calls):
+        for result in await self.telemetry.invoke_tools(toolset, calls, current.number):
             self._append(result.message)
             injected.extend(result.injected)
             yield ToolResultEvent(
