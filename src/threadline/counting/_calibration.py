@@ -6,8 +6,10 @@ estimated for that same prompt. Every response with reported usage is an
 observation. Requests that send tools keep a ratio of their own per tool
 set (``"model [tools: a, b]"``): a chat template renders tool schemas in its
 own way (a system prompt of instructions, often), so their ratio is not the
-messages'. Until a tool set has been seen, the model's own ratio stands in. The ratio only ratchets up: the first observation sets it, a
-later one raises it when it is higher, nothing lowers it. A calibrated
+messages'. Until a tool set has been seen, the model's own ratio stands in.
+
+A ratio only ratchets up: the first observation sets it, a later one raises
+it when it is higher, nothing lowers it. A calibrated
 estimate therefore errs towards counting too much (a turn that keeps a unit
 less) rather than too little (a turn the provider refuses).
 
