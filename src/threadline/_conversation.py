@@ -455,6 +455,7 @@ class Conversation(ConversationState):
             **options,
         )
         conversation._extra_settings = extra
+        conversation._restore_calibration()
         conversation._version = version
         conversation._created_at = document.created_at
         conversation._updated_at = document.updated_at

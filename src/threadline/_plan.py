@@ -21,7 +21,9 @@ from threadline._provider import Driver, ProviderCall
 from threadline._settings import RequestSettings
 from threadline._validate import problem
 from threadline.counting import resolve_token_counter
+from threadline.counting._calibration import TokenCalibration
 from threadline.counting._protocol import TokenCounter
+from threadline.counting._resolution import ExactCounter, resolve_exact_token_counter
 from threadline.limiting._budget import BudgetResolution, resolve_budget
 from threadline.limiting._units import check_integrity
 from threadline.tools._tools import Tool, Toolset, tool
@@ -47,6 +49,12 @@ class RunPlan:
     prompt_index: int | None
     toolset: Toolset
     counter: TokenCounter
+    """The estimate (the counting chain's winner), never calibrated."""
+    exact_counter: ExactCounter | None
+    """What limiting asks near the budget; ``None``: the estimate decides alone."""
+    exact_margin: float | None
+    calibration: TokenCalibration | None
+    """The client's calibration: scales the estimate, learns from every round."""
     resolution: BudgetResolution
     call_template: ProviderCall
     """Everything a round sends except its messages."""
@@ -125,6 +133,11 @@ def plan_run(
         prompt_index=prompt_index,
         toolset=toolset,
         counter=counter,
+        exact_counter=resolve_exact_token_counter(
+            settings.exact_token_counter, client.exact_token_counter, client.driver, model
+        ),
+        exact_margin=settings.exact_count_margin,
+        calibration=client.calibration,
         resolution=resolution,
         call_template=template,
         pre=settings.pre_max_tokens_reached,

@@ -25,6 +25,7 @@ from threadline._sentinel import NOT_GIVEN, NotGiven
 from threadline._settings import RequestSettings, SettingsChanges
 from threadline._validate import problem
 from threadline.counting._protocol import TokenCounter
+from threadline.counting._resolution import ExactCounter
 from threadline.limiting._budget import Budget, BudgetResolution
 from threadline.tools._tools import Tool
 
@@ -186,6 +187,18 @@ class Request:
     def with_token_counter(self, counter: TokenCounter | None) -> Self:
         """The request tier of the counting chain; it wins over every other tier."""
         return self._change("with_token_counter", token_counter=counter)
+
+    def with_exact_token_counter(self, counter: ExactCounter | None) -> Self:
+        """The request tier of the exact counter, which limiting asks only near the
+        budget (see :meth:`with_exact_count_margin`); it wins over the client's and
+        the driver's."""
+        return self._change("with_exact_token_counter", exact_token_counter=counter)
+
+    def with_exact_count_margin(self, margin: float | None) -> Self:
+        """How near the budget, as a fraction of it, an estimate must come for the exact
+        counter to be asked (default 0.1: from 90% of the budget up). ``None`` never
+        asks it; ``0`` asks only when the estimate is over the budget."""
+        return self._change("with_exact_count_margin", exact_count_margin=margin)
 
     def pre_max_tokens_reached(self, handler: TokenLimitHandler | None) -> Self:
         """The handler run first when over budget; replaces ``drop_oldest_units(None)``."""

@@ -20,9 +20,13 @@ __all__ = ["RoundRecord", "RunResult"]
 class RoundRecord:
     """One provider call: what it cost and what limiting did before it.
 
-    ``estimated_input_tokens`` is threadline's count of what was sent;
-    ``reported_input_tokens`` is what the provider billed (``None`` when it
-    did not say), kept side by side so the gap is visible.
+    ``estimated_input_tokens`` is the request counter's estimate of what was
+    sent; ``calibrated_input_tokens`` that estimate scaled by the client's
+    calibration (``None`` without one); ``exact_input_tokens`` the exact
+    counter's count of what was sent (``None`` when it was not asked, or was
+    asked before limiting dropped something); ``reported_input_tokens`` what
+    the provider billed (``None`` when it did not say). All side by side, so
+    the gap is visible: :attr:`estimate_error`.
     """
 
     round: int
@@ -45,6 +49,26 @@ class RoundRecord:
     retry_reason: str | None = None
     """For a retried round: what the provider reported and the budget the retry
     was limited to (a reserve shrunk to fit the provider's limit is said here)."""
+    calibrated_input_tokens: int | None = None
+    exact_input_tokens: int | None = None
+
+    @property
+    def decided_input_tokens(self) -> int:
+        """The best count threadline had of what was sent: exact, else calibrated, else
+        the estimate."""
+        for count in (self.exact_input_tokens, self.calibrated_input_tokens):
+            if count is not None:
+                return count
+        return self.estimated_input_tokens
+
+    @property
+    def estimate_error(self) -> float | None:
+        """How far :attr:`decided_input_tokens` was from the provider's report, as a
+        fraction of the report (``-0.04``: 4% under); ``None`` without a report."""
+        reported = self.reported_input_tokens
+        if not reported:
+            return None
+        return (self.decided_input_tokens - reported) / reported
 
 
 @attrs.frozen(kw_only=True)

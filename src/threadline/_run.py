@@ -42,6 +42,8 @@ from threadline._provider import (
 )
 from threadline._result import RoundRecord, RunResult
 from threadline._telemetry import for_run
+from threadline.counting._calibration import CalibratedCounter
+from threadline.counting._protocol import TokenCounter
 from threadline.limiting._budget import Budget
 from threadline.limiting._engine import apply_limits
 from threadline.limiting._ledger import LimitingOutcome, LimitingRecord
@@ -61,6 +63,10 @@ class _Round:
 
     number: int
     estimated: int = 0
+    """The count limiting decided on for what was sent (calibrated, when it was)."""
+    raw_estimate: int = 0
+    """The request counter's own estimate of what was sent."""
+    calibrated: int | None = None
     limiting: LimitingRecord | None = None
     retry_limiting: LimitingRecord | None = None
     context_retry: bool = False
@@ -117,29 +123,45 @@ class Run:
 
     # -- limiting and sending -----------------------------------------------------------
 
-    async def _limit(self, round_number: int) -> LimitingOutcome:
+    def _counter(self) -> TokenCounter:
+        """The estimate limiting counts with: scaled by the calibration, when there is one."""
+        plan = self.plan
+        calibration = plan.calibration
+        ratio = None
+        if calibration is not None:
+            ratio = calibration.ratio(plan.model.name, plan.toolset.names)
+        return plan.counter if ratio is None else CalibratedCounter(plan.counter, ratio)
+
+    async def _limit(self, current: _Round) -> LimitingOutcome:
+        counter = self._counter()
         outcome = await apply_limits(
             self.transcript,
             tools=self.plan.toolset.tools,
-            counter=self.plan.counter,
+            counter=counter,
             budget=self.budget,
             pre=self.plan.pre,
             post=self.plan.post,
-            round=round_number,
+            round=current.number,
             prompt_index=self.prompt_index,
         )
         self.transcript = outcome.messages
         self.prompt_index = outcome.prompt_index
+        current.estimated = outcome.record.tokens_after
+        if isinstance(counter, CalibratedCounter):
+            current.calibrated = current.estimated
+            current.raw_estimate = self.plan.counter.count(self.transcript, self.plan.toolset.tools)
+        else:
+            current.calibrated = None
+            current.raw_estimate = current.estimated
         return outcome
 
     async def _send_round(self, current: _Round) -> AsyncGenerator[StreamEvent, None]:
         """Limit, then send until there is a response, retrying once when the
         provider says the prompt is too long (and nothing was shown yet)."""
         current.budget_reason = self.budget_reason
-        outcome = await self._limit(current.number)
+        outcome = await self._limit(current)
         if outcome.record.limited:
             yield LimitApplied(record=outcome.record, round=current.number)
-        current.estimated = outcome.record.tokens_after
         current.limiting = outcome.record
         while current.response is None:
             current.emitted = False
@@ -185,11 +207,10 @@ class Run:
         )
         logger.warning("%s (%s); retrying once", current.retry_reason, error.message)
         self.budget_reason = f"set by round {current.number}'s retry: {current.retry_reason}"
-        outcome = await self._limit(current.number)
+        outcome = await self._limit(current)
         current.retry_limiting = outcome.record
         if outcome.record.limited:
             yield LimitApplied(record=outcome.record, round=current.number)
-        current.estimated = outcome.record.tokens_after
 
     def _droppable(self) -> bool:
         """Whether limiting could still send less: some unit is not pinned."""
@@ -235,11 +256,21 @@ class Run:
     def _record(self, current: _Round) -> RoundRecord:
         response = current.response
         assert response is not None
+        reported = response.usage.input_tokens or None
+        calibration = self.plan.calibration
+        if calibration is not None and reported is not None:
+            calibration.observe(
+                self.plan.model.name,
+                estimated_tokens=current.raw_estimate,
+                reported_tokens=reported,
+                tools=self.plan.toolset.names,
+            )
         record = RoundRecord(
             round=current.number,
             usage=response.usage,
-            estimated_input_tokens=current.estimated,
-            reported_input_tokens=response.usage.input_tokens or None,
+            estimated_input_tokens=current.raw_estimate,
+            calibrated_input_tokens=current.calibrated,
+            reported_input_tokens=reported,
             limiting=current.limiting,
             budget_reason=current.budget_reason,
             retry_limiting=current.retry_limiting,

@@ -28,8 +28,9 @@ from threadline._provider import (
     chunks_of,
 )
 from threadline._sentinel import NOT_GIVEN, NotGiven
+from threadline._validate import fail
 from threadline.counting._projection import NO_REPLAY
-from threadline.counting._protocol import ReplayProjection, TokenCounter
+from threadline.counting._protocol import AsyncTokenCounter, ReplayProjection, TokenCounter
 from threadline.drivers._http import (
     DEFAULT_TIMEOUT,
     Clock,
@@ -44,6 +45,7 @@ from threadline.drivers._http import (
     send_with_retries,
 )
 from threadline.drivers._http_errors import ErrorMapper, snippet
+from threadline.drivers._llama_cpp_counting import LlamaCppTokenCounter, server_root
 from threadline.drivers._openai_chat_wire import (
     MalformedResponse,
     MessageJSONCache,
@@ -95,6 +97,10 @@ class OpenAIChatDriver(AsyncClosing):
             (``stream_options.include_usage``); turn off for servers that
             reject ``stream_options``.
         clock: what retries wait on; tests pass a fake one.
+        exact_counting: ``"llama.cpp"`` for the upstream llama.cpp server
+            (``llama-server``): :meth:`exact_token_counter` then asks the
+            server itself (``/apply-template``, ``/tokenize``), and limiting
+            does so near the budget. ``None``: no exact counter.
 
     Example::
 
@@ -118,7 +124,11 @@ class OpenAIChatDriver(AsyncClosing):
         max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens",
         stream_usage: bool = True,
         clock: Clock | None = None,
+        exact_counting: Literal["llama.cpp"] | None = None,
     ) -> None:
+        if exact_counting not in (None, "llama.cpp"):
+            fail("exact_counting", "'llama.cpp' or None", exact_counting)
+        self._exact_counting = exact_counting
         self._base_url = base_url.rstrip("/")
         self._url = httpx.URL(f"{self._base_url}/chat/completions")
         key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
@@ -177,29 +187,51 @@ class OpenAIChatDriver(AsyncClosing):
         """``None``: Chat Completions has no token counting endpoint."""
         return None
 
+    def exact_token_counter(self, model: Model) -> AsyncTokenCounter | None:
+        """The server's own count, with ``exact_counting="llama.cpp"``; otherwise ``None``."""
+        if self._exact_counting is None:
+            return None
+        return LlamaCppTokenCounter(self._post_to_root, self._body, self._errors, model)
+
     def replay_projection(self, model: Model) -> ReplayProjection:
         """Nothing is replayed: ``reasoning_content`` never goes back to the model."""
         return NO_REPLAY
 
     # --- sending -------------------------------------------------------------
 
-    def _request(self, call: ProviderCall, *, stream: bool) -> httpx.Request:
-        content = encode_request(
+    def _body(self, call: ProviderCall, *, stream: bool = False) -> bytes:
+        return encode_request(
             call,
             stream=stream,
             max_tokens_field=self._max_tokens_field,
             stream_usage=self._stream_usage,
             cache=self._message_json,
         )
+
+    def _request(self, call: ProviderCall, *, stream: bool) -> httpx.Request:
+        return self._build(self._url, self._body(call, stream=stream), stream=stream)
+
+    async def _post_to_root(self, path: str, content: bytes) -> httpx.Response:
+        """``content`` POSTed to ``path`` at the server's root, with retries."""
+        url = httpx.URL(server_root(self._base_url) + path)
+        return await send_with_retries(
+            self._client,
+            self._build(url, content, stream=False),
+            policy=self._retry_policy,
+            errors=self._errors,
+            clock=self._clock,
+        )
+
+    def _build(self, url: httpx.URL, content: bytes, *, stream: bool) -> httpx.Request:
         headers = dict(self._headers)
         if stream:
             headers["accept"] = "text/event-stream"
         if self._api_key is not None:
             headers["authorization"] = f"Bearer {self._api_key.reveal()}"
         if isinstance(self._timeout, NotGiven):
-            return self._client.build_request("POST", self._url, content=content, headers=headers)
+            return self._client.build_request("POST", url, content=content, headers=headers)
         return self._client.build_request(
-            "POST", self._url, content=content, headers=headers, timeout=self._timeout
+            "POST", url, content=content, headers=headers, timeout=self._timeout
         )
 
     def _reasoning_label(self, call: ProviderCall) -> str:
