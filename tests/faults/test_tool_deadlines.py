@@ -81,7 +81,7 @@ async def test_cancelling_a_run_returns_while_a_sync_tool_still_blocks(
         cancelled_at = time.monotonic()
         group.cancel_scope.cancel()
     elapsed = time.monotonic() - cancelled_at
-    assert elapsed < 2, f"control came back {elapsed:.1f} s after the cancel"
+    assert elapsed < 10, f"control came back {elapsed:.1f} s after the cancel"
     assert not release.is_set()
 
 
