@@ -16,7 +16,8 @@ from threadline.limiting import (
 )
 
 # The engine itself is private; its one-step entry point is what a round runs.
-from threadline.limiting._engine import LimitingOutcome, apply_limits
+from threadline.limiting._engine import apply_limits
+from threadline.limiting._ledger import LimitingOutcome
 
 pytestmark = pytest.mark.anyio
 

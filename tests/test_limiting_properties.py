@@ -21,7 +21,10 @@ from threadline.limiting import (
     check_integrity,
     split_units,
 )
-from threadline.limiting._engine import LimitingOutcome, apply_limits
+
+# The invariants are properties of the engine itself, a private room.
+from threadline.limiting._engine import apply_limits
+from threadline.limiting._ledger import LimitingOutcome
 
 # -- counters --------------------------------------------------------------------------
 

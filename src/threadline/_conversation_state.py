@@ -17,7 +17,7 @@ import anyio.lowlevel
 import attrs
 
 from threadline._agent import Agent, combined_settings
-from threadline._conversation_settings import saved_settings
+from threadline._conversation_settings import saved_calibration, saved_settings
 from threadline._conversation_window import (
     WINDOW_KEY,
     KeptWindow,
@@ -81,6 +81,8 @@ class ConversationState:
         self._updated_at: datetime | None = None
         self._transcript = Transcript()
         self._window = KeptWindow()
+        # The store's marker of each pending event (None: unknown), beside transcript.pending.
+        self._pending_markers: tuple[str | None, ...] = ()
 
     def _turn_lock(self) -> anyio.Lock:
         # An anyio lock belongs to the backend that first used it; an idle
@@ -269,7 +271,8 @@ class ConversationState:
         The budget is the one a turn resolves from :attr:`settings` and the model.
 
         Raises:
-            InvalidRequestError: no model, or a reserve that fills the limit.
+            InvalidRequestError: no model, a reserve that fills the limit, or a
+                ``max_output_tokens`` above the model's.
         """
         budget = settings_budget(self._settings, self._model()).budget
         if budget is None:
@@ -284,6 +287,22 @@ class ConversationState:
             )
         return model
 
+    # -- counting state -----------------------------------------------------------------
+
+    def _calibration_ratios(self) -> dict[str, float]:
+        """What the client's calibration knows of the agent's model, to be saved."""
+        calibration = self._agent.client.calibration
+        model = self._agent.model
+        if calibration is None or model is None:
+            return {}
+        return calibration.ratios_of(model.name)
+
+    def _restore_calibration(self) -> None:
+        """Give the ratios a loaded document saved to the client's calibration, if any."""
+        calibration = self._agent.client.calibration
+        if calibration is not None:
+            calibration.absorb(saved_calibration(self._extra_settings))
+
     # -- documents ----------------------------------------------------------------------
 
     def _header(
@@ -294,7 +313,7 @@ class ConversationState:
         updated_at: datetime | None = None,
         window: KeptWindow | None = None,
     ) -> ConversationDocument:
-        settings = saved_settings(self._settings, self._extra_settings)
+        settings = saved_settings(self._settings, self._extra_settings, self._calibration_ratios())
         kept = window_value(self._window if window is None else window)
         if kept is not None:
             settings[WINDOW_KEY] = kept

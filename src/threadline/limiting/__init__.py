@@ -5,7 +5,9 @@ transcript; ``drop_oldest_units`` (the default) drops whole units oldest
 first, ``cache_stable_units`` cuts a block at once so the prompt's prefix
 stays cached, and ``summarize_oldest`` replaces the oldest with a summary. A
 handler of your own gets a :class:`TokenLimitEvent` and can do everything the
-built-ins do. See docs/limiting.md.
+built-ins do: list the units (``event.units()``), drop some with a reason
+the ledger records (``event.drop_units(units, reason=...)``), recount
+(``event.is_over_budget()``). See docs/limiting.md.
 """
 
 from threadline._errors import TranscriptIntegrityError
@@ -17,20 +19,22 @@ from threadline.limiting._cache_stable import (
     CacheStableUnits,
     cache_stable_units,
 )
-from threadline.limiting._engine import (
-    DroppedUnit,
-    HandlerRun,
-    LimitingRecord,
-    TokenLimitEvent,
-    TokenLimitHandler,
-    drop_oldest_units,
-)
+from threadline.limiting._drop_oldest import drop_oldest_units
+from threadline.limiting._event import TokenLimitEvent, TokenLimitHandler
+from threadline.limiting._ledger import DroppedUnit, HandlerRun, LimitingRecord
 from threadline.limiting._summarize import (
     DEFAULT_SUMMARY_INSTRUCTIONS,
     SUMMARY_HEADING,
     summarize_oldest,
 )
-from threadline.limiting._units import PinReason, Unit, UnitKind, check_integrity, split_units
+from threadline.limiting._units import (
+    PinReason,
+    Unit,
+    UnitKind,
+    Units,
+    check_integrity,
+    split_units,
+)
 
 __all__ = [
     "DEFAULT_LOW_WATER",
@@ -50,6 +54,7 @@ __all__ = [
     "TranscriptIntegrityError",
     "Unit",
     "UnitKind",
+    "Units",
     "cache_stable_units",
     "check_integrity",
     "drop_oldest_units",

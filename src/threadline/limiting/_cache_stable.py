@@ -22,8 +22,8 @@ from threadline._errors import InvalidRequestError
 from threadline._messages import Message, Role
 from threadline.counting._protocol import TokenCounter, is_incremental, is_token_counter
 from threadline.limiting._budget import message_costs
-from threadline.limiting._engine import TokenLimitEvent
-from threadline.limiting._units import PinReason, Unit
+from threadline.limiting._event import TokenLimitEvent
+from threadline.limiting._units import PinReason, Units
 
 __all__ = ["DEFAULT_LOW_WATER", "CacheStableUnits", "cache_stable_units"]
 
@@ -128,19 +128,19 @@ def _cut(event: TokenLimitEvent, counter: TokenCounter, low_water: float) -> Non
                 dropped[k] = reason
                 estimate -= unit_costs[k]
         estimate -= _open_at_a_user_message(units, messages, dropped, unit_costs)
-        kept = _kept(messages, units, dropped)
         if exact or taken == len(droppable):
             break
-        estimate = counter.count(kept, tools)
+        estimate = counter.count(_kept(messages, units, dropped), tools)
         if estimate <= target:
             break
-    for k, why in dropped.items():
-        event.note_drop(units[k].start, why)
-    event.messages = kept
+    # Later runs first: a drop moves only what follows it, so the earlier
+    # units keep the positions this listing gave them.
+    for first, end, why in reversed(_runs(dropped)):
+        event.drop_units(units[first:end], reason=why)
 
 
 def _open_at_a_user_message(
-    units: list[Unit], messages: list[Message], dropped: dict[int, str], unit_costs: list[int]
+    units: Units, messages: list[Message], dropped: dict[int, str], unit_costs: list[int]
 ) -> int:
     """Drop the droppable units in front of the first kept user message; return their cost.
 
@@ -158,7 +158,19 @@ def _open_at_a_user_message(
     return freed
 
 
-def _kept(messages: list[Message], units: list[Unit], dropped: dict[int, str]) -> list[Message]:
+def _runs(dropped: dict[int, str]) -> list[tuple[int, int, str]]:
+    """The dropped unit numbers as runs ``(first, end, reason)`` of neighbours with one reason."""
+    runs: list[tuple[int, int, str]] = []
+    for k in sorted(dropped):
+        why = dropped[k]
+        if runs and runs[-1][1] == k and runs[-1][2] == why:
+            runs[-1] = (runs[-1][0], k + 1, why)
+        else:
+            runs.append((k, k + 1, why))
+    return runs
+
+
+def _kept(messages: list[Message], units: Units, dropped: dict[int, str]) -> list[Message]:
     kept: list[Message] = []
     for k, unit in enumerate(units):
         if k not in dropped:
