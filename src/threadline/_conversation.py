@@ -33,15 +33,7 @@ import attrs
 from threadline._agent import Agent, combined_settings
 from threadline._conversation_settings import saved_changes
 from threadline._conversation_state import ConversationState, now
-from threadline._conversation_window import (
-    KeptWindow,
-    SentWindow,
-    cache_key,
-    conversation_settings,
-    keeps_window,
-    saved_window,
-    window_after,
-)
+from threadline._conversation_window import KeptWindow, SentWindow, saved_window
 from threadline._errors import (
     ConcurrentModificationError,
     ConversationNotFoundError,
@@ -182,14 +174,7 @@ class Conversation(ConversationState):
             message = prompt.with_origin(Origin.TURN)
         else:
             fail("prompt", "a str or a user Message", prompt)
-        sent = self._sent_window()
-        request = (
-            self._agent.request()
-            .with_settings(conversation_settings(self._settings))
-            .with_messages(sent.history)
-            .with_prompt(message)
-            .with_cache_key(cache_key(self._id))
-        )
+        request, sent = self._turn_request(message)
         adopted = next(
             (
                 marker
@@ -270,10 +255,7 @@ class Conversation(ConversationState):
         # A copy without a marker (written by save() or an older version) goes only
         # with every pending event; the others are written back, without markers.
         rewrite = any(markers[i] is None for i in copies)
-        window = KeptWindow()
-        if keeps_window(self._settings):
-            instructions = self._agent.instructions is not None
-            window = window_after(turn.sent, result, instructions=instructions)
+        window = self._window_after(turn.sent, result)
         with anyio.CancelScope(shield=True):
             if self._store is not None:
                 header = self._header(

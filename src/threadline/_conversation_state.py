@@ -22,7 +22,10 @@ from threadline._conversation_window import (
     WINDOW_KEY,
     KeptWindow,
     SentWindow,
+    cache_key,
+    conversation_settings,
     keeps_window,
+    window_after,
     window_value,
 )
 from threadline._errors import InvalidRequestError
@@ -30,6 +33,8 @@ from threadline._messages import Message, Origin, Usage
 from threadline._models import Model
 from threadline._plan import settings_budget, settings_counter
 from threadline._provider import ProviderResponse
+from threadline._request import Request
+from threadline._result import RunResult
 from threadline._sentinel import NotGiven
 from threadline._settings import RequestSettings, SettingsChanges
 from threadline._store import ConversationStore
@@ -213,6 +218,24 @@ class ConversationState:
         kept, base = self._window_base()
         window = tuple(m.with_origin(Origin.SEED) for m in self._transcript.messages_from(base))
         return SentWindow(kept=kept, base=base, window=window)
+
+    def _turn_request(self, prompt: Message) -> tuple[Request, SentWindow]:
+        """The request of a turn sending ``prompt``, and the history it sends."""
+        sent = self._sent_window()
+        request = (
+            self._agent.request()
+            .with_settings(conversation_settings(self._settings))
+            .with_messages(sent.history)
+            .with_prompt(prompt)
+            .with_cache_key(cache_key(self._id))
+        )
+        return request, sent
+
+    def _window_after(self, sent: SentWindow, result: RunResult) -> KeptWindow:
+        """The kept window once ``result`` is committed (none without the cache-stable policy)."""
+        if not keeps_window(self._settings):
+            return KeptWindow()
+        return window_after(sent, result, instructions=self._agent.instructions is not None)
 
     @property
     def model_input(self) -> tuple[Message, ...]:
