@@ -20,6 +20,8 @@ from threadline import (
 from threadline.counting import ApproximateCounter
 from threadline.limiting import (
     SUMMARY_HEADING,
+    TokenLimitEvent,
+    UnitKind,
     cache_stable_units,
     check_integrity,
     drop_oldest_units,
@@ -235,3 +237,21 @@ async def test_cache_stable_is_a_conversations_default_and_drop_oldest_a_request
     driver.add_replies(["plain"])
     result = await agent.request().with_messages(history).with_prompt("plain request").run()
     assert [h.handler for h in result.limiting[0].handlers] == ["drop_oldest_units"]
+
+
+async def test_a_window_never_starts_at_an_answer_whose_question_a_handler_dropped() -> None:
+    def drop_first_question(event: TokenLimitEvent) -> None:
+        first = next(u for u in event.units() if u.kind is UnitKind.USER and not u.pinned)
+        event.drop_units([first], reason="a handler of ours")
+
+    driver = ScriptedDriver()
+    agent = agent_for(
+        driver,
+        pre_max_tokens_reached=drop_first_question,
+        post_max_tokens_reached=cache_stable_units(0.5),
+    )
+    conv = Conversation(agent)
+    await run_turns(conv, driver, 25)
+    assert conv.window_start > 0
+    assert conv.events[conv.window_start].message.role is Role.USER
+    check_integrity(sent(driver, -1))

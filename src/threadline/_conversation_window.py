@@ -119,7 +119,9 @@ def window_after(sent: SentWindow, result: RunResult, *, instructions: bool) -> 
     than the cut left, never a reply without its question.
     """
     window = sent.window
-    position = {id(message): index for index, message in enumerate(window)}
+    position: dict[int, int] = {}
+    for index, message in enumerate(window):
+        position.setdefault(id(message), index)  # one object twice: the earlier keeps more
     messages = result.messages[1:] if instructions else result.messages
     head: list[Message] = []
     offset = len(window)  # everything before this run's prompt is gone
