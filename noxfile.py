@@ -1,4 +1,5 @@
-"""The sessions a contributor runs: ``nox -s tests lint typecheck docs examples bench``."""
+"""The sessions a contributor runs: ``nox -s tests lint typecheck docs examples bench`` (and
+``bench_cache``, the long prompt-cache benchmark on a real llama.cpp server)."""
 
 from __future__ import annotations
 
@@ -78,3 +79,10 @@ def bench(session: nox.Session) -> None:
         "bench_stores",
     ):
         session.run("python", f"benchmarks/{script}.py")
+
+
+@nox.session(python=PYTHON)
+def bench_cache(session: nox.Session) -> None:
+    """The prompt-cache benchmark on a real llama.cpp server: long (200 turns, 3 policies)."""
+    session.install("-e", ".[bench,test]")
+    session.run("python", "benchmarks/bench_cache.py", *session.posargs)

@@ -55,6 +55,8 @@ def get_weather(city: str) -> str:
 
 
 async def sent_body(call: ProviderCall, **driver_args: Any) -> dict[str, Any]:
+    # The translation itself; the cache breakpoints are tested in test_anthropic_cache.py.
+    driver_args.setdefault("prompt_caching", False)
     with respx.mock(assert_all_called=True) as mock:
         route = mock.post(URL).mock(return_value=httpx.Response(200, json=OK))
         async with AnthropicDriver(base_url=BASE, api_key="sk-ant-test-key", **driver_args) as d:

@@ -411,12 +411,13 @@ def test_available_context_tokens_is_none_without_a_budget() -> None:
 async def test_conversation_settings_reach_the_request_budget() -> None:
     agent, driver = make_agent([str(i) for i in range(4)], token_counter=ApproximateCounter())
     conv = Conversation(agent, max_context_tokens=60, output_reserve_tokens=0)
-    for i in range(4):
-        result = await conv.run(f"question number {i} " + "word " * 10)
+    results = [await conv.run(f"question number {i} " + "word " * 10) for i in range(4)]
 
+    result = results[-1]
     assert result.budget is not None
     assert (result.budget.limit, result.budget.reserve) == (60, 0)
-    assert result.limiting[-1].handlers  # the default Pre dropped old turns
+    ran = {h.handler for r in results for record in r.limiting for h in record.handlers}
+    assert ran == {"cache_stable_units"}  # a conversation's default Pre dropped old turns
     assert len(driver.calls[-1].messages) < 2 + 2 * 3
     assert len(conv.events) == 8  # the transcript keeps everything
 

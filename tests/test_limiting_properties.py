@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 
 import anyio
@@ -13,7 +14,13 @@ from hypothesis import strategies as st
 
 from threadline import Budget, Message, Origin, Role, Tool, ToolCall
 from threadline.counting import TokenCounter
-from threadline.limiting import TranscriptIntegrityError, Unit, check_integrity, split_units
+from threadline.limiting import (
+    TranscriptIntegrityError,
+    Unit,
+    cache_stable_units,
+    check_integrity,
+    split_units,
+)
 
 # The invariants are properties of the engine itself, a private room.
 from threadline.limiting._engine import apply_limits
@@ -304,3 +311,89 @@ def test_any_broken_tool_unit_is_caught(scenario: Scenario, data: st.DataObject)
         messages.extend(messages[start:end])
     with pytest.raises(TranscriptIntegrityError):
         check_integrity(messages)
+
+
+# -- the same rules under the cache-stable policy --------------------------------------
+
+low_waters = st.sampled_from([0.1, 0.35, 0.6, 0.85, 1.0])
+
+
+def limit_cache_stable(
+    scenario: Scenario, counter: TokenCounter, share: int, low_water: float
+) -> tuple[LimitingOutcome, list[Unit], int]:
+    """Limit ``scenario`` with ``cache_stable_units(low_water)``; also return the mark."""
+    prompt_budget = budget_for(scenario, counter, share)
+
+    async def run() -> LimitingOutcome:
+        return await apply_limits(
+            scenario.messages,
+            tools=scenario.tools,
+            counter=counter,
+            budget=Budget(limit=prompt_budget + 50, reserve=50),
+            pre=cache_stable_units(low_water),
+            prompt_index=scenario.prompt_index,
+        )
+
+    units = split_units(scenario.messages, prompt_index=scenario.prompt_index)
+    return anyio.run(run), units, math.floor(prompt_budget * low_water)
+
+
+@pytest.mark.parametrize("counter", COUNTERS, ids=type)
+@PROPERTY
+@given(scenario=scenarios(), share=budgets, low_water=low_waters)
+def test_a_cache_stable_cut_keeps_every_unit_rule(
+    counter: TokenCounter, scenario: Scenario, share: int, low_water: float
+) -> None:
+    outcome, units, _mark = limit_cache_stable(scenario, counter, share, low_water)
+    check_integrity(outcome.messages)
+    kept = {id(m) for m in outcome.messages}
+    pinned = [scenario.messages[i] for u in units if u.pinned for i in u.indices]
+    assert all(id(m) in kept for m in pinned)
+    # A subsequence of the input, message objects unchanged, nothing added.
+    sources = outcome.sources
+    assert None not in sources
+    assert list(sources) == sorted(set(sources))  # type: ignore[type-var]
+    if len(outcome.messages) == len(scenario.messages):
+        return  # it fitted, or only pinned units were there to keep
+    first_system = next(
+        (scenario.messages[u.start] for u in units if u.reason == "first system message"), None
+    )
+    rest = [m for m in outcome.messages if m is not first_system]
+    assert rest[0].role is Role.USER or id(rest[0]) in {id(m) for m in pinned}
+
+
+@pytest.mark.parametrize("counter", COUNTERS, ids=type)
+@PROPERTY
+@given(scenario=scenarios(), share=budgets, low_water=low_waters)
+def test_a_cache_stable_cut_reaches_the_mark_whenever_the_pinned_units_alone_do(
+    counter: TokenCounter, scenario: Scenario, share: int, low_water: float
+) -> None:
+    outcome, units, mark = limit_cache_stable(scenario, counter, share, low_water)
+    sent = counter.count(outcome.messages, scenario.tools)
+    prompt_budget = budget_for(scenario, counter, share)
+    pinned_only = [scenario.messages[i] for u in units if u.pinned for i in u.indices]
+    pinned_tokens = counter.count(pinned_only, scenario.tools)
+    if counter.count(scenario.messages, scenario.tools) <= prompt_budget:
+        assert outcome.messages == scenario.messages  # it fits: untouched
+    elif pinned_tokens <= mark:
+        assert sent <= mark
+    elif pinned_tokens <= prompt_budget:
+        assert sent <= prompt_budget
+
+
+@pytest.mark.parametrize("counter", COUNTERS, ids=type)
+@PROPERTY
+@given(scenario=scenarios(), share=budgets, low_water=low_waters)
+def test_a_cache_stable_cut_drops_oldest_first_and_at_least_what_the_sliding_window_drops(
+    counter: TokenCounter, scenario: Scenario, share: int, low_water: float
+) -> None:
+    outcome, units, _ = limit_cache_stable(scenario, counter, share, low_water)
+    kept = set(outcome.sources)
+    droppable = [u for u in units if not u.pinned]
+    dropped = [u.start not in kept for u in droppable]
+    assert dropped == sorted(dropped, reverse=True)
+    assert [(d.start, d.end) for d in outcome.record.dropped] == [
+        (u.start, u.end) for u, gone in zip(droppable, dropped, strict=True) if gone
+    ]
+    sliding, _ = limit(scenario, counter, share)
+    assert kept <= set(sliding.sources)

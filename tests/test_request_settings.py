@@ -57,7 +57,8 @@ def as_changes(settings: RequestSettings) -> dict[str, Any]:
 
 
 def without_messages(call: ProviderCall) -> ProviderCall:
-    return attrs.evolve(call, messages=())
+    # A conversation's calls also carry its prompt-cache key; the settings are the same.
+    return attrs.evolve(call, messages=(), cache_key=None)
 
 
 # -- the value --------------------------------------------------------------------------

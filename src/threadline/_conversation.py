@@ -33,6 +33,7 @@ import attrs
 from threadline._agent import Agent, combined_settings
 from threadline._conversation_settings import saved_changes
 from threadline._conversation_state import ConversationState, now
+from threadline._conversation_window import KeptWindow, SentWindow, saved_window
 from threadline._errors import (
     ConcurrentModificationError,
     ConversationNotFoundError,
@@ -59,6 +60,7 @@ class _TurnInProgress:
     turn_id: int
     prompt: Message
     request: Request
+    sent: SentWindow
     marker: str
     """This turn's pending copy in the store: committed or removed exactly, whatever
     other writers did."""
@@ -172,12 +174,7 @@ class Conversation(ConversationState):
             message = prompt.with_origin(Origin.TURN)
         else:
             fail("prompt", "a str or a user Message", prompt)
-        request = (
-            self._agent.request()
-            .with_settings(self._settings)
-            .with_messages(self._transcript.window(self._history_limit))
-            .with_prompt(message)
-        )
+        request, sent = self._turn_request(message)
         adopted = next(
             (
                 marker
@@ -190,6 +187,7 @@ class Conversation(ConversationState):
             turn_id=self._transcript.next_turn_id,
             prompt=message,
             request=request,
+            sent=sent,
             marker=adopted or uuid.uuid4().hex,
             adopted=adopted is not None,
         )
@@ -257,12 +255,14 @@ class Conversation(ConversationState):
         # A copy without a marker (written by save() or an older version) goes only
         # with every pending event; the others are written back, without markers.
         rewrite = any(markers[i] is None for i in copies)
+        window = self._window_after(turn.sent, result)
         with anyio.CancelScope(shield=True):
             if self._store is not None:
                 header = self._header(
                     next_turn_id=max(self._transcript.next_turn_id, turn.turn_id + 1),
                     total_usage=self._transcript.total_usage + result.usage,
                     updated_at=now(),
+                    window=window,
                 )
                 try:
                     self._version = await self._store.append_events(
@@ -283,6 +283,7 @@ class Conversation(ConversationState):
             self._transcript.pending = tuple(pending[i] for i in kept)
             self._pending_markers = tuple(None if rewrite else markers[i] for i in kept)
             self._transcript.append_turn(events, result.response, result.usage)
+            self._window = window
             turn.committed = True
 
     async def _remove_copies(self, markers: Iterable[str | None]) -> None:
@@ -366,7 +367,8 @@ class Conversation(ConversationState):
                     pending=transcript.pending,
                     next_turn_id=next_turn_id,
                     total_usage=sum_usage(replacement),
-                )
+                ),
+                window=KeptWindow(),
             )
 
     async def reset(self) -> None:
@@ -375,7 +377,9 @@ class Conversation(ConversationState):
         Turn ids keep counting forward. With a store, the empty conversation is saved.
         """
         async with self._turn_lock():
-            await self._rewrite(Transcript(next_turn_id=self._transcript.next_turn_id))
+            await self._rewrite(
+                Transcript(next_turn_id=self._transcript.next_turn_id), window=KeptWindow()
+            )
 
     async def discard_pending(self) -> None:
         """Drop the pending prompts a crashed process left behind."""
@@ -402,7 +406,9 @@ class Conversation(ConversationState):
         async with self._turn_lock():
             await self._rewrite(self._transcript)
 
-    async def _rewrite(self, transcript: Transcript) -> None:
+    async def _rewrite(self, transcript: Transcript, *, window: KeptWindow | None = None) -> None:
+        """Install ``transcript`` (and ``window``; ``None`` keeps the kept window)."""
+        window = self._window if window is None else window
         # Shielded, so a cancel cannot leave the store rewritten and the memory not.
         with anyio.CancelScope(shield=True):
             if self._store is not None:
@@ -410,6 +416,7 @@ class Conversation(ConversationState):
                     next_turn_id=transcript.next_turn_id,
                     total_usage=transcript.total_usage,
                     updated_at=now(),
+                    window=window,
                 )
                 document = attrs.evolve(header, events=(*transcript.events, *transcript.pending))
                 try:
@@ -418,6 +425,7 @@ class Conversation(ConversationState):
                     raise self._refusal(exc) from None
                 self._updated_at = header.updated_at
             self._transcript = transcript
+            self._window = window
             self._pending_markers = (None,) * len(transcript.pending)  # save() writes none
 
     @classmethod
@@ -445,6 +453,7 @@ class Conversation(ConversationState):
             raise TypeError(f"expected a ConversationDocument, not {type(document).__name__}")
         saved, extra = saved_changes(document)
         transcript = Transcript.from_document(document)
+        window = saved_window(extra, transcript.messages_from(0))
         conversation = cls(
             agent,
             id=document.id,
@@ -460,6 +469,7 @@ class Conversation(ConversationState):
         conversation._created_at = document.created_at
         conversation._updated_at = document.updated_at
         conversation._transcript = transcript
+        conversation._window = window
         conversation._pending_markers = (None,) * len(transcript.pending)
         return conversation
 

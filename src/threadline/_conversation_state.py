@@ -18,11 +18,23 @@ import attrs
 
 from threadline._agent import Agent, combined_settings
 from threadline._conversation_settings import saved_calibration, saved_settings
+from threadline._conversation_window import (
+    WINDOW_KEY,
+    KeptWindow,
+    SentWindow,
+    cache_key,
+    conversation_settings,
+    keeps_window,
+    window_after,
+    window_value,
+)
 from threadline._errors import InvalidRequestError
 from threadline._messages import Message, Origin, Usage
 from threadline._models import Model
 from threadline._plan import settings_budget, settings_counter
 from threadline._provider import ProviderResponse
+from threadline._request import Request
+from threadline._result import RunResult
 from threadline._sentinel import NotGiven
 from threadline._settings import RequestSettings, SettingsChanges
 from threadline._store import ConversationStore
@@ -73,6 +85,7 @@ class ConversationState:
         self._created_at: datetime | None = now()
         self._updated_at: datetime | None = None
         self._transcript = Transcript()
+        self._window = KeptWindow()
         # The store's marker of each pending event (None: unknown), beside transcript.pending.
         self._pending_markers: tuple[str | None, ...] = ()
 
@@ -177,9 +190,52 @@ class ConversationState:
     def messages(self) -> tuple[Message, ...]:
         """The conversation's messages the next turn sends as history: the window.
 
+        Under the cache-stable policy the window opens where the last cut left
+        it (see :attr:`window_start`), after any summary a handler put there.
         The agent's instructions are not among them; :attr:`model_input` adds them.
         """
-        return tuple(self._transcript.window(self._history_limit))
+        kept, base = self._window_base()
+        return (*kept.head, *self._transcript.messages_from(base))
+
+    @property
+    def window_start(self) -> int:
+        """The index into :attr:`events` of the first event the next turn sends.
+
+        It moves when ``history_limit`` asks for it and, under the cache-stable
+        policy (``cache_stable_units``), when a cut leaves the window; between
+        cuts it stays put, so each turn's prompt begins with the last one's and
+        the provider's prompt cache keeps serving it. It is saved with the
+        conversation. 0 sends everything.
+        """
+        return self._window_base()[1]
+
+    def _window_base(self) -> tuple[KeptWindow, int]:
+        kept = self._window if keeps_window(self._settings) else KeptWindow()
+        return kept, max(self._transcript.window_start(self._history_limit), kept.start)
+
+    def _sent_window(self) -> SentWindow:
+        """The history the next turn sends, as the very objects it will send."""
+        kept, base = self._window_base()
+        window = tuple(m.with_origin(Origin.SEED) for m in self._transcript.messages_from(base))
+        return SentWindow(kept=kept, base=base, window=window)
+
+    def _turn_request(self, prompt: Message) -> tuple[Request, SentWindow]:
+        """The request of a turn sending ``prompt``, and the history it sends."""
+        sent = self._sent_window()
+        request = (
+            self._agent.request()
+            .with_settings(conversation_settings(self._settings))
+            .with_messages(sent.history)
+            .with_prompt(prompt)
+            .with_cache_key(cache_key(self._id))
+        )
+        return request, sent
+
+    def _window_after(self, sent: SentWindow, result: RunResult) -> KeptWindow:
+        """The kept window once ``result`` is committed (none without the cache-stable policy)."""
+        if not keeps_window(self._settings):
+            return KeptWindow()
+        return window_after(sent, result, instructions=self._agent.instructions is not None)
 
     @property
     def model_input(self) -> tuple[Message, ...]:
@@ -190,7 +246,7 @@ class ConversationState:
         Limiting still applies when a turn is over budget. :meth:`token_estimate`
         counts this list and the agent's tools.
         """
-        window = [m.with_origin(Origin.SEED) for m in self._transcript.window(self._history_limit)]
+        window = self._sent_window().history
         instructions = self._agent.instructions
         if instructions is None:
             return tuple(window)
@@ -278,15 +334,18 @@ class ConversationState:
         next_turn_id: int | None = None,
         total_usage: Usage | None = None,
         updated_at: datetime | None = None,
+        window: KeptWindow | None = None,
     ) -> ConversationDocument:
+        settings = saved_settings(self._settings, self._extra_settings, self._calibration_ratios())
+        kept = window_value(self._window if window is None else window)
+        if kept is not None:
+            settings[WINDOW_KEY] = kept
         return ConversationDocument(
             id=self._id,
             history_limit=self._history_limit,
             next_turn_id=self._transcript.next_turn_id if next_turn_id is None else next_turn_id,
             total_usage=self._transcript.total_usage if total_usage is None else total_usage,
-            settings=saved_settings(
-                self._settings, self._extra_settings, self._calibration_ratios()
-            ),
+            settings=settings,
             metadata=self._metadata,
             created_at=self._created_at,
             updated_at=self._updated_at if updated_at is None else updated_at,

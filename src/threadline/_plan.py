@@ -95,10 +95,12 @@ def plan_run(
     tools: Iterable[Tool | Any],
     settings: RequestSettings,
     problems: Sequence[str] = (),
+    cache_key: str | None = None,
 ) -> RunPlan:
     """Check a request and freeze it into a plan.
 
     ``problems`` are what the builder already found; they come first in the error.
+    ``cache_key`` goes to every call (see ``Request.with_cache_key``).
 
     Raises:
         InvalidRequestError: every problem at once (no model, tools that cannot
@@ -125,6 +127,7 @@ def plan_run(
         max_output_tokens=reply_cap(settings, model),
         sampling=settings.sampling(),
         extra_body=dict(settings.extra_body),
+        cache_key=cache_key,
     )
     return RunPlan(
         driver=client.driver,

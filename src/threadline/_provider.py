@@ -62,6 +62,9 @@ class ProviderCall:
     sampling: SamplingSettings = SamplingSettings()
     extra_body: Mapping[str, Any] = attrs.field(factory=dict)
     """Provider-specific fields merged into the request body as given."""
+    cache_key: str | None = None
+    """A stable key for the prompt prefix this call shares with earlier ones (a
+    conversation's), for providers that route their prompt cache by one."""
 
 
 @attrs.frozen(kw_only=True)

@@ -69,6 +69,7 @@ class Request:
         self._prompt: Message | None = None
         self._tools: tuple[Any, ...] = ()
         self._settings = RequestSettings()
+        self._cache_key: str | None = None
         # One entry per argument, so a later valid value clears an earlier mistake.
         self._problems: dict[str, str] = {}
 
@@ -88,6 +89,18 @@ class Request:
         valid = instructions is None or isinstance(instructions, str)
         if self._check("with_system", "instructions", valid, "a str or None", instructions):
             self._system = instructions
+        return self
+
+    def with_cache_key(self, key: str | None) -> Self:
+        """A stable key for what this request shares with earlier ones (``None``: none).
+
+        Drivers whose provider routes its prompt cache by a key send it (the
+        OpenAI driver as ``prompt_cache_key``); a ``Conversation`` sets one of
+        its own, derived from its id.
+        """
+        valid = key is None or (isinstance(key, str) and bool(key))
+        if self._check("with_cache_key", "cache_key", valid, "a non-empty str or None", key, "key"):
+            self._cache_key = key
         return self
 
     def with_messages(self, messages: Iterable[Message]) -> Self:
@@ -355,4 +368,5 @@ class Request:
             tools=self._tools,
             settings=self._settings,
             problems=problems,
+            cache_key=self._cache_key,
         )

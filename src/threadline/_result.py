@@ -70,6 +70,12 @@ class RoundRecord:
             return None
         return (self.decided_input_tokens - reported) / reported
 
+    @property
+    def cached_input_tokens(self) -> int:
+        """The input tokens the provider says it served from its prompt cache (0 when
+        it did not say); with ``reported_input_tokens``, the share the cache took."""
+        return self.usage.cached_input_tokens
+
 
 @attrs.frozen(kw_only=True)
 class RunResult:

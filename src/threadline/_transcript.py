@@ -266,4 +266,8 @@ class Transcript:
 
     def window(self, history_limit: int) -> list[Message]:
         """The messages of the window of ``history_limit`` messages."""
-        return [event.message for event in self._events[self.window_start(history_limit) :]]
+        return self.messages_from(self.window_start(history_limit))
+
+    def messages_from(self, start: int) -> list[Message]:
+        """The messages of the events from index ``start`` on."""
+        return [event.message for event in self._events[start:]]

@@ -233,6 +233,10 @@ def llama_server_upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         # One slot: every request sees the whole window, as the tests assume.
         "-np",
         "1",
+        # No host-memory prompt cache: what the slot's KV cache serves is what
+        # test_cache_bench measures, never a prompt an earlier test left.
+        "--cache-ram",
+        "0",
     ]
     with log.open("wb") as log_file:
         process = subprocess.Popen(

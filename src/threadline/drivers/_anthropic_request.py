@@ -251,29 +251,50 @@ def _turn(role: bytes, blocks: list[bytes]) -> bytes:
     return b'{"role":"' + role + b'","content":[' + b",".join(blocks) + b"]}"
 
 
+_CACHE_CONTROL = b',"cache_control":{"type":"ephemeral"}}'
+
+
+def _marked(block: bytes) -> bytes:
+    """``block`` (one or more comma-joined JSON objects) with a cache breakpoint on its last."""
+    return block[:-1] + _CACHE_CONTROL
+
+
 def _encode_transcript(
-    messages: Sequence[Message], label: str, cache: JSONCache | None
+    messages: Sequence[Message], label: str, cache: JSONCache | None, *, breakpoints: bool = False
 ) -> tuple[list[bytes], bytes, list[str]]:
-    """The system blocks, the JSON array of turns, and the reasoning left out."""
+    """The system blocks, the JSON array of turns, and the reasoning left out.
+
+    With ``breakpoints``, the last system block and the stable prefix carry
+    ``cache_control`` (see :func:`_place_breakpoints`).
+    """
     check_transcript_reasoning(messages)
     cycle = current_cycle(messages)
     system: list[bytes] = []
-    turns: list[bytes] = []
     left_out: list[str] = []
-    role = b""
-    blocks: list[bytes] = []
+    # (role on the wire, blocks, whether a breakpoint may go there, a user prompt)
+    entries: list[tuple[bytes, bytes, bool, bool]] = []
     for index, message in enumerate(messages):
         if message.role is Role.SYSTEM:
             system.extend(_content_blocks(message))
             continue
         thinking = _replayed(message, index, cycle, label, left_out)
         if thinking is not None:
-            encoded = b",".join(part for part in (thinking, encode_message_blocks(message)) if part)
+            plain = encode_message_blocks(message)
+            encoded = b",".join(part for part in (thinking, plain) if part)
+            markable = bool(plain)  # a thinking block cannot carry cache_control
         else:
             encoded = cache.get(message) if cache is not None else encode_message_blocks(message)
+            markable = True
         if not encoded:
             continue  # an empty message: the API refuses empty content
         this_role = b"assistant" if message.role is Role.ASSISTANT else b"user"
+        entries.append((this_role, encoded, markable, message.role is Role.USER))
+    if breakpoints:
+        system = _place_breakpoints(system, entries)
+    turns: list[bytes] = []
+    role = b""
+    blocks: list[bytes] = []
+    for this_role, encoded, _, _ in entries:
         if this_role != role and blocks:
             turns.append(_turn(role, blocks))
             blocks = []
@@ -282,6 +303,32 @@ def _encode_transcript(
     if blocks:
         turns.append(_turn(role, blocks))
     return system, b"[" + b",".join(turns) + b"]", left_out
+
+
+def _place_breakpoints(
+    system: list[bytes], entries: list[tuple[bytes, bytes, bool, bool]]
+) -> list[bytes]:
+    """Mark where the prompt cache should write and read: at most three breakpoints.
+
+    The end of the system blocks (tools come before them in the cached
+    prefix, so this covers both, and survives any cut of the history); the
+    end of the history before the current prompt (what the last call wrote,
+    read back now); and the end of the request (written for the next call,
+    which repeats it under a stable window). The API allows four.
+    """
+    if system:
+        system = [*system[:-1], _marked(system[-1])]
+    prompt = next((k for k in range(len(entries) - 1, -1, -1) if entries[k][3]), None)
+    chosen = {len(entries) - 1}
+    if prompt is not None:
+        chosen.add(prompt - 1)
+    for k in sorted(chosen):
+        while k >= 0 and not entries[k][2]:
+            k -= 1
+        if k >= 0:
+            role, encoded, _, is_prompt = entries[k]
+            entries[k] = (role, _marked(encoded), False, is_prompt)  # marked once
+    return system
 
 
 # --- fields ------------------------------------------------------------------
@@ -372,20 +419,29 @@ def encode_request(
     default_max_tokens: int,
     thinking: Thinking | None = None,
     cache: JSONCache | None = None,
+    breakpoints: bool = False,
 ) -> EncodedRequest:
     """The body of ``POST /v1/messages`` for ``call``.
 
     ``label`` (``"anthropic:<model>"``) decides whose reasoning is replayed;
     ``max_tokens`` is the call's ``max_output_tokens`` or ``default_max_tokens``.
+    ``breakpoints`` places the prompt cache's ``cache_control`` marks: on the
+    last system block (or, without a system prompt, the last tool) and on the
+    stable prefix of the messages (see ``_place_breakpoints``).
 
     Raises:
         InvalidRequestError: refused replay state, an unknown forced tool, a
             thinking budget that does not fit, a value JSON cannot carry.
     """
     max_tokens = call.max_output_tokens or default_max_tokens
-    system, messages, left_out = _encode_transcript(call.messages, label, cache)
+    system, messages, left_out = _encode_transcript(
+        call.messages, label, cache, breakpoints=breakpoints
+    )
     head: dict[str, Any] = {"model": call.model.name}
     head.update(_fields(call, max_tokens=max_tokens, thinking=thinking))
+    tools = head.get("tools")
+    if breakpoints and not system and isinstance(tools, list) and tools:
+        head["tools"] = [*tools[:-1], {**tools[-1], "cache_control": {"type": "ephemeral"}}]
     if stream:
         head["stream"] = True
     else:

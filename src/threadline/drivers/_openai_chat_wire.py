@@ -242,17 +242,24 @@ def _details(obj: Mapping[str, Any], key: str, where: str) -> dict[str, Any] | N
     return None if value is None else json_object(value, f"{where}.{key}")
 
 
-def parse_usage(value: object, where: str = "usage") -> Usage:
-    """The ``usage`` object of a response or of a stream's last event."""
+def parse_usage(value: object, where: str = "usage", timings: object = None) -> Usage:
+    """The ``usage`` object of a response or of a stream's last event.
+
+    Cached input is ``prompt_tokens_details.cached_tokens``; a llama.cpp
+    server that leaves it out still reports ``timings.cache_n`` (the prompt
+    tokens its KV cache served), which ``timings`` carries.
+    """
     usage = json_object(value, where)
     prompt_details = _details(usage, "prompt_tokens_details", where)
     output_details = _details(usage, "completion_tokens_details", where)
+    if prompt_details is None and isinstance(timings, dict):
+        cached = count_field(timings, "cache_n", "timings")
+    else:
+        cached = count_field(prompt_details, "cached_tokens", f"{where}.prompt_tokens_details")
     return Usage(
         input_tokens=count_field(usage, "prompt_tokens", where),
         output_tokens=count_field(usage, "completion_tokens", where),
-        cached_input_tokens=count_field(
-            prompt_details, "cached_tokens", f"{where}.prompt_tokens_details"
-        ),
+        cached_input_tokens=cached,
         reasoning_tokens=count_field(
             output_details, "reasoning_tokens", f"{where}.completion_tokens_details"
         ),
@@ -345,7 +352,7 @@ def parse_completion(
             origin=Origin.TURN,
         ),
         finish_reason=finish_reason or ("tool_calls" if tool_calls else "stop"),
-        usage=Usage() if usage is None else parse_usage(usage),
+        usage=Usage() if usage is None else parse_usage(usage, timings=body.get("timings")),
         model=model or requested_model,
         request_id=request_id,
     )
@@ -393,7 +400,7 @@ class StreamAssembler:
             self._model = model
         usage = event.get("usage")
         if usage is not None:
-            self._usage = parse_usage(usage, "a stream event's usage")
+            self._usage = parse_usage(usage, "a stream event's usage", event.get("timings"))
         choices = event.get("choices")
         if not choices:
             return []

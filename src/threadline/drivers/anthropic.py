@@ -94,6 +94,11 @@ class AnthropicDriver(AsyncClosing):
         anthropic_version: the ``anthropic-version`` header.
         betas: sent as ``anthropic-beta``.
         default_headers: extra headers on every request.
+        prompt_caching: place ``cache_control`` breakpoints on every call: at
+            the end of the tools and system prompt, at the end of the history
+            before the current prompt, and at the end of the request (three
+            of the four the API allows), so a conversation's stable prefix is
+            read from the prompt cache. ``False`` sends none.
         clock: what retries wait on; tests pass a fake one.
 
     Example::
@@ -117,6 +122,7 @@ class AnthropicDriver(AsyncClosing):
         anthropic_version: str = ANTHROPIC_VERSION,
         betas: Sequence[str] = (),
         default_headers: Mapping[str, str] | None = None,
+        prompt_caching: bool = True,
         clock: Clock | None = None,
     ) -> None:
         root = base_url or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL
@@ -132,6 +138,7 @@ class AnthropicDriver(AsyncClosing):
         self._clock = clock or SystemClock()
         self._default_max_tokens = default_max_tokens
         self._thinking = thinking
+        self._prompt_caching = prompt_caching
         headers = {
             "accept": "application/json",
             "content-type": "application/json",
@@ -219,6 +226,7 @@ class AnthropicDriver(AsyncClosing):
             default_max_tokens=self._default_max_tokens,
             thinking=self._thinking,
             cache=self._message_json,
+            breakpoints=self._prompt_caching,
         )
         return self._build(self._url, encoded.body, stream=stream)
 

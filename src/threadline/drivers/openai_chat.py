@@ -96,6 +96,10 @@ class OpenAIChatDriver(AsyncClosing):
         stream_usage: ask for usage at the end of a stream
             (``stream_options.include_usage``); turn off for servers that
             reject ``stream_options``.
+        send_cache_key: send a call's ``cache_key`` (a conversation's, see
+            ``Request.with_cache_key``) as ``prompt_cache_key``, which routes
+            OpenAI's prompt cache. ``None`` sends it to OpenAI's own API only:
+            some compatible servers refuse fields they do not know.
         clock: what retries wait on; tests pass a fake one.
         exact_counting: ``"llama.cpp"`` for the upstream llama.cpp server
             (``llama-server``): :meth:`exact_token_counter` then asks the
@@ -123,6 +127,7 @@ class OpenAIChatDriver(AsyncClosing):
         default_headers: Mapping[str, str] | None = None,
         max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens",
         stream_usage: bool = True,
+        send_cache_key: bool | None = None,
         clock: Clock | None = None,
         exact_counting: Literal["llama.cpp"] | None = None,
     ) -> None:
@@ -140,6 +145,9 @@ class OpenAIChatDriver(AsyncClosing):
         self._clock = clock or SystemClock()
         self._max_tokens_field = max_tokens_field
         self._stream_usage = stream_usage
+        if send_cache_key is None:
+            send_cache_key = httpx.URL(self._base_url).host == "api.openai.com"
+        self._send_cache_key = send_cache_key
 
         headers = {"accept": "application/json", "content-type": "application/json"}
         if organization:
@@ -209,6 +217,10 @@ class OpenAIChatDriver(AsyncClosing):
         )
 
     def _request(self, call: ProviderCall, *, stream: bool) -> httpx.Request:
+        if self._send_cache_key and call.cache_key and "prompt_cache_key" not in call.extra_body:
+            call = attrs.evolve(
+                call, extra_body={**call.extra_body, "prompt_cache_key": call.cache_key}
+            )
         return self._build(self._url, self._body(call, stream=stream), stream=stream)
 
     async def _post_to_root(self, path: str, content: bytes) -> httpx.Response:

@@ -2,7 +2,8 @@
 
 A request over its prompt budget runs its handlers on a copy of the
 transcript; ``drop_oldest_units`` (the default) drops whole units oldest
-first, and ``summarize_oldest`` replaces the oldest with a summary. A
+first, ``cache_stable_units`` cuts a block at once so the prompt's prefix
+stays cached, and ``summarize_oldest`` replaces the oldest with a summary. A
 handler of your own gets a :class:`TokenLimitEvent` and can do everything the
 built-ins do: list the units (``event.units()``), drop some with a reason
 the ledger records (``event.drop_units(units, reason=...)``), recount
@@ -13,6 +14,11 @@ from threadline._errors import TranscriptIntegrityError
 from threadline._public import publish
 from threadline._result import RoundRecord
 from threadline.limiting._budget import Budget, BudgetReport, BudgetResolution
+from threadline.limiting._cache_stable import (
+    DEFAULT_LOW_WATER,
+    CacheStableUnits,
+    cache_stable_units,
+)
 from threadline.limiting._drop_oldest import drop_oldest_units
 from threadline.limiting._event import TokenLimitEvent, TokenLimitHandler
 from threadline.limiting._ledger import DroppedUnit, HandlerRun, LimitingRecord
@@ -31,11 +37,13 @@ from threadline.limiting._units import (
 )
 
 __all__ = [
+    "DEFAULT_LOW_WATER",
     "DEFAULT_SUMMARY_INSTRUCTIONS",
     "SUMMARY_HEADING",
     "Budget",
     "BudgetReport",
     "BudgetResolution",
+    "CacheStableUnits",
     "DroppedUnit",
     "HandlerRun",
     "LimitingRecord",
@@ -47,6 +55,7 @@ __all__ = [
     "Unit",
     "UnitKind",
     "Units",
+    "cache_stable_units",
     "check_integrity",
     "drop_oldest_units",
     "split_units",

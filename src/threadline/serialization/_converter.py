@@ -111,6 +111,8 @@ __all__ = [
     "loads_conversation",
     "loads_conversation_parts",
     "loads_messages",
+    "messages_from_value",
+    "messages_value",
     "register_migration",
 ]
 
@@ -177,6 +179,29 @@ def dumps_messages(messages: Iterable[Message], *, indent: int | None = None) ->
         _check_persistable(message, f"$.messages[{index}]")
     body = _CONVERTER.unstructure(checked, tuple[Message, ...])
     return _write({"format_version": FORMAT_VERSION, "messages": body}, indent)
+
+
+def messages_value(messages: Iterable[Message], path: str) -> list[Any]:
+    """Messages as the JSON value a document embeds (what ``dumps_messages`` writes
+    under ``"messages"``), for state a conversation keeps beside its events.
+
+    Raises:
+        ConversationFormatError: a message the format cannot hold, with ``path``.
+    """
+    checked = tuple(messages)
+    for index, message in enumerate(checked):
+        _check_persistable(message, f"{path}[{index}]")
+    body: list[Any] = _CONVERTER.unstructure(checked, tuple[Message, ...])
+    return body
+
+
+def messages_from_value(value: object, path: str) -> tuple[Message, ...]:
+    """The messages of a JSON value :func:`messages_value` made.
+
+    Raises:
+        ConversationFormatError: a value that is not such a list, its ``path`` under ``path``.
+    """
+    return _structure(value, tuple[Message, ...], path)
 
 
 def loads_messages(text: str | bytes) -> list[Message]:
