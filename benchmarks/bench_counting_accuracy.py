@@ -340,10 +340,19 @@ class Dialogue:
         )
 
 
-async def converse(target: Target, turns: int = 50) -> list[TurnRow]:
-    """Hold the conversation's first ``turns`` turns with ``target``; a row per turn."""
+async def converse(target: Target, turns: int = 50, *, progress: bool = False) -> list[TurnRow]:
+    """Hold the conversation's first ``turns`` turns with ``target``; a row per turn.
+
+    ``progress`` writes a line to stderr as each turn ends.
+    """
     dialogue = Dialogue(target)
-    return [await dialogue.turn(n, t) for n, t in enumerate(TURNS[:turns], start=1)]
+    rows = []
+    for number, turn in enumerate(TURNS[:turns], start=1):
+        rows.append(await dialogue.turn(number, turn))
+        if progress:
+            reported = "/".join(str(c.reported or "refused") for c in rows[-1].calls)
+            print(f"{target.name} turn {number}: {reported}", file=sys.stderr, flush=True)
+    return rows
 
 
 # -- the table ------------------------------------------------------------------------------
@@ -538,9 +547,11 @@ async def targets(
         yield found
 
 
-async def measure_all(found: Sequence[Target], turns: int) -> list[tuple[Target, list[TurnRow]]]:
+async def measure_all(
+    found: Sequence[Target], turns: int, *, progress: bool = False
+) -> list[tuple[Target, list[TurnRow]]]:
     """Hold the conversation with every target in turn."""
-    return [(t, await converse(t, turns)) for t in found]
+    return [(t, await converse(t, turns, progress=progress)) for t in found]
 
 
 def report(results: Sequence[tuple[Target, list[TurnRow]]], *, per_turn: bool = True) -> str:
@@ -648,7 +659,7 @@ async def _main(args: argparse.Namespace, python_url: str, upstream_root: str) -
         chosen in (None, "local"),
     ) as found:
         started = time.monotonic()
-        results = await measure_all(found, args.turns)
+        results = await measure_all(found, args.turns, progress=True)
         print(report(results))
         print(f"\n({time.monotonic() - started:.0f} s)")
     failures = [
