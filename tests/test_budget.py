@@ -12,22 +12,26 @@ import pytest
 from threadline import (
     NOT_GIVEN,
     Budget,
+    Client,
     InvalidRequestError,
     Message,
     Model,
     Origin,
+    Request,
     Tool,
     ToolCall,
 )
+
+# Budget resolution, the report and the NotGiven type live in private rooms.
 from threadline._sentinel import NotGiven
 from threadline.limiting._budget import (
     DEFAULT_OUTPUT_RESERVE_TOKENS,
     budget_report,
-    is_token_limit_reached,
     message_costs,
     resolve_budget,
 )
 from threadline.limiting._units import pinned_messages
+from threadline.testing import ScriptedDriver
 
 
 class WordCounter:
@@ -86,9 +90,12 @@ def test_an_explicit_reserve_wins_over_max_output_tokens_even_when_it_is_zero() 
     assert budget == Budget(limit=128_000, reserve=0)
 
 
-def test_the_models_own_max_output_tokens_is_not_the_reserve() -> None:
+def test_the_models_own_max_output_tokens_is_the_reserve_when_the_request_sets_none() -> None:
     model = Model("m", context_size=200_000, max_output_tokens=100_000)
-    assert resolve_budget(model).budget == Budget(limit=200_000, reserve=4096)
+    assert resolve_budget(model).budget == Budget(limit=200_000, reserve=100_000)
+    assert resolve_budget(model, max_output_tokens=2_000).budget == Budget(
+        limit=200_000, reserve=2_000
+    )
 
 
 def test_without_an_explicit_limit_the_limit_is_the_models_context_size() -> None:
@@ -186,15 +193,33 @@ def test_a_budget_is_a_frozen_value() -> None:
 # -- the pre-flight --------------------------------------------------------------------
 
 
-def test_the_limit_is_reached_only_above_the_prompt_budget() -> None:
-    budget = Budget(limit=100, reserve=10)
-    assert not is_token_limit_reached(89, budget)
-    assert not is_token_limit_reached(90, budget)
-    assert is_token_limit_reached(91, budget)
+@pytest.mark.anyio
+async def test_the_limit_is_reached_only_above_the_prompt_budget() -> None:
+    messages = [Message.system("be brief"), Message.user("hello there")]
+    counter = WordCounter()
+    tokens = counter.count(messages)
+
+    def request(limit: int) -> Request:
+        return (
+            Client(ScriptedDriver(), default_model=Model("m"))
+            .request()
+            .with_system("be brief")
+            .with_prompt("hello there")
+            .with_token_counter(counter)
+            .with_max_context_tokens(limit)
+            .with_output_reserve_tokens(10)
+        )
+
+    assert await request(tokens + 11).is_token_limit_reached() is False
+    assert await request(tokens + 10).is_token_limit_reached() is False  # exactly at it fits
+    assert await request(tokens + 9).is_token_limit_reached() is True
 
 
-def test_the_limit_is_never_reached_without_a_budget() -> None:
-    assert not is_token_limit_reached(10**9, None)
+@pytest.mark.anyio
+async def test_the_limit_is_never_reached_without_a_budget() -> None:
+    request = Client(ScriptedDriver(), default_model=Model("m")).request().with_prompt("hi " * 999)
+    assert await request.budget() is None
+    assert await request.is_token_limit_reached() is False
 
 
 # -- NOT_GIVEN -------------------------------------------------------------------------

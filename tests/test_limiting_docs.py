@@ -46,3 +46,17 @@ async def test_the_handler_can_be_tested_on_its_own(capsys: pytest.CaptureFixtur
     over, tokens = capsys.readouterr().out.split()
     assert over == "True"  # four turns are still over 400 tokens: Post's job
     assert int(tokens) > 400
+
+
+def test_the_drop_units_example_shows_the_handler_and_its_reason_in_the_ledger(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    [example] = [block for block in python_blocks() if "anyio.run(show_the_ledger)" in block]
+    exec(compile(example, str(PAGE), "exec"), {"__name__": "docs_limiting_drop_units"})
+    first, *drops = capsys.readouterr().out.splitlines()
+    assert first == "483 tokens, 349 sent, budget 400"
+    assert drops == [
+        f"  forget_old_tool_output dropped the tool_exchange at {start}: "
+        "tool output older than the last two lookups"
+        for start in (2, 6)
+    ]

@@ -14,7 +14,10 @@ from hypothesis import strategies as st
 from threadline import Budget, Message, Origin, Role, Tool, ToolCall
 from threadline.counting import TokenCounter
 from threadline.limiting import TranscriptIntegrityError, Unit, check_integrity, split_units
-from threadline.limiting._engine import LimitingOutcome, apply_limits
+
+# The invariants are properties of the engine itself, a private room.
+from threadline.limiting._engine import apply_limits
+from threadline.limiting._ledger import LimitingOutcome
 
 # -- counters --------------------------------------------------------------------------
 

@@ -13,6 +13,8 @@ from threadline.limiting import (
     check_integrity,
     split_units,
 )
+
+# The pinning rules and the unchecked split are private helpers of the units room.
 from threadline.limiting._units import current_prompt_index, pinned_messages, units_for
 
 

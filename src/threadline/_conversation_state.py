@@ -73,6 +73,8 @@ class ConversationState:
         self._created_at: datetime | None = now()
         self._updated_at: datetime | None = None
         self._transcript = Transcript()
+        # The store's marker of each pending event (None: unknown), beside transcript.pending.
+        self._pending_markers: tuple[str | None, ...] = ()
 
     def _turn_lock(self) -> anyio.Lock:
         # An anyio lock belongs to the backend that first used it; an idle
@@ -236,7 +238,8 @@ class ConversationState:
         The budget is the one a turn resolves from :attr:`settings` and the model.
 
         Raises:
-            InvalidRequestError: no model, or a reserve that fills the limit.
+            InvalidRequestError: no model, a reserve that fills the limit, or a
+                ``max_output_tokens`` above the model's.
         """
         budget = settings_budget(self._settings, self._model()).budget
         if budget is None:

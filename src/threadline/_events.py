@@ -17,7 +17,7 @@ from threadline._messages import Message, ToolCall
 
 if TYPE_CHECKING:
     from threadline._result import RoundRecord, RunResult
-    from threadline.limiting._engine import LimitingRecord
+    from threadline.limiting._ledger import LimitingRecord
 
 __all__ = [
     "FinalResult",

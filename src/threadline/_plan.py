@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from threadline._deadline import CallDeadline
 from threadline._errors import InvalidRequestError, TranscriptIntegrityError
 from threadline._messages import Message
 from threadline._models import Model
@@ -29,9 +30,9 @@ from threadline.tools._tools import Tool, Toolset, tool
 
 if TYPE_CHECKING:
     from threadline._client import Client
-    from threadline.limiting._engine import TokenLimitHandler
+    from threadline.limiting._event import TokenLimitHandler
 
-__all__ = ["RunPlan", "plan_run", "settings_budget", "settings_counter"]
+__all__ = ["RunPlan", "plan_run", "reply_cap", "settings_budget", "settings_counter"]
 
 _TOOL_CHOICES = ("auto", "none", "required")
 _UNFORCED = (None, "auto", "none")
@@ -60,6 +61,20 @@ class RunPlan:
     pre: TokenLimitHandler | None
     post: TokenLimitHandler | None
     max_rounds: int
+    timeout: float | None = None
+    """Each provider call's time limit, in seconds."""
+    first_token_timeout: float | None = None
+    """A streamed call's time limit for the first piece of its reply."""
+    tool_timeout: float | None = None
+    """The time limit of a tool call whose tool has none of its own."""
+
+    def deadline(self, *, streaming: bool) -> CallDeadline:
+        """The time limits of one provider call; the first-token one holds for streams."""
+        return CallDeadline(
+            timeout=self.timeout,
+            first_token_timeout=self.first_token_timeout if streaming else None,
+            provider=self.driver.name,
+        )
 
     def call(self, messages: tuple[Message, ...], round_number: int) -> ProviderCall:
         """What round ``round_number`` sends: a forcing tool choice applies to the first
@@ -107,7 +122,7 @@ def plan_run(
         messages=(),
         tools=toolset.tools,
         tool_choice=settings.tool_choice,
-        max_output_tokens=settings.max_output_tokens,
+        max_output_tokens=reply_cap(settings, model),
         sampling=settings.sampling(),
         extra_body=dict(settings.extra_body),
     )
@@ -128,15 +143,39 @@ def plan_run(
         pre=settings.pre_max_tokens_reached,
         post=settings.post_max_tokens_reached,
         max_rounds=settings.max_rounds,
+        timeout=settings.timeout,
+        first_token_timeout=settings.first_token_timeout,
+        tool_timeout=settings.tool_timeout,
     )
+
+
+def reply_cap(settings: RequestSettings, model: Model) -> int | None:
+    """The ``max_output_tokens`` a request sends: its own, else the model's.
+
+    Raises:
+        InvalidRequestError: the request asks for more than the model's
+            ``max_output_tokens``, the most it writes in one reply.
+    """
+    asked, ceiling = settings.max_output_tokens, model.max_output_tokens
+    if asked is None:
+        return ceiling
+    if ceiling is not None and asked > ceiling:
+        raise InvalidRequestError(
+            f"max_output_tokens {asked} is more than model {model.name!r} writes in one "
+            f"reply (its max_output_tokens is {ceiling}); ask for at most {ceiling}, or "
+            f"leave it unset to get {ceiling}"
+        )
+    return asked
 
 
 def settings_budget(settings: RequestSettings, model: Model) -> BudgetResolution:
     """The budget ``settings`` resolve to for ``model`` (see ``resolve_budget``).
 
     Raises:
-        InvalidRequestError: an explicit limit the reserve fills.
+        InvalidRequestError: an explicit limit the reserve fills, or a
+            ``max_output_tokens`` above the model's.
     """
+    reply_cap(settings, model)
     return resolve_budget(
         model,
         max_context_tokens=settings.max_context_tokens,

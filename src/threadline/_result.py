@@ -11,7 +11,7 @@ from threadline._provider import ProviderResponse
 
 if TYPE_CHECKING:
     from threadline.limiting._budget import Budget
-    from threadline.limiting._engine import LimitingRecord
+    from threadline.limiting._ledger import LimitingRecord
 
 __all__ = ["RoundRecord", "RunResult"]
 
@@ -34,7 +34,11 @@ class RoundRecord:
     estimated_input_tokens: int
     reported_input_tokens: int | None
     limiting: LimitingRecord | None
-    """The limiting step of this round, or ``None`` when no budget was resolved."""
+    """The limiting step of this round; without a budget it only counted
+    (``budget_tokens`` ``None``, and :attr:`budget_reason` says why)."""
+    budget_reason: str = ""
+    """Where the request's budget came from (limit and reserve), or why it has
+    none: ``Request.budget_resolution().reason``."""
     finish_reason: str
     tool_calls: int
     context_retry: bool = False
@@ -42,6 +46,9 @@ class RoundRecord:
     retry_limiting: LimitingRecord | None = None
     """The second limiting step of a round that retried after a context-length
     refusal; its indices refer to the transcript the first step left."""
+    retry_reason: str | None = None
+    """For a retried round: what the provider reported and the budget the retry
+    was limited to (a reserve shrunk to fit the provider's limit is said here)."""
     calibrated_input_tokens: int | None = None
     exact_input_tokens: int | None = None
 
@@ -95,9 +102,14 @@ class RunResult:
         return total
 
     @property
+    def budget_reason(self) -> str:
+        """Where the run's budget came from, or why it had none (see ``RoundRecord``)."""
+        return self.rounds[0].budget_reason if self.rounds else ""
+
+    @property
     def limiting(self) -> tuple[LimitingRecord, ...]:
         """Each round's limiting steps in order (two in a round that retried after
-        a context-length refusal), for rounds that had a budget."""
+        a context-length refusal); a round without a budget has one that only counted."""
         steps = (step for r in self.rounds for step in (r.limiting, r.retry_limiting))
         return tuple(step for step in steps if step is not None)
 

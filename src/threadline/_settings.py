@@ -29,6 +29,7 @@ from threadline._validate import (
     int_or_none,
     non_negative_int,
     positive_int_or_none,
+    positive_seconds_or_none,
 )
 from threadline.counting._protocol import (
     TokenCounter,
@@ -38,7 +39,7 @@ from threadline.counting._protocol import (
 from threadline.counting._resolution import ExactCounter
 
 if TYPE_CHECKING:
-    from threadline.limiting._engine import TokenLimitHandler
+    from threadline.limiting._event import TokenLimitHandler
 
 __all__ = [
     "DEFAULT_EXACT_COUNT_MARGIN",
@@ -127,6 +128,10 @@ def _number() -> Any:
     return attrs.field(default=None, validator=attrs_check(finite_number_or_none))
 
 
+def _seconds() -> Any:
+    return attrs.field(default=None, validator=attrs_check(positive_seconds_or_none))
+
+
 @attrs.frozen(kw_only=True, repr=False)
 class RequestSettings:
     """What a request is sent with, besides its model, messages and tools.
@@ -143,6 +148,12 @@ class RequestSettings:
     of the prompt budget, default 0.1; ``None`` never asks), the limiting
     handlers ``pre_max_tokens_reached`` / ``post_max_tokens_reached`` and
     ``extra_body`` (provider-specific fields merged into the body).
+
+    Time limits, in seconds (``None``: none; see docs/requests.md):
+    ``timeout`` bounds each provider call as a whole, the driver's retries
+    included; ``first_token_timeout`` bounds a stream's wait for the first
+    piece of its reply; ``tool_timeout`` bounds each tool call of a tool
+    without a ``timeout`` of its own.
 
     Raises:
         InvalidRequestError: a value of the wrong type or sign, naming it.
@@ -194,6 +205,9 @@ class RequestSettings:
     extra_body: Mapping[str, Any] = attrs.field(
         factory=dict, converter=_frozen_mapping, validator=attrs_check(_extra_body)
     )
+    timeout: float | None = _seconds()
+    first_token_timeout: float | None = _seconds()
+    tool_timeout: float | None = _seconds()
 
     def evolve(self, **changes: Unpack[SettingsChanges]) -> RequestSettings:
         """A copy with ``changes`` applied, checked like a new value.
@@ -248,3 +262,6 @@ class SettingsChanges(TypedDict, total=False):
     pre_max_tokens_reached: TokenLimitHandler | None
     post_max_tokens_reached: TokenLimitHandler | None
     extra_body: Mapping[str, Any]
+    timeout: float | None
+    first_token_timeout: float | None
+    tool_timeout: float | None

@@ -37,7 +37,9 @@ from threadline.drivers._http import (
     RetryPolicy,
     Secret,
     SystemClock,
+    Transport,
     build_http_client,
+    check_transport,
     finish_reading,
     header_secrets,
     send_with_retries,
@@ -73,6 +75,11 @@ class OpenAIChatDriver(AsyncClosing):
         http_client: an ``httpx.AsyncClient`` to send with, on any transport.
             The driver does not close a client it was given. ``None`` builds a
             pooled one (``aclose()`` or ``async with`` closes it).
+        transport: the connection pool of the driver's own client:
+            ``"httpx"`` (default; asyncio and trio) or ``"aiohttp"``
+            (``pip install 'threadline[aiohttp]'``; asyncio only, several
+            times the requests per second at high concurrency). Not with
+            ``http_client``.
         timeout: per-request time-out; when not given, the driver's own client
             uses ``DEFAULT_TIMEOUT`` (600 s read, 5 s connect) and a given
             client keeps its own.
@@ -107,6 +114,7 @@ class OpenAIChatDriver(AsyncClosing):
         *,
         api_key: str | None = None,
         http_client: httpx.AsyncClient | None = None,
+        transport: Transport = "httpx",
         timeout: float | httpx.Timeout | NotGiven | None = NOT_GIVEN,
         max_retries: int | None = None,
         retry_policy: RetryPolicy | None = None,
@@ -146,11 +154,13 @@ class OpenAIChatDriver(AsyncClosing):
 
         # Each message's JSON, encoded once: a run re-sends its history every round.
         self._message_json = MessageJSONCache()
+        check_transport(transport, http_client)
         self._owns_client = http_client is None
         if http_client is None:
             self._timeout: float | httpx.Timeout | NotGiven | None = NOT_GIVEN
             self._client = build_http_client(
-                timeout=DEFAULT_TIMEOUT if isinstance(timeout, NotGiven) else timeout
+                timeout=DEFAULT_TIMEOUT if isinstance(timeout, NotGiven) else timeout,
+                transport=transport,
             )
         else:
             self._timeout = timeout

@@ -4,27 +4,31 @@ A request over its prompt budget runs its handlers on a copy of the
 transcript; ``drop_oldest_units`` (the default) drops whole units oldest
 first, and ``summarize_oldest`` replaces the oldest with a summary. A
 handler of your own gets a :class:`TokenLimitEvent` and can do everything the
-built-ins do. See docs/limiting.md.
+built-ins do: list the units (``event.units()``), drop some with a reason
+the ledger records (``event.drop_units(units, reason=...)``), recount
+(``event.is_over_budget()``). See docs/limiting.md.
 """
 
 from threadline._errors import TranscriptIntegrityError
 from threadline._public import publish
 from threadline._result import RoundRecord
 from threadline.limiting._budget import Budget, BudgetReport, BudgetResolution
-from threadline.limiting._engine import (
-    DroppedUnit,
-    HandlerRun,
-    LimitingRecord,
-    TokenLimitEvent,
-    TokenLimitHandler,
-    drop_oldest_units,
-)
+from threadline.limiting._drop_oldest import drop_oldest_units
+from threadline.limiting._event import TokenLimitEvent, TokenLimitHandler
+from threadline.limiting._ledger import DroppedUnit, HandlerRun, LimitingRecord
 from threadline.limiting._summarize import (
     DEFAULT_SUMMARY_INSTRUCTIONS,
     SUMMARY_HEADING,
     summarize_oldest,
 )
-from threadline.limiting._units import PinReason, Unit, UnitKind, check_integrity, split_units
+from threadline.limiting._units import (
+    PinReason,
+    Unit,
+    UnitKind,
+    Units,
+    check_integrity,
+    split_units,
+)
 
 __all__ = [
     "DEFAULT_SUMMARY_INSTRUCTIONS",
@@ -42,6 +46,7 @@ __all__ = [
     "TranscriptIntegrityError",
     "Unit",
     "UnitKind",
+    "Units",
     "check_integrity",
     "drop_oldest_units",
     "split_units",

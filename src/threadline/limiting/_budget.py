@@ -4,7 +4,7 @@ prompt budget = context limit - output reserve
 
 - limit: the explicit ``max_context_tokens``; unset, the model's ``context_size``.
 - reserve: the explicit ``output_reserve_tokens``, 0 included; unset, the
-  request's ``max_output_tokens`` when set; otherwise 4096.
+  request's ``max_output_tokens`` when set, else the model's; otherwise 4096.
 - An explicit limit that the reserve fills or exceeds is refused
   (:class:`InvalidRequestError`): a small limit with the default reserve fails
   rather than silently turning into no limit.
@@ -35,7 +35,6 @@ __all__ = [
     "BudgetReport",
     "BudgetResolution",
     "budget_report",
-    "is_token_limit_reached",
     "message_costs",
     "resolve_budget",
 ]
@@ -106,8 +105,8 @@ def resolve_budget(
     (``with_max_context_tokens``), ``output_reserve_tokens`` its explicit
     reserve (``with_output_reserve_tokens``; ``0`` is a real value, leave it
     out for "unset"), ``max_output_tokens`` the request's cap on the reply
-    (``with_max_output_tokens``). The model's own ``max_output_tokens`` is its
-    ceiling, not what the request asks for, and plays no part.
+    (``with_max_output_tokens``); unset, the model's ``max_output_tokens``
+    (its ceiling) stands in for it.
 
     Raises:
         InvalidRequestError: an explicit limit the reserve fills or exceeds, or
@@ -125,6 +124,8 @@ def resolve_budget(
         reserve, reserve_from = output_reserve_tokens, "with_output_reserve_tokens"
     elif max_output_tokens is not None:
         reserve, reserve_from = max_output_tokens, "max_output_tokens"
+    elif model is not None and model.max_output_tokens is not None:
+        reserve, reserve_from = model.max_output_tokens, f"model {model.name!r}'s max_output_tokens"
     else:
         reserve, reserve_from = DEFAULT_OUTPUT_RESERVE_TOKENS, "the default"
 
@@ -157,16 +158,6 @@ def _no_budget(reason: str) -> BudgetResolution:
     return BudgetResolution(budget=None, reason=reason)
 
 
-def is_token_limit_reached(count: int, budget: Budget | None) -> bool:
-    """True when a transcript of ``count`` tokens would set limiting off.
-
-    That is when it exceeds the prompt budget; a transcript exactly at the
-    budget fits. ``False`` without a budget: a limit that cannot be computed
-    is never reported as reached.
-    """
-    return budget is not None and count > budget.prompt_tokens
-
-
 def message_costs(
     counter: TokenCounter, messages: Sequence[Message], tools: Sequence[Tool] = ()
 ) -> tuple[list[int], int]:
@@ -178,7 +169,7 @@ def message_costs(
     be exact verifies with one real count.
     """
     if is_incremental(counter):
-        return [counter.message_tokens(m) for m in messages], counter.overhead_tokens(tools)
+        return list(map(counter.message_tokens, messages)), counter.overhead_tokens(tools)
     empty = counter.count([], ())
     return [counter.count([m], ()) - empty for m in messages], counter.count([], tools)
 

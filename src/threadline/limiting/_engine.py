@@ -1,4 +1,4 @@
-"""Limiting: fit a transcript to its prompt budget without ever breaking it.
+"""The limiting engine: fit a transcript to its prompt budget without ever breaking it.
 
 One limiting step (:func:`apply_limits`) per round:
 
@@ -9,33 +9,44 @@ One limiting step (:func:`apply_limits`) per round:
    ``threadline.limiting`` logger. A too-big transcript is better than a
    malformed one; the provider has the last word.
 
-A handler gets a :class:`TokenLimitEvent` whose ``messages`` is a copy; what
-it leaves there is what is sent. The engine adopts a rewrite only when the
-handler returns normally, the rewrite passes
-:func:`~threadline.limiting._units.check_integrity`, and every pinned message is still
-there (by value and in order, see :func:`~threadline.limiting._units.match_messages`);
-otherwise it raises :class:`HandlerError` and keeps its own transcript. A
-handler that raises aborts with its own error.
+A handler gets a :class:`~threadline.limiting.TokenLimitEvent` whose
+``messages`` is a copy; what it leaves there is what is sent. The engine
+adopts a rewrite only when the handler returns normally, the rewrite passes
+:func:`~threadline.limiting._units.check_integrity`, and every pinned message
+is still there (by value and in order, see
+:func:`~threadline.limiting._units.match_messages`); otherwise it raises
+:class:`HandlerError` and keeps its own transcript. A handler that raises
+aborts with its own error. What was dropped, by which handler and why, goes
+into the ledger (:mod:`threadline.limiting._ledger`).
 """
 
 from __future__ import annotations
 
 import inspect
-import itertools
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Literal, TypeAlias
+from collections.abc import Sequence
 
-import attrs
-
-from threadline._errors import HandlerError, InvalidRequestError, TranscriptIntegrityError
-from threadline._messages import Message, Role
-from threadline.counting._protocol import TokenCounter, is_incremental, is_token_counter
-from threadline.limiting._budget import Budget, BudgetReport, budget_report, message_costs
+from threadline._errors import HandlerError, TranscriptIntegrityError
+from threadline._messages import Message
+from threadline.counting._protocol import TokenCounter
+from threadline.limiting._budget import Budget, budget_report
+from threadline.limiting._drop_oldest import drop_oldest_units
+from threadline.limiting._event import (
+    TokenLimitEvent,
+    TokenLimitHandler,
+    checked_event,
+    drop_reasons,
+    handler_name,
+)
+from threadline.limiting._ledger import (
+    DroppedUnit,
+    HandlerRun,
+    LimitingOutcome,
+    LimitingRecord,
+    Phase,
+)
 from threadline.limiting._units import (
     PinReason,
-    Unit,
-    UnitKind,
     check_integrity,
     current_prompt_index,
     match_messages,
@@ -46,368 +57,9 @@ from threadline.limiting._units import (
 )
 from threadline.tools._tools import Tool
 
-__all__ = [
-    "DroppedUnit",
-    "HandlerRun",
-    "LimitingOutcome",
-    "LimitingRecord",
-    "TokenLimitEvent",
-    "TokenLimitHandler",
-    "apply_limits",
-    "drop_oldest_units",
-]
+__all__ = ["apply_limits"]
 
 logger = logging.getLogger("threadline.limiting")
-
-Phase: TypeAlias = Literal["pre", "post"]
-
-
-class TokenLimitEvent:
-    """What a limiting handler is given when the transcript is over budget.
-
-    ``messages`` is a copy of the transcript: rewrite it in place or assign a
-    new list; whatever is left is what is sent. ``tools``, ``budget_tokens``
-    (the prompt budget), ``round`` and ``counter`` are read-only.
-    ``estimated_tokens`` is the count when the handler was called;
-    :meth:`is_over_budget` recounts and refreshes it.
-
-    Build one yourself to test a handler::
-
-        event = TokenLimitEvent(messages, budget_tokens=1_000, counter=my_counter)
-        await my_handler(event)
-
-    ``prompt_index`` marks the current prompt as in
-    :func:`~threadline.limiting._units.split_units`; the engine passes ``pinned``
-    instead, which wins when given.
-    """
-
-    __slots__ = (
-        "_budget_tokens",
-        "_checked",
-        "_counter",
-        "_drop_notes",
-        "_layout_cache",
-        "_pinned",
-        "_round",
-        "_snapshot",
-        "_tools",
-        "estimated_tokens",
-        "messages",
-    )
-
-    def __init__(
-        self,
-        messages: Iterable[Message],
-        *,
-        budget_tokens: int,
-        counter: TokenCounter,
-        tools: Iterable[Tool] = (),
-        round: int = 0,
-        estimated_tokens: int | None = None,
-        prompt_index: int | None = None,
-        pinned: Mapping[int, PinReason] | None = None,
-    ) -> None:
-        self.messages: list[Message] = list(messages)
-        self._snapshot = tuple(self.messages)
-        self._tools = tuple(tools)
-        self._budget_tokens = budget_tokens
-        self._counter = counter
-        self._round = round
-        if pinned is None:
-            pinned = pinned_messages(self._snapshot, prompt_index=prompt_index)
-        self._pinned: Mapping[int, PinReason] = dict(pinned)
-        self._checked = False  # the engine sets it: it checked the snapshot already
-        self._layout_cache: _Layout | None = None
-        self._drop_notes: dict[int, str] = {}
-        if estimated_tokens is None:
-            estimated_tokens = counter.count(self.messages, self._tools)
-        self.estimated_tokens: int = estimated_tokens
-
-    @property
-    def tools(self) -> tuple[Tool, ...]:
-        """The tools sent with the transcript (their schemas count)."""
-        return self._tools
-
-    @property
-    def budget_tokens(self) -> int:
-        """The prompt budget: the most the transcript and tools may take."""
-        return self._budget_tokens
-
-    @property
-    def round(self) -> int:
-        """The round of the run (1 for the first provider call of a run)."""
-        return self._round
-
-    @property
-    def counter(self) -> TokenCounter:
-        """The request's token counter."""
-        return self._counter
-
-    def is_over_budget(self) -> bool:
-        """Recount ``messages`` and ``tools``, refresh ``estimated_tokens``, compare."""
-        self.estimated_tokens = self._counter.count(self.messages, self._tools)
-        return self.estimated_tokens > self._budget_tokens
-
-    def units(self) -> list[Unit]:
-        """The units of ``messages`` as they are now, each marked pinned or droppable.
-
-        A message stays pinned while it is still there, in the same order
-        (see :func:`~threadline.limiting._units.match_messages`).
-
-        Raises:
-            TranscriptIntegrityError: the current ``messages`` are broken.
-        """
-        starts, pinned = self._layout()
-        ends = [*starts[1:], len(self.messages)]
-        return [
-            Unit(kind=unit_kind(self.messages[start]), start=start, end=end, reason=pinned.get(k))
-            for k, (start, end) in enumerate(zip(starts, ends, strict=True))
-        ]
-
-    def _layout(self) -> _Layout:
-        """Unit starts and pinned units (by unit number) of ``messages`` as they are now."""
-        if self._unchanged():
-            if self._layout_cache is None:
-                if not self._checked:
-                    check_integrity(self._snapshot)
-                starts = unit_starts(self._snapshot)
-                self._layout_cache = (starts, pinned_units(starts, self._pinned))
-            return self._layout_cache
-        check_integrity(self.messages)
-        sources = match_messages(self._snapshot, self.messages)
-        pinned = {
-            at: self._pinned[source]
-            for at, source in enumerate(sources)
-            if source is not None and source in self._pinned
-        }
-        starts = unit_starts(self.messages)
-        return starts, pinned_units(starts, pinned)
-
-    def _unchanged(self) -> bool:
-        messages, snapshot = self.messages, self._snapshot
-        return len(messages) == len(snapshot) and all(
-            a is b for a, b in zip(messages, snapshot, strict=True)
-        )
-
-    def _drop_note(self, index: int) -> str | None:
-        return self._drop_notes.get(index)
-
-    def note_drop(self, index: int, reason: str) -> None:
-        """Say why the message at ``index`` (of ``messages`` as handed over) was dropped.
-
-        The engine puts the reason in the limiting ledger next to the unit.
-        """
-        self._drop_notes[index] = reason
-
-    def __repr__(self) -> str:
-        return (
-            f"TokenLimitEvent(round={self._round}, messages={len(self.messages)}, "
-            f"estimated_tokens={self.estimated_tokens}, budget_tokens={self._budget_tokens})"
-        )
-
-
-_Layout: TypeAlias = tuple[list[int], dict[int, PinReason]]
-
-TokenLimitHandler: TypeAlias = Callable[[TokenLimitEvent], Awaitable[None] | None]
-"""A limiting handler: ``async def handler(event) -> None`` or a plain function."""
-
-
-def handler_name(handler: object) -> str:
-    """How the ledger and errors name a handler: its qualified name, else its type's."""
-    name = getattr(handler, "__qualname__", None)
-    if isinstance(name, str):
-        return name
-    return type(handler).__qualname__
-
-
-# -- the built-in handler --------------------------------------------------------------
-
-
-def drop_oldest_units(counter: TokenCounter | None = None) -> TokenLimitHandler:
-    """Build the built-in handler: drop droppable units, oldest first, until it fits.
-
-    ``counter`` prices the messages; ``None`` uses the event's counter (the
-    request's), which is what you want unless you price with another one.
-
-    The handler drops whole units only, and never a pinned one. Once it has
-    dropped anything, it goes on until the transcript after the first system
-    message opens with a user message. A transcript that already fits is left
-    as it is (the very same list). Each message is priced once and the
-    savings are summed, so the cost is linear in the transcript's length;
-    with a counter that is not an :class:`IncrementalTokenCounter`, per-message
-    costs are estimated and the result is verified with a real count.
-
-    Example::
-
-        request.pre_max_tokens_reached(summarize).post_max_tokens_reached(
-            drop_oldest_units(None)
-        )
-
-    Raises:
-        InvalidRequestError: ``counter`` is not a token counter.
-    """
-    if counter is not None and not is_token_counter(counter):
-        raise InvalidRequestError(
-            f"drop_oldest_units takes a TokenCounter or None, not {type(counter).__name__}"
-        )
-
-    async def handler(event: TokenLimitEvent) -> None:
-        _drop_oldest(event, counter if counter is not None else event.counter)
-
-    handler.__name__ = handler.__qualname__ = "drop_oldest_units"
-    return handler
-
-
-def _drop_oldest(event: TokenLimitEvent, counter: TokenCounter) -> None:
-    messages = event.messages
-    tools = event.tools
-    budget = event.budget_tokens
-    costs, overhead = message_costs(counter, messages, tools)
-    exact = is_incremental(counter)
-    if exact:
-        total = sum(costs) + overhead
-    elif counter is event.counter and event._unchanged():
-        total = event.estimated_tokens  # the engine's own count of this very list
-    else:
-        total = counter.count(messages, tools)
-    if total <= budget:
-        return
-
-    starts, pinned = event._layout()
-    ends = [*starts[1:], len(messages)]
-    prefix = list(itertools.accumulate(costs, initial=0))
-    droppable = [k for k in range(len(starts)) if k not in pinned]
-    first_system = next((k for k, r in pinned.items() if r is PinReason.FIRST_SYSTEM), None)
-    dropped = [False] * len(starts)
-    taken = 0  # droppable[:taken] are dropped: always the oldest ones
-    front = 0  # no unit before this one can open the kept transcript
-    excess = total - budget
-    over_budget = f"oldest droppable unit while {total} > {budget} tokens"
-    opening = "dropped so that the transcript opens with a user message"
-    while True:
-        freed = 0
-        while freed < excess and taken < len(droppable):
-            k = droppable[taken]
-            dropped[k] = True
-            freed += prefix[ends[k]] - prefix[starts[k]]
-            taken += 1
-            event.note_drop(starts[k], over_budget)
-        # The first kept unit besides the first system message must be a user
-        # message: droppable units in the way go too, a pinned one stops it.
-        while front < len(starts):
-            if dropped[front] or front == first_system:
-                front += 1
-                continue
-            if front in pinned or messages[starts[front]].role is Role.USER:
-                break
-            dropped[front] = True  # units go oldest first: this is droppable[taken]
-            taken += 1
-            event.note_drop(starts[front], opening)
-            front += 1
-        kept = _kept_messages(messages, starts, ends, dropped)
-        if exact:
-            break
-        total = counter.count(kept, tools)
-        if total <= budget or taken == len(droppable):
-            break
-        excess = total - budget
-    event.messages = kept
-
-
-def _kept_messages(
-    messages: Sequence[Message], starts: list[int], ends: list[int], dropped: list[bool]
-) -> list[Message]:
-    kept: list[Message] = []
-    run_start: int | None = None  # copy runs of kept units in one slice each
-    for k, gone in enumerate(dropped):
-        if gone:
-            if run_start is not None:
-                kept.extend(messages[run_start : starts[k]])
-                run_start = None
-        elif run_start is None:
-            run_start = starts[k]
-    if run_start is not None:
-        kept.extend(messages[run_start : ends[-1]])
-    return kept
-
-
-# -- the ledger ------------------------------------------------------------------------
-
-
-@attrs.frozen(kw_only=True)
-class DroppedUnit:
-    """A unit of the round's input transcript that a handler removed.
-
-    ``start`` and ``end`` index the transcript given to :func:`apply_limits`
-    (``messages[start:end]``); ``roles`` are its messages' roles; ``handler``
-    names the handler and ``phase`` says whether it ran as Pre or Post;
-    ``reason`` is what the handler noted, or the budget it was fighting.
-    """
-
-    handler: str
-    phase: Phase
-    kind: UnitKind
-    start: int
-    end: int
-    roles: tuple[Role, ...]
-    reason: str
-
-
-@attrs.frozen(kw_only=True)
-class HandlerRun:
-    """One handler call: the counts around it and how much it changed."""
-
-    handler: str
-    phase: Phase
-    tokens_before: int
-    tokens_after: int
-    dropped_messages: int
-    added_messages: int
-
-
-@attrs.frozen(kw_only=True)
-class LimitingRecord:
-    """What one limiting step did, for the run's ledger (``RunResult.limiting``).
-
-    ``tokens_before``/``tokens_after`` are the counts of the transcript given
-    and sent; ``budget_tokens`` the prompt budget (``None``: no budget, no
-    limiting); ``handlers`` the handlers that ran, in order; ``dropped`` the
-    units they removed, oldest first within each handler;
-    ``sent_over_budget`` whether what is sent is still over the budget;
-    ``report`` where the tokens of what is sent went.
-    """
-
-    round: int
-    budget_tokens: int | None
-    tokens_before: int
-    tokens_after: int
-    handlers: tuple[HandlerRun, ...]
-    dropped: tuple[DroppedUnit, ...]
-    sent_over_budget: bool
-    report: BudgetReport
-
-    @property
-    def limited(self) -> bool:
-        """True when any handler ran."""
-        return bool(self.handlers)
-
-
-@attrs.frozen(kw_only=True)
-class LimitingOutcome:
-    """The transcript to send and the record of how it was made.
-
-    ``sources[i]`` is the index in the input of ``messages[i]`` (``None`` for
-    a message a handler added, such as a summary); ``prompt_index`` is where
-    the current prompt now sits (``None`` when there is none).
-    """
-
-    messages: tuple[Message, ...]
-    record: LimitingRecord
-    sources: tuple[int | None, ...]
-    prompt_index: int | None
-
-
-# -- the engine ------------------------------------------------------------------------
 
 
 async def apply_limits(
@@ -467,7 +119,7 @@ class _Limiting:
         self.round = round
         self.prompt_index = current_prompt_index(messages, prompt_index)
         self.pinned: dict[int, PinReason] = pinned_messages(messages, prompt_index=prompt_index)
-        self.original_starts = unit_starts(messages)
+        self.original_starts = unit_starts(messages, checked=True)
         self.current: list[Message] = list(messages)
         self.sources: list[int | None] = list(range(len(messages)))
         self.tokens_before = self.tokens = counter.count(messages, tools)
@@ -476,7 +128,7 @@ class _Limiting:
 
     async def run(self, phase: Phase, handler: TokenLimitHandler, budget: Budget) -> None:
         name = handler_name(handler)
-        event = TokenLimitEvent(
+        event = checked_event(
             self.current,
             budget_tokens=budget.prompt_tokens,
             counter=self.counter,
@@ -485,7 +137,6 @@ class _Limiting:
             estimated_tokens=self.tokens,
             pinned=self.pinned,
         )
-        event._checked = True
         result = handler(event)
         if inspect.isawaitable(result):
             await result
@@ -571,6 +222,7 @@ class _Limiting:
         # an earlier handler added has no unit there and is left out. Sources
         # only grow along the transcript, so one walk over the units does it.
         starts = self.original_starts
+        notes = drop_reasons(event)
         found: list[tuple[int, str | None]] = []  # (unit number, noted reason)
         k = 0
         for index in removed:
@@ -579,7 +231,7 @@ class _Limiting:
                 continue
             while k + 1 < len(starts) and starts[k + 1] <= source:
                 k += 1
-            note = event._drop_note(index)
+            note = notes.get(index)
             if found and found[-1][0] == k:
                 if found[-1][1] is None:
                     found[-1] = (k, note)
@@ -605,7 +257,7 @@ class _Limiting:
         budget = self.budget
         over = budget is not None and self.tokens > budget.prompt_tokens
         if over and budget is not None:
-            starts = unit_starts(self.current)
+            starts = unit_starts(self.current, checked=True)
             only_pinned = len(pinned_units(starts, self.pinned)) == len(starts)
             logger.warning(
                 "round %d: sending %d tokens over the prompt budget of %d tokens (%s); "

@@ -18,18 +18,19 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Hashable, Sequence
-from typing import TYPE_CHECKING, TypeVar
+from collections.abc import Awaitable, Callable, Hashable, Sequence
+from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 
 from threadline._errors import InvalidRequestError
 from threadline._messages import Message, Role
 from threadline._models import Model
-from threadline.limiting._engine import TokenLimitEvent, TokenLimitHandler
+from threadline.limiting._event import TokenLimitEvent, TokenLimitHandler
 from threadline.limiting._units import PinReason, UnitKind
 
 if TYPE_CHECKING:
     from threadline._agent import Agent
     from threadline._client import Client
+    from threadline._request import Request
 
 __all__ = ["DEFAULT_SUMMARY_INSTRUCTIONS", "SUMMARY_HEADING", "summarize_oldest"]
 
@@ -170,14 +171,53 @@ def summarize_oldest(
         InvalidRequestError: no model to summarize with, or a negative
             ``keep_last_turns``.
     """
-    # Imported here: the limiting room sits below the client and the agent.
-    from threadline._agent import Agent
-    from threadline._client import Client
+    client, summary_model = _summarizing_client(summarizer, model)
+    if isinstance(keep_last_turns, bool) or not isinstance(keep_last_turns, int):
+        raise InvalidRequestError(f"keep_last_turns must be an int, not {keep_last_turns!r}")
+    if keep_last_turns < 0:
+        raise InvalidRequestError(f"keep_last_turns must be 0 or more, not {keep_last_turns}")
+    write_summary = _summary_writer(client, summary_model, instructions, max_summary_tokens)
+    memory = _SummaryMemory()
 
-    if isinstance(summarizer, Agent):
-        client = summarizer.client
+    async def handler(event: TokenLimitEvent) -> None:
+        await _fold_oldest(event, keep_last_turns, memory, write_summary)
+
+    handler.__name__ = handler.__qualname__ = "summarize_oldest"
+    return handler
+
+
+@runtime_checkable
+class _SummarizingClient(Protocol):
+    """What summarize_oldest needs of a ``Client``."""
+
+    default_model: Model | None
+
+    def request(self) -> Request: ...
+
+
+@runtime_checkable
+class _SummarizingAgent(Protocol):
+    """What summarize_oldest needs of an ``Agent``."""
+
+    @property
+    def client(self) -> Client: ...
+
+    @property
+    def model(self) -> Model | None: ...
+
+
+def _summarizing_client(
+    summarizer: object, model: Model | str | None
+) -> tuple[_SummarizingClient, Model | str]:
+    """The client that writes the summaries and the model it writes them with.
+
+    Told apart by what they have, not by their class: the limiting room sits
+    below the client and the agent, and never imports them.
+    """
+    if isinstance(summarizer, _SummarizingAgent):
+        client: _SummarizingClient = summarizer.client
         model = model or summarizer.model
-    elif isinstance(summarizer, Client):
+    elif isinstance(summarizer, _SummarizingClient):
         client = summarizer
         model = model or client.default_model
     else:
@@ -189,17 +229,21 @@ def summarize_oldest(
         raise InvalidRequestError(
             "summarize_oldest has no model: pass model=..., or give the Client a default_model"
         )
-    if isinstance(keep_last_turns, bool) or not isinstance(keep_last_turns, int):
-        raise InvalidRequestError(f"keep_last_turns must be an int, not {keep_last_turns!r}")
-    if keep_last_turns < 0:
-        raise InvalidRequestError(f"keep_last_turns must be 0 or more, not {keep_last_turns}")
-    summary_model = model
-    memory = _SummaryMemory()
+    return client, model
+
+
+def _summary_writer(
+    client: _SummarizingClient,
+    model: Model | str,
+    instructions: str,
+    max_summary_tokens: int | None,
+) -> Callable[[Sequence[Message]], Awaitable[str]]:
+    """A function that asks ``model`` for a summary of some messages."""
 
     async def write_summary(material: Sequence[Message]) -> str:
         request = (
             client.request()
-            .with_model(summary_model)
+            .with_model(model)
             .with_system(instructions)
             .with_prompt(_render(material))
         )
@@ -207,36 +251,40 @@ def summarize_oldest(
             request.with_max_output_tokens(max_summary_tokens)
         return (await request.run()).text.strip()
 
-    async def handler(event: TokenLimitEvent) -> None:
-        found = _summary_range(event, keep_last_turns)
-        if found is None:
-            return
-        start, cut = found
-        messages = event.messages
-        known = memory.covering(messages, start, cut)
-        if known is None:
-            material: list[Message] = list(messages[start:cut])
-            covered = tuple(messages[start:cut])
-        else:
-            summary, end, earlier = known
-            reused = [*messages[:start], summary, *messages[end:]]
-            if end == cut or event.counter.count(reused, event.tools) <= event.budget_tokens:
-                _replace(event, start, end, summary)
-                return
-            material = [summary, *messages[end:cut]]
-            covered = earlier + tuple(messages[end:cut])
-        text = await write_summary(material)
-        if not text:
-            logger.warning(
-                "the summarizing model returned nothing; the transcript is left as it was"
-            )
-            return
-        summary = Message.user(f"{SUMMARY_HEADING}\n{text}")
-        memory.remember(covered, summary)
-        _replace(event, start, cut, summary)
+    return write_summary
 
-    handler.__name__ = handler.__qualname__ = "summarize_oldest"
-    return handler
+
+async def _fold_oldest(
+    event: TokenLimitEvent,
+    keep_last_turns: int,
+    memory: _SummaryMemory,
+    write_summary: Callable[[Sequence[Message]], Awaitable[str]],
+) -> None:
+    """Replace the oldest turns of ``event.messages`` with one summary, reusing what is known."""
+    found = _summary_range(event, keep_last_turns)
+    if found is None:
+        return
+    start, cut = found
+    messages = event.messages
+    known = memory.covering(messages, start, cut)
+    if known is None:
+        material: list[Message] = list(messages[start:cut])
+        covered = tuple(messages[start:cut])
+    else:
+        summary, end, earlier = known
+        reused = [*messages[:start], summary, *messages[end:]]
+        if end == cut or event.counter.count(reused, event.tools) <= event.budget_tokens:
+            _replace(event, start, end, summary)
+            return
+        material = [summary, *messages[end:cut]]
+        covered = earlier + tuple(messages[end:cut])
+    text = await write_summary(material)
+    if not text:
+        logger.warning("the summarizing model returned nothing; the transcript is left as it was")
+        return
+    summary = Message.user(f"{SUMMARY_HEADING}\n{text}")
+    memory.remember(covered, summary)
+    _replace(event, start, cut, summary)
 
 
 def _replace(event: TokenLimitEvent, start: int, end: int, summary: Message) -> None:

@@ -35,8 +35,8 @@ from __future__ import annotations
 
 import bisect
 import enum
-from collections.abc import Mapping, Sequence
-from typing import NoReturn
+from collections.abc import Iterator, Mapping, Sequence
+from typing import NoReturn, overload
 
 import attrs
 
@@ -47,11 +47,14 @@ __all__ = [
     "PinReason",
     "Unit",
     "UnitKind",
+    "Units",
     "check_integrity",
     "current_prompt_index",
+    "listing",
     "match_messages",
     "pinned_messages",
     "pinned_units",
+    "spans_of",
     "split_units",
     "unit_kind",
     "unit_starts",
@@ -254,14 +257,18 @@ def current_prompt_index(
     return None
 
 
-def unit_starts(messages: Sequence[Message]) -> list[int]:
+def unit_starts(messages: Sequence[Message], *, checked: bool = False) -> list[int]:
     """Where each unit begins, in order: the compact form of :func:`units_for`.
 
     Unit ``k`` is ``messages[starts[k]:starts[k + 1]]`` (the last one runs to
     the end). ``tool`` results belong to the exchange before them; one with
-    no exchange before it begins a unit of its own.
+    no exchange before it begins a unit of its own. ``checked`` says the
+    transcript passed :func:`check_integrity`: every result then follows its
+    exchange, so units begin at exactly the other messages (a quicker pass).
     """
     tool = Role.TOOL
+    if checked:
+        return [index for index, message in enumerate(messages) if message.role is not tool]
     starts: list[int] = []
     in_exchange = False
     for index, message in enumerate(messages):
@@ -283,32 +290,144 @@ def pinned_units(starts: Sequence[int], pinned: Mapping[int, PinReason]) -> dict
     return units
 
 
-def units_for(messages: Sequence[Message], pinned: Mapping[int, PinReason]) -> list[Unit]:
+def units_for(
+    messages: Sequence[Message],
+    pinned: Mapping[int, PinReason],
+    *,
+    starts: Sequence[int] | None = None,
+) -> list[Unit]:
     """Split ``messages`` into units, pinning each unit that holds a message in ``pinned``.
 
     The lower-level form of :func:`split_units` for callers that already know
     what is pinned (the limiting engine carries that across handlers). It
     does not check integrity; a ``tool`` message with no exchange before it
-    forms a unit of its own.
+    forms a unit of its own. ``starts`` is :func:`unit_starts` of
+    ``messages``, when the caller has it already.
     """
-    starts = unit_starts(messages)
-    reasons = pinned_units(starts, pinned)
+    if starts is None:
+        starts = unit_starts(messages)
+    return list(listing(messages, list(starts), pinned))
+
+
+def listing(
+    messages: Sequence[Message],
+    starts: list[int],
+    pinned: Mapping[int, PinReason],
+    *,
+    keep: bool | None = None,
+) -> Units:
+    """The :class:`Units` of ``messages`` that begin at ``starts``, pinned as ``pinned`` says.
+
+    ``keep`` ``None`` lists them all, ``True`` the pinned ones, ``False`` the
+    droppable ones.
+    """
     ends = [*starts[1:], len(messages)] if starts else []
-    return [
-        Unit(kind=unit_kind(messages[start]), start=start, end=end, reason=reasons.get(k))
-        for k, (start, end) in enumerate(zip(starts, ends, strict=True))
-    ]
+    by_unit = pinned_units(starts, pinned)
+    reasons = {starts[k]: reason for k, reason in by_unit.items()}
+    if keep is None:
+        return Units(messages, starts, ends, reasons)
+    chosen = sorted(by_unit)
+    if keep:
+        return Units(messages, [starts[k] for k in chosen], [ends[k] for k in chosen], reasons)
+    # The droppable ones: everything between the pinned units, a slice at a time.
+    kept_starts: list[int] = []
+    kept_ends: list[int] = []
+    after = 0
+    for k in [*chosen, len(starts)]:
+        kept_starts += starts[after:k]
+        kept_ends += ends[after:k]
+        after = k + 1
+    return Units(messages, kept_starts, kept_ends, {})
+
+
+class Units(Sequence[Unit]):
+    """Units of a transcript, in order: a read-only sequence of :class:`Unit`.
+
+    What :meth:`TokenLimitEvent.units() <threadline.limiting.TokenLimitEvent.units>`
+    returns. Index it, slice it (a slice is a ``Units`` too), iterate it. A
+    unit is made when it is read, so listing the units of a long transcript
+    costs little until they are looked at, and
+    :meth:`~threadline.limiting.TokenLimitEvent.drop_units` takes a slice as
+    it is, without reading its units one by one.
+    """
+
+    __slots__ = ("_ends", "_made", "_messages", "_reasons", "_starts")
+
+    def __init__(
+        self,
+        messages: Sequence[Message],
+        starts: list[int],
+        ends: list[int],
+        reasons: Mapping[int, PinReason],
+    ) -> None:
+        self._messages = messages  # never changed while the listing lives
+        self._starts = starts
+        self._ends = ends
+        self._reasons = reasons  # by the position where a pinned unit starts
+        self._made: list[Unit] | None = None
+
+    def __len__(self) -> int:
+        return len(self._starts)
+
+    @overload
+    def __getitem__(self, index: int) -> Unit: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Units: ...
+
+    def __getitem__(self, index: int | slice) -> Unit | Units:
+        if isinstance(index, slice):
+            return Units(self._messages, self._starts[index], self._ends[index], self._reasons)
+        if self._made is not None:
+            return self._made[index]
+        start = self._starts[index]
+        return Unit(
+            kind=unit_kind(self._messages[start]),
+            start=start,
+            end=self._ends[index],
+            reason=self._reasons.get(start),
+        )
+
+    def __iter__(self) -> Iterator[Unit]:
+        return iter(self._all())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Units | list | tuple):
+            return self._all() == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Units({self._all()!r})"
+
+    def _all(self) -> list[Unit]:
+        if self._made is None:
+            self._made = [self[k] for k in range(len(self._starts))]
+        return self._made
+
+
+# (role, whether it makes no tool call) of a unit's first message -> the unit's kind
+_UNIT_KINDS = {
+    (Role.SYSTEM, True): UnitKind.SYSTEM,
+    (Role.SYSTEM, False): UnitKind.SYSTEM,
+    (Role.USER, True): UnitKind.USER,
+    (Role.USER, False): UnitKind.USER,
+    (Role.ASSISTANT, True): UnitKind.ASSISTANT,
+    (Role.ASSISTANT, False): UnitKind.TOOL_EXCHANGE,
+    (Role.TOOL, True): UnitKind.TOOL_EXCHANGE,  # a stray result, in an unchecked transcript
+    (Role.TOOL, False): UnitKind.TOOL_EXCHANGE,
+}
 
 
 def unit_kind(first: Message) -> UnitKind:
     """The kind of the unit that ``first`` begins."""
-    if first.role is Role.SYSTEM:
-        return UnitKind.SYSTEM
-    if first.role is Role.USER:
-        return UnitKind.USER
-    if first.role is Role.ASSISTANT and not first.tool_calls:
-        return UnitKind.ASSISTANT
-    return UnitKind.TOOL_EXCHANGE
+    return _UNIT_KINDS[first.role, not first.tool_calls]
+
+
+def spans_of(units: Units) -> tuple[list[int], list[int]]:
+    """The starts and ends of a :class:`Units`, without making its units."""
+    return units._starts, units._ends
 
 
 def match_messages(before: Sequence[Message], after: Sequence[Message]) -> list[int | None]:
@@ -377,4 +496,5 @@ def split_units(messages: Sequence[Message], *, prompt_index: int | None = None)
         [('system', True), ('user', True)]
     """
     check_integrity(messages)
-    return units_for(messages, pinned_messages(messages, prompt_index=prompt_index))
+    pinned = pinned_messages(messages, prompt_index=prompt_index)
+    return units_for(messages, pinned, starts=unit_starts(messages, checked=True))

@@ -1,0 +1,179 @@
+"""The built-in limiting handler: :func:`drop_oldest_units`, a sliding window by units.
+
+It uses only the public face of :class:`~threadline.limiting.TokenLimitEvent`
+(``units()``, ``drop_units()``, the counter, tools and budget), so a handler
+of your own can do everything it does.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections.abc import Sequence
+
+from threadline._errors import InvalidRequestError
+from threadline._messages import Message
+from threadline.counting._protocol import TokenCounter, is_incremental, is_token_counter
+from threadline.limiting._budget import message_costs
+from threadline.limiting._event import TokenLimitEvent, TokenLimitHandler
+from threadline.limiting._units import PinReason, UnitKind, Units
+
+__all__ = ["drop_oldest_units"]
+
+_OPENING = "dropped so that the transcript opens with a user message"
+
+
+def drop_oldest_units(counter: TokenCounter | None = None) -> TokenLimitHandler:
+    """Build the built-in handler: drop droppable units, oldest first, until it fits.
+
+    ``counter`` prices the messages; ``None`` uses the event's counter (the
+    request's), which is what you want unless you price with another one.
+
+    The handler drops whole units only, and never a pinned one. Once it has
+    dropped anything, it goes on until the transcript after the first system
+    message opens with a user message. A transcript that already fits is left
+    as it is (the very same list). Each message is priced once and the
+    savings are summed, so the cost is linear in the transcript's length;
+    with a counter that is not an :class:`IncrementalTokenCounter`, per-message
+    costs are estimated and the result is verified with a real count.
+
+    Example::
+
+        request.pre_max_tokens_reached(summarize).post_max_tokens_reached(
+            drop_oldest_units(None)
+        )
+
+    Raises:
+        InvalidRequestError: ``counter`` is not a token counter.
+    """
+    if counter is not None and not is_token_counter(counter):
+        raise InvalidRequestError(
+            f"drop_oldest_units takes a TokenCounter or None, not {type(counter).__name__}"
+        )
+
+    async def handler(event: TokenLimitEvent) -> None:
+        _drop_oldest(event, counter if counter is not None else event.counter)
+
+    handler.__name__ = handler.__qualname__ = "drop_oldest_units"
+    return handler
+
+
+def _drop_oldest(event: TokenLimitEvent, counter: TokenCounter) -> None:
+    messages = event.messages
+    tools = event.tools
+    budget = event.budget_tokens
+    costs, overhead = message_costs(counter, messages, tools)
+    exact = is_incremental(counter)
+    total = sum(costs) + overhead if exact else counter.count(messages, tools)
+    if total <= budget:
+        return
+    window = _Window(event.units(pinned=False), event.units(pinned=True), costs)
+    over_budget = f"oldest droppable unit while {total} > {budget} tokens"
+    excess = total - budget
+    while True:
+        window.drop_oldest(excess, over_budget)
+        window.open_at_a_user_message()
+        if exact:
+            break
+        total = counter.count(window.kept(messages), tools)
+        if total <= budget or window.all_dropped():
+            break
+        excess = total - budget
+    # Newest run first: a drop moves only what follows it, so the older
+    # units keep the positions the listing gave them.
+    for units, reason in reversed(window.dropped()):
+        event.drop_units(units, reason=reason)
+
+
+class _Window:
+    """Which droppable units go, oldest first, and why.
+
+    What goes is always ``droppable[:taken]``; ``runs`` splits it into
+    stretches that went for the same reason. The oldest units that free
+    enough tokens are found by bisection over what they free, so only a few
+    units are ever read, however many go.
+    """
+
+    def __init__(self, droppable: Units, pinned: Units, costs: Sequence[int]) -> None:
+        self.droppable = droppable
+        self.prefix = prefix = list(itertools.accumulate(costs, initial=0))
+        self.pinned = list(pinned)  # a few: the system message, the prompt, the live exchange
+        self.pinned_starts = [unit.start for unit in self.pinned]
+        self.pinned_before = list(  # the tokens of the first k pinned units
+            itertools.accumulate(
+                (prefix[unit.end] - prefix[unit.start] for unit in self.pinned), initial=0
+            )
+        )
+        # Pinned units that open what is kept when they come first: all but
+        # the first system message, which always stays in front.
+        self.openers = [u.start for u in self.pinned if u.reason is not PinReason.FIRST_SYSTEM]
+        self.monotone = min(costs, default=0) >= 0  # more units never free fewer tokens
+        self.taken = 0
+        self.front = 0  # no unit before this message can open the kept transcript
+        self.runs: list[tuple[int, int, str]] = []  # droppable[begin:end] went for a reason
+
+    def drop_oldest(self, excess: int, reason: str) -> None:
+        """Drop the oldest droppable units still kept until they free ``excess`` tokens."""
+        begin = self.taken
+        target = self._freed(begin) + excess
+        last = len(self.droppable)
+        if self.monotone:
+            taken = bisect.bisect_left(range(last + 1), target, lo=begin, key=self._freed)
+        else:
+            taken = next((k for k in range(begin, last + 1) if self._freed(k) >= target), last)
+        self.taken = min(taken, last)
+        self._went(begin, self.taken, reason)
+
+    def open_at_a_user_message(self) -> None:
+        """Drop what stands between the first system message and the first user message.
+
+        A pinned unit stops it: it stays where it is, and opens what is kept.
+        """
+        droppable, openers = self.droppable, self.openers
+        begin = self.taken
+        while self.taken < len(droppable):
+            oldest = droppable[self.taken]  # the oldest droppable unit still kept
+            at = bisect.bisect_left(openers, self.front)
+            if at < len(openers) and openers[at] < oldest.start:
+                break
+            if oldest.kind is UnitKind.USER:
+                break
+            self.taken += 1
+            self.front = oldest.end
+        self._went(begin, self.taken, _OPENING)
+
+    def all_dropped(self) -> bool:
+        return self.taken == len(self.droppable)
+
+    def kept(self, messages: Sequence[Message]) -> list[Message]:
+        """What is left of ``messages`` once the dropped units are gone."""
+        cut = self._start(self.taken)  # every droppable unit before it is gone
+        kept: list[Message] = []
+        for unit in self.pinned:
+            if unit.start < cut:
+                kept.extend(messages[unit.start : unit.end])
+        kept.extend(messages[cut:])
+        return kept
+
+    def dropped(self) -> list[tuple[Units, str]]:
+        """The dropped units in order, in runs that share a reason."""
+        return [(self.droppable[begin:end], reason) for begin, end, reason in self.runs]
+
+    def _start(self, k: int) -> int:
+        """Where the ``k``-th droppable unit starts (the end of the transcript past the last)."""
+        return self.droppable[k].start if k < len(self.droppable) else len(self.prefix) - 1
+
+    def _freed(self, k: int) -> int:
+        """The tokens of the ``k`` oldest droppable units."""
+        start = self._start(k)
+        pinned = bisect.bisect_left(self.pinned_starts, start)  # pinned units before it
+        return self.prefix[start] - self.pinned_before[pinned]
+
+    def _went(self, begin: int, end: int, reason: str) -> None:
+        if end == begin:
+            return
+        runs = self.runs
+        if runs and runs[-1][2] == reason:
+            runs[-1] = (runs[-1][0], end, reason)
+        else:
+            runs.append((begin, end, reason))

@@ -1,0 +1,354 @@
+"""What a limiting handler is given: :class:`TokenLimitEvent`, and the handler type.
+
+A handler reads and rewrites ``event.messages``; the event lists the units
+of the transcript as it is now (:meth:`TokenLimitEvent.units`), drops whole
+units with a reason for the ledger (:meth:`TokenLimitEvent.drop_units`) and
+recounts (:meth:`TokenLimitEvent.is_over_budget`). The built-in handlers use
+nothing else, so a handler of your own can do all they do.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import TypeAlias
+
+from threadline._errors import InvalidRequestError
+from threadline._messages import Message
+from threadline.counting._protocol import TokenCounter
+from threadline.limiting._units import (
+    PinReason,
+    Unit,
+    Units,
+    check_integrity,
+    listing,
+    match_messages,
+    pinned_messages,
+    spans_of,
+    unit_starts,
+)
+from threadline.tools._tools import Tool
+
+__all__ = [
+    "TokenLimitEvent",
+    "TokenLimitHandler",
+    "checked_event",
+    "drop_reasons",
+    "handler_name",
+]
+
+# Where the messages of a list came from: for each, its index in the messages
+# handed over, or None for a message a handler added.
+_Sources: TypeAlias = Sequence[int | None]
+
+
+class TokenLimitEvent:
+    """What a limiting handler is given when the transcript is over budget.
+
+    ``messages`` is a copy of the transcript: rewrite it in place or assign a
+    new list; whatever is left is what is sent. ``tools``, ``budget_tokens``
+    (the prompt budget), ``round`` and ``counter`` are read-only.
+    ``estimated_tokens`` is the count when the handler was called;
+    :meth:`is_over_budget` recounts and refreshes it. :meth:`units` lists the
+    units of ``messages`` as they are now, and :meth:`drop_units` drops some
+    of them with a reason that the limiting ledger records.
+
+    Build one yourself to test a handler::
+
+        event = TokenLimitEvent(messages, budget_tokens=1_000, counter=my_counter)
+        await my_handler(event)
+
+    ``prompt_index`` marks the current prompt as in
+    :func:`~threadline.limiting.split_units`; the engine passes ``pinned``
+    instead, which wins when given.
+    """
+
+    __slots__ = (
+        "_budget_tokens",
+        "_checked",
+        "_counter",
+        "_drop_log",
+        "_layout_cache",
+        "_pinned",
+        "_round",
+        "_snapshot",
+        "_tools",
+        "_view",
+        "estimated_tokens",
+        "messages",
+    )
+
+    def __init__(
+        self,
+        messages: Iterable[Message],
+        *,
+        budget_tokens: int,
+        counter: TokenCounter,
+        tools: Iterable[Tool] = (),
+        round: int = 0,
+        estimated_tokens: int | None = None,
+        prompt_index: int | None = None,
+        pinned: Mapping[int, PinReason] | None = None,
+    ) -> None:
+        self.messages: list[Message] = list(messages)
+        self._snapshot = list(self.messages)  # never changed: what was handed over
+        self._tools = tuple(tools)
+        self._budget_tokens = budget_tokens
+        self._counter = counter
+        self._round = round
+        if pinned is None:
+            pinned = pinned_messages(self._snapshot, prompt_index=prompt_index)
+        self._pinned: Mapping[int, PinReason] = dict(pinned)
+        self._checked = False  # checked_event sets it: the engine checked the snapshot
+        self._layout_cache: _Layout | None = None
+        # The last list the event made or matched, where its messages came from,
+        # and whether every one of them was handed over (no None in the sources).
+        self._view: tuple[list[Message], _Sources, bool] = (
+            self._snapshot,
+            range(len(self._snapshot)),
+            True,
+        )
+        # Why messages were dropped, as said: (first, end, reason) over the
+        # indices handed over; a later word on an index overrides an earlier one.
+        self._drop_log: list[tuple[int, int, str]] = []
+        if estimated_tokens is None:
+            estimated_tokens = counter.count(self.messages, self._tools)
+        self.estimated_tokens: int = estimated_tokens
+
+    @property
+    def tools(self) -> tuple[Tool, ...]:
+        """The tools sent with the transcript (their schemas count)."""
+        return self._tools
+
+    @property
+    def budget_tokens(self) -> int:
+        """The prompt budget: the most the transcript and tools may take."""
+        return self._budget_tokens
+
+    @property
+    def round(self) -> int:
+        """The round of the run (1 for the first provider call of a run)."""
+        return self._round
+
+    @property
+    def counter(self) -> TokenCounter:
+        """The request's token counter."""
+        return self._counter
+
+    def is_over_budget(self) -> bool:
+        """Recount ``messages`` and ``tools``, refresh ``estimated_tokens``, compare."""
+        self.estimated_tokens = self._counter.count(self.messages, self._tools)
+        return self.estimated_tokens > self._budget_tokens
+
+    def units(self, *, pinned: bool | None = None) -> Units:
+        """The units of ``messages`` as they are now, each marked pinned or droppable.
+
+        ``pinned=True`` lists only the pinned units, ``pinned=False`` only the
+        droppable ones. A message stays pinned while it is still there, in
+        the same order (see :func:`~threadline.limiting._units.match_messages`).
+        The units' positions are those of ``messages`` now: after a change,
+        list them again. The result is a :class:`~threadline.limiting.Units`
+        sequence, whose units are made as they are read.
+
+        Raises:
+            TranscriptIntegrityError: the current ``messages`` are broken.
+        """
+        messages, starts, pinned_at = self._layout()
+        return listing(messages, starts, pinned_at, keep=pinned)
+
+    def drop_units(self, units: Iterable[Unit], *, reason: str) -> None:
+        """Remove these units from ``messages`` and say why, for the limiting ledger.
+
+        ``units`` come from :meth:`units` for ``messages`` as they are now
+        (a drop moves the positions of what follows, so list them again
+        before the next drop); a slice of a :class:`~threadline.limiting.Units`
+        is taken as it is, without making its units. The ledger records each
+        unit as dropped by the handler that made the call, with ``reason``.
+        Like any rewrite, the result is checked when the handler returns:
+        dropping a pinned unit, or a made-up range that splits a tool
+        exchange, makes the engine refuse it with :class:`~threadline.HandlerError`.
+
+        Example::
+
+            async def drop_old_tool_output(event: TokenLimitEvent) -> None:
+                old = [u for u in event.units() if u.kind is UnitKind.TOOL_EXCHANGE]
+                event.drop_units(old[:-2], reason="tool output older than two exchanges")
+
+        Raises:
+            InvalidRequestError: ``reason`` is not a non-empty str, or an item
+                of ``units`` is not a :class:`Unit` within ``messages``.
+        """
+        if not isinstance(reason, str) or not reason.strip():
+            raise InvalidRequestError(f"drop_units needs a reason: a non-empty str, not {reason!r}")
+        messages = self.messages
+        spans = _spans(units, len(messages))
+        if not spans:
+            return
+        sources, whole = self._sources()
+        kept: list[Message] = []
+        kept_sources: list[int | None] = []
+        at = 0
+        for start, end in spans:
+            kept.extend(messages[at:start])
+            kept_sources.extend(sources[at:start])
+            self._log_drop(sources, whole, start, end, reason)
+            at = end
+        kept.extend(messages[at:])
+        kept_sources.extend(sources[at:])
+        self.messages = kept
+        self._view = (list(kept), kept_sources, whole)
+
+    def note_drop(self, index: int, reason: str) -> None:
+        """Say why the message at ``index`` (of ``messages`` as handed over) was dropped.
+
+        The engine puts the reason in the limiting ledger next to the unit.
+        :meth:`drop_units` does it for you; this is for a handler that
+        rewrites ``messages`` itself (a summary in place of old turns, say).
+        """
+        self._drop_log.append((index, index + 1, reason))
+
+    def __repr__(self) -> str:
+        return (
+            f"TokenLimitEvent(round={self._round}, messages={len(self.messages)}, "
+            f"estimated_tokens={self.estimated_tokens}, budget_tokens={self._budget_tokens})"
+        )
+
+    def _log_drop(self, sources: _Sources, whole: bool, start: int, end: int, reason: str) -> None:
+        """Log ``reason`` for ``messages[start:end]``, by where those messages came from."""
+        if whole:  # sources only grow: a run of them without a gap is one range
+            first, last = sources[start], sources[end - 1]
+            if first is not None and last is not None and last - first == end - 1 - start:
+                self._drop_log.append((first, last + 1, reason))
+                return
+        self._drop_log.extend((i, i + 1, reason) for i in sources[start:end] if i is not None)
+
+    def _sources(self) -> tuple[_Sources, bool]:
+        """Where each message of ``messages`` came from, and whether all were handed over."""
+        known, sources, whole = self._view
+        if not _same_messages(self.messages, known):
+            sources = match_messages(self._snapshot, self.messages)
+            whole = None not in sources
+            self._view = (list(self.messages), sources, whole)
+        return sources, whole
+
+    def _layout(self) -> _Layout:
+        """``messages`` as they are now, where their units start, and what is pinned."""
+        if _same_messages(self.messages, self._snapshot):
+            if self._layout_cache is None:
+                if not self._checked:
+                    check_integrity(self._snapshot)
+                starts = unit_starts(self._snapshot, checked=True)
+                self._layout_cache = (self._snapshot, starts, self._pinned)
+            return self._layout_cache
+        check_integrity(self.messages)
+        sources, _ = self._sources()
+        pinned = self._pinned
+        pinned_now = {
+            at: pinned[source]
+            for at, source in enumerate(sources)
+            if source is not None and source in pinned
+        }
+        messages = self._view[0]  # the same messages, in a list of the event's own
+        return messages, unit_starts(messages, checked=True), pinned_now
+
+
+_Layout: TypeAlias = tuple[list[Message], list[int], Mapping[int, PinReason]]
+
+TokenLimitHandler: TypeAlias = Callable[[TokenLimitEvent], Awaitable[None] | None]
+"""A limiting handler: ``async def handler(event) -> None`` or a plain function."""
+
+
+def _spans(units: Iterable[Unit], size: int) -> list[tuple[int, int]]:
+    """Where ``units`` lie in ``messages`` of ``size``: sorted spans, touching ones joined.
+
+    A handler may drop tens of thousands of units at once: the checks run
+    over whole columns (``map``), not unit by unit, and a slice of a
+    :class:`Units` gives its columns without making its units.
+
+    Raises:
+        InvalidRequestError: an item is not a :class:`Unit`, or lies outside ``size``.
+    """
+    if isinstance(units, Units):
+        starts, ends = spans_of(units)
+    else:
+        chosen = list(units)
+        if not all(map(isinstance, chosen, itertools.repeat(Unit))):
+            stranger = next(unit for unit in chosen if not isinstance(unit, Unit))
+            raise InvalidRequestError(
+                f"drop_units takes units from event.units(), not {type(stranger).__name__}"
+            )
+        starts = [unit.start for unit in chosen]
+        ends = [unit.end for unit in chosen]
+    if not starts:
+        return []
+    later = starts[1:]
+    if not all(map(operator.le, ends, later)):  # out of order or overlapping
+        pairs = sorted(zip(starts, ends, strict=True))
+        starts, ends = [start for start, _ in pairs], [end for _, end in pairs]
+        later = starts[1:]
+        ends = list(itertools.accumulate(ends, max))  # join by the furthest end
+    if starts[0] < 0 or ends[-1] > size or not all(map(operator.lt, starts, ends)):
+        start, end = next(
+            (start, end)
+            for start, end in zip(starts, ends, strict=True)
+            if not 0 <= start < end <= size
+        )
+        raise InvalidRequestError(
+            f"drop_units got a unit at messages[{start}:{end}], outside the "
+            f"{size} messages there are now; list the units again after a change"
+        )
+    # A new span opens where the one before ends short of it.
+    gaps = list(itertools.compress(range(1, len(starts)), map(operator.lt, ends, later)))
+    opens = [starts[0], *(starts[k] for k in gaps)]
+    closes = [*(ends[k - 1] for k in gaps), ends[-1]]
+    return list(zip(opens, closes, strict=True))
+
+
+def _same_messages(messages: Sequence[Message], known: list[Message]) -> bool:
+    """Whether ``messages`` holds the messages of ``known``, in the same order.
+
+    Equal messages count as the same, since they are sent the same; a list
+    compares them at C speed, by identity first.
+    """
+    return isinstance(messages, list) and messages == known
+
+
+def checked_event(
+    messages: Sequence[Message],
+    *,
+    budget_tokens: int,
+    counter: TokenCounter,
+    tools: Sequence[Tool],
+    round: int,
+    estimated_tokens: int,
+    pinned: Mapping[int, PinReason],
+) -> TokenLimitEvent:
+    """The engine's event for a transcript it has checked and counted already."""
+    event = TokenLimitEvent(
+        messages,
+        budget_tokens=budget_tokens,
+        counter=counter,
+        tools=tools,
+        round=round,
+        estimated_tokens=estimated_tokens,
+        pinned=pinned,
+    )
+    event._checked = True
+    return event
+
+
+def drop_reasons(event: TokenLimitEvent) -> dict[int, str]:
+    """Why the handler dropped messages, by index of what it was handed, where it said."""
+    reasons: dict[int, str] = {}
+    for first, end, reason in event._drop_log:
+        reasons.update(zip(range(first, end), itertools.repeat(reason)))
+    return reasons
+
+
+def handler_name(handler: object) -> str:
+    """How the ledger and errors name a handler: its qualified name, else its type's."""
+    name = getattr(handler, "__qualname__", None)
+    if isinstance(name, str):
+        return name
+    return type(handler).__qualname__

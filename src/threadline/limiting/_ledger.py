@@ -1,0 +1,96 @@
+"""The limiting ledger: what each limiting step did, for ``RunResult.limiting``.
+
+One :class:`LimitingRecord` per round with a budget: the counts around the
+step, each :class:`HandlerRun`, each :class:`DroppedUnit` (by which handler,
+and why) and the :class:`~threadline.limiting.BudgetReport` of what was
+sent. :class:`LimitingOutcome` is what the engine hands the run loop: the
+transcript to send and its record.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, TypeAlias
+
+import attrs
+
+from threadline._messages import Message, Role
+from threadline.limiting._budget import BudgetReport
+from threadline.limiting._units import UnitKind
+
+__all__ = ["DroppedUnit", "HandlerRun", "LimitingOutcome", "LimitingRecord", "Phase"]
+
+Phase: TypeAlias = Literal["pre", "post"]
+
+
+@attrs.frozen(kw_only=True)
+class DroppedUnit:
+    """A unit of the round's input transcript that a handler removed.
+
+    ``start`` and ``end`` index the transcript given to the limiting step
+    (``messages[start:end]``); ``roles`` are its messages' roles; ``handler``
+    names the handler and ``phase`` says whether it ran as Pre or Post;
+    ``reason`` is what the handler said (with ``event.drop_units`` or
+    ``event.note_drop``), or the budget it was fighting.
+    """
+
+    handler: str
+    phase: Phase
+    kind: UnitKind
+    start: int
+    end: int
+    roles: tuple[Role, ...]
+    reason: str
+
+
+@attrs.frozen(kw_only=True)
+class HandlerRun:
+    """One handler call: the counts around it and how much it changed."""
+
+    handler: str
+    phase: Phase
+    tokens_before: int
+    tokens_after: int
+    dropped_messages: int
+    added_messages: int
+
+
+@attrs.frozen(kw_only=True)
+class LimitingRecord:
+    """What one limiting step did, for the run's ledger (``RunResult.limiting``).
+
+    ``tokens_before``/``tokens_after`` are the counts of the transcript given
+    and sent; ``budget_tokens`` the prompt budget (``None``: no budget, no
+    limiting); ``handlers`` the handlers that ran, in order; ``dropped`` the
+    units they removed, oldest first within each handler;
+    ``sent_over_budget`` whether what is sent is still over the budget;
+    ``report`` where the tokens of what is sent went.
+    """
+
+    round: int
+    budget_tokens: int | None
+    tokens_before: int
+    tokens_after: int
+    handlers: tuple[HandlerRun, ...]
+    dropped: tuple[DroppedUnit, ...]
+    sent_over_budget: bool
+    report: BudgetReport
+
+    @property
+    def limited(self) -> bool:
+        """True when any handler ran."""
+        return bool(self.handlers)
+
+
+@attrs.frozen(kw_only=True)
+class LimitingOutcome:
+    """The transcript to send and the record of how it was made.
+
+    ``sources[i]`` is the index in the input of ``messages[i]`` (``None`` for
+    a message a handler added, such as a summary); ``prompt_index`` is where
+    the current prompt now sits (``None`` when there is none).
+    """
+
+    messages: tuple[Message, ...]
+    record: LimitingRecord
+    sources: tuple[int | None, ...]
+    prompt_index: int | None
