@@ -67,6 +67,8 @@ class _Round:
     raw_estimate: int = 0
     """The request counter's own estimate of what was sent."""
     calibrated: int | None = None
+    exact: int | None = None
+    """The exact count of what was sent, when one was taken of it."""
     limiting: LimitingRecord | None = None
     retry_limiting: LimitingRecord | None = None
     context_retry: bool = False
@@ -143,16 +145,24 @@ class Run:
             post=self.plan.post,
             round=current.number,
             prompt_index=self.prompt_index,
+            exact_counter=self.plan.exact_counter,
+            exact_margin=self.plan.exact_margin,
         )
         self.transcript = outcome.messages
         self.prompt_index = outcome.prompt_index
-        current.estimated = outcome.record.tokens_after
-        if isinstance(counter, CalibratedCounter):
-            current.calibrated = current.estimated
-            current.raw_estimate = self.plan.counter.count(self.transcript, self.plan.toolset.tools)
+        record = outcome.record
+        current.estimated = record.tokens_after
+        current.exact = record.exact_tokens_sent
+        tools = self.plan.toolset.tools
+        if record.counted_by == "estimate":
+            current.raw_estimate, current.calibrated = record.tokens_after, None
         else:
-            current.calibrated = None
-            current.raw_estimate = current.estimated
+            current.raw_estimate = self.plan.counter.count(self.transcript, tools)
+            current.calibrated = (
+                counter.count(self.transcript, tools)
+                if isinstance(counter, CalibratedCounter)
+                else None
+            )
         return outcome
 
     async def _send_round(self, current: _Round) -> AsyncGenerator[StreamEvent, None]:
@@ -270,6 +280,7 @@ class Run:
             usage=response.usage,
             estimated_input_tokens=current.raw_estimate,
             calibrated_input_tokens=current.calibrated,
+            exact_input_tokens=current.exact,
             reported_input_tokens=reported,
             limiting=current.limiting,
             budget_reason=current.budget_reason,

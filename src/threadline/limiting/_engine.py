@@ -18,6 +18,14 @@ is still there (by value and in order, see
 :class:`HandlerError` and keeps its own transcript. A handler that raises
 aborts with its own error. What was dropped, by which handler and why, goes
 into the ledger (:mod:`threadline.limiting._ledger`).
+
+Exact only near the boundary: the step decides on the estimate (calibrated,
+when the run is), and only when that estimate comes within ``exact_margin``
+of the budget, or over it, does it ask the exact counter (a round trip) for
+the transcript it was given. The exact count then decides whether anything
+is dropped, and handlers price what they drop from it with an
+:class:`~threadline.counting.AnchoredCounter`. An exact counter that fails
+leaves the decision to the estimate, with a warning.
 """
 
 from __future__ import annotations
@@ -26,9 +34,12 @@ import inspect
 import logging
 from collections.abc import Sequence
 
-from threadline._errors import HandlerError, TranscriptIntegrityError
+from threadline._errors import HandlerError, ThreadlineError, TranscriptIntegrityError
 from threadline._messages import Message
+from threadline.counting._anchored import AnchoredCounter
+from threadline.counting._calibration import CalibratedCounter
 from threadline.counting._protocol import TokenCounter
+from threadline.counting._resolution import ExactCounter
 from threadline.limiting._budget import Budget, budget_report
 from threadline.limiting._drop_oldest import drop_oldest_units
 from threadline.limiting._event import (
@@ -39,6 +50,7 @@ from threadline.limiting._event import (
     handler_name,
 )
 from threadline.limiting._ledger import (
+    CountedBy,
     DroppedUnit,
     HandlerRun,
     LimitingOutcome,
@@ -72,6 +84,8 @@ async def apply_limits(
     post: TokenLimitHandler | None = None,
     round: int = 0,
     prompt_index: int | None = None,
+    exact_counter: ExactCounter | None = None,
+    exact_margin: float | None = None,
 ) -> LimitingOutcome:
     """Run one limiting step: count, Pre, recount, Post, recount.
 
@@ -79,7 +93,9 @@ async def apply_limits(
     ``drop_oldest_units(None)``; a ``pre`` given replaces it outright.
     ``post`` has no default. ``prompt_index`` is the position of the current
     prompt (see :func:`~threadline.limiting._units.split_units` for what it pins).
-    ``messages`` is never modified.
+    ``messages`` is never modified. ``exact_counter`` is asked when the
+    estimate is at least ``(1 - exact_margin)`` of the budget (``None``
+    either way: never).
 
     Raises:
         TranscriptIntegrityError: ``messages`` itself is broken.
@@ -89,6 +105,8 @@ async def apply_limits(
     """
     state = _Limiting(tuple(messages), tuple(tools), counter, budget, round, prompt_index)
     if budget is not None:
+        if exact_counter is not None and exact_margin is not None:
+            await state.count_exactly(exact_counter, exact_margin, budget)
         handlers: tuple[tuple[Phase, TokenLimitHandler | None], ...] = (
             ("pre", pre if pre is not None else drop_oldest_units(None)),
             ("post", post),
@@ -123,8 +141,37 @@ class _Limiting:
         self.current: list[Message] = list(messages)
         self.sources: list[int | None] = list(range(len(messages)))
         self.tokens_before = self.tokens = counter.count(messages, tools)
+        self.estimated_tokens = self.tokens
+        self.exact_tokens: int | None = None
+        self.counted_by: CountedBy = (
+            "calibrated estimate" if isinstance(counter, CalibratedCounter) else "estimate"
+        )
         self.runs: list[HandlerRun] = []
         self.dropped: list[DroppedUnit] = []
+
+    async def count_exactly(self, exact: ExactCounter, margin: float, budget: Budget) -> None:
+        """Near the budget (or over it), let the exact count decide."""
+        if self.tokens < budget.prompt_tokens * (1 - margin):
+            return
+        try:
+            found = exact.count(self.original, self.tools)
+            counted: int = await found if inspect.isawaitable(found) else found
+        except ThreadlineError as exc:
+            logger.warning(
+                "round %d: the exact counter failed (%s); deciding on the estimate of %d tokens",
+                self.round,
+                exc,
+                self.tokens,
+            )
+            return
+        counter = self.counter
+        # Rewrites are priced from the raw estimate: calibration is superseded here.
+        estimate = counter.counter if isinstance(counter, CalibratedCounter) else counter
+        self.counter = AnchoredCounter(
+            estimate, self.original, self.tools, exact_tokens=counted, margin=margin
+        )
+        self.tokens_before = self.tokens = self.exact_tokens = counted
+        self.counted_by = "exact"
 
     async def run(self, phase: Phase, handler: TokenLimitHandler, budget: Budget) -> None:
         name = handler_name(handler)
@@ -286,6 +333,9 @@ class _Limiting:
             dropped=tuple(self.dropped),
             sent_over_budget=over,
             report=report,
+            counted_by=self.counted_by,
+            estimated_tokens=self.estimated_tokens,
+            exact_tokens=self.exact_tokens,
         )
         prompt_at = None
         if self.prompt_index is not None:

@@ -17,9 +17,18 @@ from threadline._messages import Message, Role
 from threadline.limiting._budget import BudgetReport
 from threadline.limiting._units import UnitKind
 
-__all__ = ["DroppedUnit", "HandlerRun", "LimitingOutcome", "LimitingRecord", "Phase"]
+__all__ = [
+    "CountedBy",
+    "DroppedUnit",
+    "HandlerRun",
+    "LimitingOutcome",
+    "LimitingRecord",
+    "Phase",
+]
 
 Phase: TypeAlias = Literal["pre", "post"]
+CountedBy: TypeAlias = Literal["estimate", "calibrated estimate", "exact"]
+"""Which count a limiting step decided on."""
 
 
 @attrs.frozen(kw_only=True)
@@ -64,6 +73,15 @@ class LimitingRecord:
     units they removed, oldest first within each handler;
     ``sent_over_budget`` whether what is sent is still over the budget;
     ``report`` where the tokens of what is sent went.
+
+    Which count decided is ``counted_by``: the request counter's
+    ``"estimate"``, the ``"calibrated estimate"`` (scaled by the client's
+    calibration), or ``"exact"``, when the estimate came near the budget and
+    the exact counter was asked. Then ``tokens_before`` is the exact count,
+    ``estimated_tokens`` what the estimate said of the same transcript and
+    :attr:`estimate_error` how far it was; the counts after a handler ran are
+    the exact count less what was dropped, priced from the estimate
+    (:class:`~threadline.counting.AnchoredCounter`).
     """
 
     round: int
@@ -74,11 +92,30 @@ class LimitingRecord:
     dropped: tuple[DroppedUnit, ...]
     sent_over_budget: bool
     report: BudgetReport
+    counted_by: CountedBy = "estimate"
+    estimated_tokens: int | None = None
+    """The estimate (calibrated, when it was) of the transcript given."""
+    exact_tokens: int | None = None
+    """The exact count of the transcript given, when the exact counter was asked."""
 
     @property
     def limited(self) -> bool:
         """True when any handler ran."""
         return bool(self.handlers)
+
+    @property
+    def estimate_error(self) -> float | None:
+        """How far the estimate was from the exact count, as a fraction of it
+        (``-0.04``: 4% under); ``None`` when no exact count was taken."""
+        if self.exact_tokens is None or self.estimated_tokens is None or not self.exact_tokens:
+            return None
+        return (self.estimated_tokens - self.exact_tokens) / self.exact_tokens
+
+    @property
+    def exact_tokens_sent(self) -> int | None:
+        """The exact count of what was sent: the exact count taken, when no handler
+        changed the transcript after it."""
+        return None if self.handlers else self.exact_tokens
 
 
 @attrs.frozen(kw_only=True)
