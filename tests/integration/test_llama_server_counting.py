@@ -69,7 +69,7 @@ async def reported(
         pytest.param(
             [
                 Message.system("Answer briefly."),
-                Message.user("東京でおすすめの朝ごはんは？"),
+                Message.user("東京でおすすめの朝ごはんは？"),  # noqa: RUF001 - Japanese punctuation
                 Message.assistant("Попробуйте онигири и мисо-суп."),
                 Message.user("def f(x):\n    return {k: v for k, v in x.items()}"),
             ],
