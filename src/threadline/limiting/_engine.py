@@ -94,7 +94,7 @@ async def apply_limits(
     ``post`` has no default. ``prompt_index`` is the position of the current
     prompt (see :func:`~threadline.limiting._units.split_units` for what it pins).
     ``messages`` is never modified. ``exact_counter`` is asked when the
-    estimate is at least ``(1 - exact_margin)`` of the budget (``None``
+    estimate is over ``(1 - exact_margin)`` times the budget (``None``
     either way: never).
 
     Raises:
@@ -151,7 +151,7 @@ class _Limiting:
 
     async def count_exactly(self, exact: ExactCounter, margin: float, budget: Budget) -> None:
         """Near the budget (or over it), let the exact count decide."""
-        if self.tokens < budget.prompt_tokens * (1 - margin):
+        if self.tokens <= budget.prompt_tokens * (1 - margin):
             return
         try:
             found = exact.count(self.original, self.tools)
