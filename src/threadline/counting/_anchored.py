@@ -1,18 +1,19 @@
 """``AnchoredCounter``: an exact count of one transcript, carried over to its rewrites.
 
-Near the budget's edge limiting asks an exact counter (a round trip) for the
-transcript it was given, and then has to decide what to drop without asking
-again for every candidate. An anchored counter answers for those candidates:
-the anchor itself counts exactly what the exact counter said, and a rewrite
-counts that less what it dropped plus what it added, each priced from the
-local estimate and scaled by how far the estimate was from the exact count.
+Near the budget's edge limiting asks an exact counter (a round trip) about
+one transcript (what the estimate alone would send), and then has to decide
+what to send without asking again for every candidate. An anchored counter
+answers for those candidates: the anchor itself counts exactly what the
+exact counter said, and any other transcript counts that less what it lacks
+of the anchor plus what it has beside it, each priced from the local
+estimate and scaled by how far the estimate was from the exact count.
 
 A single ratio does not hold for every message: o200k and a model's own
 tokenizer agree on English and differ threefold on Cyrillic. So the pricing
 leans towards too many tokens on both sides, by the margin the estimate is
 trusted to (``margin``): a dropped message is taken to save
-``floor(min(1, ratio) * (1 - margin) * estimate)`` tokens and an added one
-(a summary) to cost ``ceil(max(1, ratio) * (1 + margin) * estimate)``. What
+``floor(min(1, ratio) * (1 - margin) * estimate)`` tokens and one a handler
+adds (a summary) to cost ``ceil(max(1, ratio) * (1 + margin) * estimate)``. What
 is sent is then at most the anchored count, as long as no message's own ratio
 falls below ``min(1, ratio) * (1 - margin)``; the run's context-length retry
 covers the rest.

@@ -21,11 +21,12 @@ into the ledger (:mod:`threadline.limiting._ledger`).
 
 Exact only near the boundary: the step decides on the estimate (calibrated,
 when the run is), and only when that estimate comes within ``exact_margin``
-of the budget, or over it, does it ask the exact counter (a round trip) for
-the transcript it was given. The exact count then decides whether anything
-is dropped, and handlers price what they drop from it with an
-:class:`~threadline.counting.AnchoredCounter`. An exact counter that fails
-leaves the decision to the estimate, with a warning.
+of the budget, or over it, does it ask the exact counter (a round trip), once,
+for what the estimate alone would send. That count then decides: the
+handlers see an :class:`~threadline.counting.AnchoredCounter` that counts
+that transcript exactly and prices what they drop from it or keep beside it
+from the estimate, leaning towards too many tokens. An exact counter that
+fails leaves the decision to the estimate, with a warning.
 """
 
 from __future__ import annotations
@@ -105,10 +106,12 @@ async def apply_limits(
     """
     state = _Limiting(tuple(messages), tuple(tools), counter, budget, round, prompt_index)
     if budget is not None:
+        first = pre if pre is not None else drop_oldest_units(None)
         if exact_counter is not None and exact_margin is not None:
-            await state.count_exactly(exact_counter, exact_margin, budget)
+            built_in = first if pre is None else None
+            await state.count_exactly(exact_counter, exact_margin, budget, built_in)
         handlers: tuple[tuple[Phase, TokenLimitHandler | None], ...] = (
-            ("pre", pre if pre is not None else drop_oldest_units(None)),
+            ("pre", first),
             ("post", post),
         )
         for phase, handler in handlers:
@@ -143,18 +146,37 @@ class _Limiting:
         self.tokens_before = self.tokens = counter.count(messages, tools)
         self.estimated_tokens = self.tokens
         self.exact_tokens: int | None = None
+        self.exact_candidate: tuple[Message, ...] | None = None
         self.counted_by: CountedBy = (
             "calibrated estimate" if isinstance(counter, CalibratedCounter) else "estimate"
         )
         self.runs: list[HandlerRun] = []
         self.dropped: list[DroppedUnit] = []
 
-    async def count_exactly(self, exact: ExactCounter, margin: float, budget: Budget) -> None:
-        """Near the budget (or over it), let the exact count decide."""
+    async def count_exactly(
+        self,
+        exact: ExactCounter,
+        margin: float,
+        budget: Budget,
+        built_in: TokenLimitHandler | None,
+    ) -> None:
+        """Near the budget (or over it), let the exact count decide.
+
+        What is counted exactly is what the estimate alone would send: the
+        transcript when it fits by the estimate; when it does not and Pre is
+        the built-in (``built_in``), what the built-in keeps of it by the
+        estimate, which this step then adopts. So the exact count anchors
+        close to what is sent, and what is still dropped after it is little,
+        however long the transcript given. With a Pre of the caller's own,
+        the transcript given is counted.
+        """
         if self.tokens <= budget.prompt_tokens * (1 - margin):
             return
+        if built_in is not None and self.tokens > budget.prompt_tokens:
+            await self.run("pre", built_in, budget)
+        candidate = tuple(self.current)
         try:
-            found = exact.count(self.original, self.tools)
+            found = exact.count(candidate, self.tools)
             counted: int = await found if inspect.isawaitable(found) else found
         except ThreadlineError as exc:
             logger.warning(
@@ -165,12 +187,14 @@ class _Limiting:
             )
             return
         counter = self.counter
+        self.estimated_tokens = self.tokens
         # Rewrites are priced from the raw estimate: calibration is superseded here.
         estimate = counter.counter if isinstance(counter, CalibratedCounter) else counter
         self.counter = AnchoredCounter(
-            estimate, self.original, self.tools, exact_tokens=counted, margin=margin
+            estimate, candidate, self.tools, exact_tokens=counted, margin=margin
         )
-        self.tokens_before = self.tokens = self.exact_tokens = counted
+        self.tokens = self.exact_tokens = counted
+        self.exact_candidate = candidate
         self.counted_by = "exact"
 
     async def run(self, phase: Phase, handler: TokenLimitHandler, budget: Budget) -> None:
@@ -300,6 +324,14 @@ class _Limiting:
                 )
             )
 
+    def _sent_candidate(self) -> bool:
+        candidate = self.exact_candidate
+        return (
+            candidate is not None
+            and len(candidate) == len(self.current)
+            and all(a is b for a, b in zip(candidate, self.current, strict=True))
+        )
+
     def outcome(self) -> LimitingOutcome:
         budget = self.budget
         over = budget is not None and self.tokens > budget.prompt_tokens
@@ -336,6 +368,7 @@ class _Limiting:
             counted_by=self.counted_by,
             estimated_tokens=self.estimated_tokens,
             exact_tokens=self.exact_tokens,
+            exact_tokens_sent=self.exact_tokens if self._sent_candidate() else None,
         )
         prompt_at = None
         if self.prompt_index is not None:

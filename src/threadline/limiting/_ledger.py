@@ -77,11 +77,14 @@ class LimitingRecord:
     Which count decided is ``counted_by``: the request counter's
     ``"estimate"``, the ``"calibrated estimate"`` (scaled by the client's
     calibration), or ``"exact"``, when the estimate came near the budget and
-    the exact counter was asked. Then ``tokens_before`` is the exact count,
-    ``estimated_tokens`` what the estimate said of the same transcript and
-    :attr:`estimate_error` how far it was; the counts after a handler ran are
-    the exact count less what was dropped, priced from the estimate
-    (:class:`~threadline.counting.AnchoredCounter`).
+    the exact counter was asked about what the estimate alone would send
+    (the transcript given, or the built-in handler's cut of it). Then
+    ``exact_tokens`` is that count, ``estimated_tokens`` what the estimate
+    said of the same transcript and :attr:`estimate_error` how far it was;
+    ``tokens_before`` stays the estimate of the transcript given,
+    ``tokens_after`` is counted from the exact count
+    (:class:`~threadline.counting.AnchoredCounter`), and ``exact_tokens_sent``
+    is the exact count when that very transcript was sent.
     """
 
     round: int
@@ -94,9 +97,12 @@ class LimitingRecord:
     report: BudgetReport
     counted_by: CountedBy = "estimate"
     estimated_tokens: int | None = None
-    """The estimate (calibrated, when it was) of the transcript given."""
+    """The estimate (calibrated, when it was) of the transcript given, or of what
+    was counted exactly."""
     exact_tokens: int | None = None
-    """The exact count of the transcript given, when the exact counter was asked."""
+    """The exact count taken, when the exact counter was asked."""
+    exact_tokens_sent: int | None = None
+    """The exact count of what was sent, when it is what was counted exactly."""
 
     @property
     def limited(self) -> bool:
@@ -110,12 +116,6 @@ class LimitingRecord:
         if self.exact_tokens is None or self.estimated_tokens is None or not self.exact_tokens:
             return None
         return (self.estimated_tokens - self.exact_tokens) / self.exact_tokens
-
-    @property
-    def exact_tokens_sent(self) -> int | None:
-        """The exact count of what was sent: the exact count taken, when no handler
-        changed the transcript after it."""
-        return None if self.handlers else self.exact_tokens
 
 
 @attrs.frozen(kw_only=True)
