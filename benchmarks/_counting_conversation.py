@@ -7,6 +7,8 @@ o200k_base and SmolLM2's tokenizer agree on English prose and part by a
 factor of three on Cyrillic, so a single ratio between them drifts as the
 window's content changes.
 
+The first three turns, which calibration learns from before it is judged,
+hold English, Russian and Japanese, as the rest of the conversation does.
 The answers and tool calls are scripted: what is measured is counting, and a
 135M model's own replies would make every run a different conversation.
 Every prompt is still sent to the server, which counts it and answers.
@@ -86,6 +88,16 @@ TURNS: tuple[Turn, ...] = (
         answer="Lovely! Spring is a fine time for both; tell me the cities you have in mind.",
     ),
     Turn(
+        kind="ru",
+        prompt="Почему в Москве зимой так рано темнеет? Ответь коротко.",
+        answer="Москва находится далеко на севере, поэтому зимой день очень короткий.",
+    ),
+    Turn(
+        kind="ja",
+        prompt="東京でおすすめの朝ごはんは何ですか？短く答えてください。",
+        answer="卵かけご飯と味噌汁、焼き魚の定食がおすすめです。",
+    ),
+    Turn(
         kind="en",
         prompt="In one sentence: what is a token in a language model?",
         answer="A token is a piece of text, often part of a word, that the model reads as one.",
@@ -107,16 +119,6 @@ TURNS: tuple[Turn, ...] = (
         arguments='{"city": "Oslo"}',
         result=_weather("Oslo", 3.5, "light snow"),
         answer="Oslo has light snow at 3.5 °C with a 14 km/h wind: bring a warm coat.",
-    ),
-    Turn(
-        kind="ja",
-        prompt="東京でおすすめの朝ごはんは何ですか？短く答えてください。",
-        answer="卵かけご飯と味噌汁、焼き魚の定食がおすすめです。",
-    ),
-    Turn(
-        kind="ru",
-        prompt="Почему в Москве зимой так рано темнеет? Ответь коротко.",
-        answer="Москва находится далеко на севере, поэтому зимой день очень короткий.",
     ),
     Turn(
         kind="code",

@@ -17,9 +17,12 @@ the budget (exact near the boundary).
 For every provider call it compares with the prompt tokens the provider
 reported:
 
-- ``built-in``: the o200k_base estimate of what was sent;
-- ``calibrated``: that estimate scaled by the calibration learned from the
-  rounds before (what limiting decides on when no exact count is taken);
+- ``built-in``: the o200k_base estimate of what was sent (the request's
+  counter for every target);
+- ``calibrated``: the run's own calibrated estimate of what it sent
+  (``RoundRecord.calibrated_input_tokens``): counted from the previous report
+  and the calibration's ratio, what limiting decides on when no exact count
+  is taken;
 - ``exact``: the provider's own count (llama-server's ``/apply-template`` and
   ``/tokenize``; the local model's tokenizer). llama-cpp-python's server has
   no way to count, so it has none;
@@ -95,9 +98,9 @@ class Call:
     turn: int
     kind: str
     builtin: int
-    calibrated: int
     exact: int | None
-    tools: tuple[str, ...] = ()
+    calibrated: int | None = None
+    """The run's own calibrated estimate of what it sent (``RoundRecord``)."""
     reported: int | None = None
     refused: bool = False
 
@@ -149,7 +152,6 @@ class Recorder:
             record.refused = True
             raise
         record.reported = response.usage.input_tokens or None
-        self.measure.learn(record)
         return response
 
     def stream(self, call: ProviderCall) -> Any:  # pragma: no cover - the benchmark completes
@@ -232,50 +234,39 @@ class _Capture:
 
 
 class Measure:
-    """The built-in, calibrated and exact counts of what is sent, or would be."""
+    """The built-in and exact counts of what is sent, and what would be sent."""
 
     def __init__(self, driver: Driver, model: Model, exact: Any | None) -> None:
         self.projection = driver.replay_projection(model)
         self.builtin = BuiltinTokenCounter().with_projection(self.projection)
         self.exact = exact
-        self.calibration = TokenCalibration()
         self.model = model
+        self.calibration = TokenCalibration()
+        """The client's calibration (the conversation's client shares it)."""
 
     async def call(self, call: ProviderCall, turn: int, kind: str) -> Call:
-        builtin = self.builtin.count(call.messages, call.tools)
-        names = [t.name for t in call.tools]
         exact = None
         if self.exact is not None:
             exact = await _maybe_await(self.exact.count(call.messages, call.tools))
         return Call(
             turn=turn,
             kind=kind,
-            builtin=builtin,
-            calibrated=self.calibration.calibrate(self.model.name, builtin, names),
+            builtin=self.builtin.count(call.messages, call.tools),
             exact=exact,
-            tools=tuple(names),
         )
-
-    def learn(self, record: Call) -> None:
-        if record.reported is not None:
-            self.calibration.observe(
-                self.model.name,
-                estimated_tokens=record.builtin,
-                reported_tokens=record.reported,
-                tools=record.tools,
-            )
 
     async def would_be_refused(self, send: Send, *, calibrated: bool) -> bool | None:
         """Whether what limiting sends deciding on the estimate alone (or the calibrated
         estimate alone) is, counted exactly, at or over the window."""
         if self.exact is None:
             return None
-        ratios = self.calibration.ratios_of(self.model.name) if calibrated else None
         capture = _Capture(self.projection)
         client = Client(
             capture,  # type: ignore[arg-type]
             token_counter=self.builtin,
-            calibration=TokenCalibration(ratios) if ratios else None,
+            # The client's own: its ratio and its last report; the capture reports
+            # nothing, so it learns nothing here.
+            calibration=self.calibration if calibrated else None,
             default_model=self.model,
         )
         await turn_request(client, send).with_exact_count_margin(None).run()
@@ -294,9 +285,13 @@ class Dialogue:
         self.recorder = Recorder(target.driver, self.measure)
         engine_exact = target.engine_exact and target.exact is not None
         self.exact = CountingExact(target.exact) if engine_exact else None
+        # The built-in estimates for every target (the local model's driver would
+        # offer its exact tokenizer instead), calibrated, with the exact counter near
+        # the budget where there is one.
         self.client = Client(
             self.recorder,  # type: ignore[arg-type]
-            calibration=TokenCalibration(),
+            token_counter=self.measure.builtin,
+            calibration=self.measure.calibration,
             exact_token_counter=self.exact,
             default_model=target.model,
         )
@@ -320,7 +315,8 @@ class Dialogue:
             calibrated_alone = bool(calibrated) or calibrated_alone
             # A refusal the run's own retry could not recover from ends the send.
             with contextlib.suppress(ContextLengthExceededError):
-                await turn_request(self.client, send).run()
+                record = (await turn_request(self.client, send).run()).rounds[0]
+                self.recorder.calls[-1].calibrated = record.calibrated_input_tokens
         self.history.extend(said)
         calls = self.recorder.calls[before[0] :]
         exact_known = self.measure.exact is not None
@@ -389,7 +385,7 @@ class Summary:
 def summarize(name: str, rows: Sequence[TurnRow]) -> Summary:
     calls = [c for row in rows for c in row.calls if c.reported]
     builtin = [error(c.builtin, c.reported) or 0.0 for c in calls]
-    later = [c for c in calls if c.turn > CALIBRATION_TURNS]
+    later = [c for c in calls if c.turn > CALIBRATION_TURNS and c.calibrated is not None]
     calibrated = [error(c.calibrated, c.reported) or 0.0 for c in later]
     exact = [error(c.exact, c.reported) for c in calls if c.exact is not None]
 
@@ -532,7 +528,7 @@ async def targets(
                     driver=on_device,
                     model=on_device.model,
                     exact=on_device.token_counter(),
-                    engine_exact=False,
+                    engine_exact=True,
                 )
             )
         yield found

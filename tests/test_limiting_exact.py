@@ -181,14 +181,13 @@ async def test_no_margin_never_asks() -> None:
 
 @pytest.mark.anyio
 async def test_a_calibrated_estimate_decides_far_from_the_budget_and_asks_near_it() -> None:
-    calibration = TokenCalibration({"m": 1.2})
     server = Server(per_message=12)
-    far, _ = await run(server, turns=4, budget=1_000, calibration=calibration)
+    far, _ = await run(server, turns=4, budget=1_000, calibration=TokenCalibration({"m": 1.2}))
     assert far.rounds[0].limiting is not None
     assert far.rounds[0].limiting.counted_by == "calibrated estimate"
     assert far.rounds[0].calibrated_input_tokens == 108
     # 90 estimated is 108 calibrated: within a tenth of 115, so the server is asked.
-    near, _ = await run(server, turns=4, budget=115, calibration=calibration)
+    near, _ = await run(server, turns=4, budget=115, calibration=TokenCalibration({"m": 1.2}))
     record = near.rounds[0].limiting
     assert record is not None
     assert record.counted_by == "exact"

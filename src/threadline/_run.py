@@ -42,7 +42,7 @@ from threadline._provider import (
 )
 from threadline._result import RoundRecord, RunResult
 from threadline._telemetry import for_run
-from threadline.counting._calibration import CalibratedCounter
+from threadline.counting._calibration import calibrated_estimate
 from threadline.counting._protocol import TokenCounter
 from threadline.limiting._budget import Budget
 from threadline.limiting._engine import apply_limits
@@ -69,6 +69,7 @@ class _Round:
     calibrated: int | None = None
     exact: int | None = None
     """The exact count of what was sent, when one was taken of it."""
+    sent: tuple[Message, ...] = ()
     limiting: LimitingRecord | None = None
     retry_limiting: LimitingRecord | None = None
     context_retry: bool = False
@@ -126,13 +127,13 @@ class Run:
     # -- limiting and sending -----------------------------------------------------------
 
     def _counter(self) -> TokenCounter:
-        """The estimate limiting counts with: scaled by the calibration, when there is one."""
+        """The estimate limiting counts with: calibrated, when the client calibrates."""
         plan = self.plan
-        calibration = plan.calibration
-        ratio = None
-        if calibration is not None:
-            ratio = calibration.ratio(plan.model.name, plan.toolset.names)
-        return plan.counter if ratio is None else CalibratedCounter(plan.counter, ratio)
+        if plan.calibration is None:
+            return plan.counter
+        return plan.calibration.estimate(
+            plan.model.name, plan.counter, self.transcript, plan.toolset.tools
+        )
 
     async def _limit(self, current: _Round) -> LimitingOutcome:
         counter = self._counter()
@@ -151,6 +152,7 @@ class Run:
         self.transcript = outcome.messages
         self.prompt_index = outcome.prompt_index
         record = outcome.record
+        current.sent = self.transcript
         current.estimated = record.tokens_after
         current.exact = record.exact_tokens_sent
         tools = self.plan.toolset.tools
@@ -159,9 +161,9 @@ class Run:
         else:
             current.raw_estimate = self.plan.counter.count(self.transcript, tools)
             current.calibrated = (
-                counter.count(self.transcript, tools)
-                if isinstance(counter, CalibratedCounter)
-                else None
+                None
+                if calibrated_estimate(counter) is None
+                else counter.count(self.transcript, tools)
             )
         return outcome
 
@@ -274,6 +276,7 @@ class Run:
                 estimated_tokens=current.raw_estimate,
                 reported_tokens=reported,
                 tools=self.plan.toolset.names,
+                sent=current.sent,
             )
         record = RoundRecord(
             round=current.number,

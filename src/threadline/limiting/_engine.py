@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from threadline._errors import HandlerError, ThreadlineError, TranscriptIntegrityError
 from threadline._messages import Message
 from threadline.counting._anchored import AnchoredCounter
-from threadline.counting._calibration import CalibratedCounter
+from threadline.counting._calibration import calibrated_estimate
 from threadline.counting._protocol import TokenCounter
 from threadline.counting._resolution import ExactCounter
 from threadline.limiting._budget import Budget, budget_report
@@ -148,7 +148,7 @@ class _Limiting:
         self.exact_tokens: int | None = None
         self.exact_candidate: tuple[Message, ...] | None = None
         self.counted_by: CountedBy = (
-            "calibrated estimate" if isinstance(counter, CalibratedCounter) else "estimate"
+            "estimate" if calibrated_estimate(counter) is None else "calibrated estimate"
         )
         self.runs: list[HandlerRun] = []
         self.dropped: list[DroppedUnit] = []
@@ -189,8 +189,8 @@ class _Limiting:
         counter = self.counter
         self.estimated_tokens = self.tokens
         # Rewrites are priced from the raw estimate: calibration is superseded here.
-        estimate = counter.counter if isinstance(counter, CalibratedCounter) else counter
-        self.counter = AnchoredCounter(
+        estimate = calibrated_estimate(counter) or counter
+        self.counter = AnchoredCounter.near_budget(
             estimate, candidate, self.tools, exact_tokens=counted, margin=margin
         )
         self.tokens = self.exact_tokens = counted
