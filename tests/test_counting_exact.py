@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from threadline import Client, InvalidRequestError, Message, Model, RequestSettings, Tool
+from threadline import Client, InvalidRequestError, Message, Model, Origin, RequestSettings, Tool
 from threadline.counting import (
     AnchoredCounter,
     ApproximateCounter,
@@ -123,7 +123,9 @@ def _transcript(n: int) -> list[Message]:
 
 def test_the_anchor_counts_exactly_what_the_exact_counter_said() -> None:
     anchor = _transcript(6)
-    counter = AnchoredCounter(PerMessageCounter(), anchor, (), exact_tokens=80, margin=0.1)
+    counter = AnchoredCounter.near_budget(
+        PerMessageCounter(), anchor, (), exact_tokens=80, margin=0.1
+    )
     assert counter.count(anchor) == 80
     assert counter.count(anchor) == counter.overhead_tokens() + sum(
         counter.message_tokens(m) for m in anchor
@@ -134,30 +136,35 @@ def test_a_dropped_message_saves_no_more_than_its_discounted_estimate() -> None:
     anchor = _transcript(6)
     # Estimated 63, exact 126: the ratio is 2, but a single message is only
     # trusted to save 1 * (1 - 0.1) of its estimate of 10 tokens.
-    counter = AnchoredCounter(PerMessageCounter(), anchor, (), exact_tokens=126, margin=0.1)
+    counter = AnchoredCounter.near_budget(
+        PerMessageCounter(), anchor, (), exact_tokens=126, margin=0.1
+    )
     assert counter.count(anchor[2:]) == 126 - 2 * 9
     # Under 1, the ratio itself discounts: estimated 63, exact 50.
-    low = AnchoredCounter(PerMessageCounter(), anchor, (), exact_tokens=50, margin=0.1)
+    low = AnchoredCounter.near_budget(PerMessageCounter(), anchor, (), exact_tokens=50, margin=0.1)
     assert low.message_tokens(anchor[0]) == 7  # floor(10 * 50/63 * 0.9)
 
 
 def test_an_added_message_costs_its_estimate_scaled_up() -> None:
     anchor = _transcript(4)
-    counter = AnchoredCounter(PerMessageCounter(), anchor, (), exact_tokens=86, margin=0.1)
+    counter = AnchoredCounter.near_budget(
+        PerMessageCounter(), anchor, (), exact_tokens=86, margin=0.1
+    )
     summary = Message.user("a summary")
     # ratio 86 / 43 = 2; an addition costs ceil(10 * 2 * 1.1) = 22
     assert counter.message_tokens(summary) == 22
-    # An equal message that is not the anchor's own object is an addition too.
-    twin = Message.user("q0")
-    assert twin == anchor[0]
-    assert twin is not anchor[0]
-    assert counter.message_tokens(twin) == 22
+    # Messages match by value, their origin aside: the next request's history.
+    again = Message.user("q0", origin=Origin.TURN)
+    assert again is not anchor[0]
+    assert counter.message_tokens(again) == counter.message_tokens(anchor[0]) == 9
 
 
 def test_a_repeated_message_object_keeps_the_anchor_exact() -> None:
     same = Message.user("again")
     anchor = [same, Message.assistant("x"), same]
-    counter = AnchoredCounter(PerMessageCounter(), anchor, (), exact_tokens=40, margin=0.0)
+    counter = AnchoredCounter.near_budget(
+        PerMessageCounter(), anchor, (), exact_tokens=40, margin=0.0
+    )
     assert counter.count(anchor) == 40
 
 
@@ -169,6 +176,6 @@ def test_tools_other_than_the_anchors_are_priced_like_additions() -> None:
     tool = Tool.from_function(lookup)
     estimate: TokenCounter = ApproximateCounter()
     anchor = _transcript(4)
-    counter = AnchoredCounter(estimate, anchor, (), exact_tokens=100, margin=0.1)
+    counter = AnchoredCounter.near_budget(estimate, anchor, (), exact_tokens=100, margin=0.1)
     extra = estimate.count([], [tool])
     assert counter.count(anchor, [tool]) > 100 + extra

@@ -209,7 +209,7 @@ class Request:
 
     def with_exact_count_margin(self, margin: float | None) -> Self:
         """How near the budget, as a fraction of it, an estimate must come for the exact
-        counter to be asked (default 0.1: from 90% of the budget up). ``None`` never
+        counter to be asked (default 0.1: above 90% of the budget). ``None`` never
         asks it; ``0`` asks only when the estimate is over the budget."""
         return self._change("with_exact_count_margin", exact_count_margin=margin)
 

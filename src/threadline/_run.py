@@ -42,7 +42,7 @@ from threadline._provider import (
 )
 from threadline._result import RoundRecord, RunResult
 from threadline._telemetry import for_run
-from threadline.counting._calibration import CalibratedCounter
+from threadline.counting._calibration import calibrated_estimate
 from threadline.counting._protocol import TokenCounter
 from threadline.limiting._budget import Budget
 from threadline.limiting._engine import apply_limits
@@ -67,6 +67,9 @@ class _Round:
     raw_estimate: int = 0
     """The request counter's own estimate of what was sent."""
     calibrated: int | None = None
+    exact: int | None = None
+    """The exact count of what was sent, when one was taken of it."""
+    sent: tuple[Message, ...] = ()
     limiting: LimitingRecord | None = None
     retry_limiting: LimitingRecord | None = None
     context_retry: bool = False
@@ -124,13 +127,13 @@ class Run:
     # -- limiting and sending -----------------------------------------------------------
 
     def _counter(self) -> TokenCounter:
-        """The estimate limiting counts with: scaled by the calibration, when there is one."""
+        """The estimate limiting counts with: calibrated, when the client calibrates."""
         plan = self.plan
-        calibration = plan.calibration
-        ratio = None
-        if calibration is not None:
-            ratio = calibration.ratio(plan.model.name, plan.toolset.names)
-        return plan.counter if ratio is None else CalibratedCounter(plan.counter, ratio)
+        if plan.calibration is None:
+            return plan.counter
+        return plan.calibration.estimate(
+            plan.model.name, plan.counter, self.transcript, plan.toolset.tools
+        )
 
     async def _limit(self, current: _Round) -> LimitingOutcome:
         counter = self._counter()
@@ -143,16 +146,25 @@ class Run:
             post=self.plan.post,
             round=current.number,
             prompt_index=self.prompt_index,
+            exact_counter=self.plan.exact_counter,
+            exact_margin=self.plan.exact_margin,
         )
         self.transcript = outcome.messages
         self.prompt_index = outcome.prompt_index
-        current.estimated = outcome.record.tokens_after
-        if isinstance(counter, CalibratedCounter):
-            current.calibrated = current.estimated
-            current.raw_estimate = self.plan.counter.count(self.transcript, self.plan.toolset.tools)
+        record = outcome.record
+        current.sent = self.transcript
+        current.estimated = record.tokens_after
+        current.exact = record.exact_tokens_sent
+        tools = self.plan.toolset.tools
+        if record.counted_by == "estimate":
+            current.raw_estimate, current.calibrated = record.tokens_after, None
         else:
-            current.calibrated = None
-            current.raw_estimate = current.estimated
+            current.raw_estimate = self.plan.counter.count(self.transcript, tools)
+            current.calibrated = (
+                None
+                if calibrated_estimate(counter) is None
+                else counter.count(self.transcript, tools)
+            )
         return outcome
 
     async def _send_round(self, current: _Round) -> AsyncGenerator[StreamEvent, None]:
@@ -264,12 +276,14 @@ class Run:
                 estimated_tokens=current.raw_estimate,
                 reported_tokens=reported,
                 tools=self.plan.toolset.names,
+                sent=current.sent,
             )
         record = RoundRecord(
             round=current.number,
             usage=response.usage,
             estimated_input_tokens=current.raw_estimate,
             calibrated_input_tokens=current.calibrated,
+            exact_input_tokens=current.exact,
             reported_input_tokens=reported,
             limiting=current.limiting,
             budget_reason=current.budget_reason,

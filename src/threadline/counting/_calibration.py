@@ -9,12 +9,16 @@ own way (a system prompt of instructions, often), so their ratio is not the
 messages'. Until a tool set has been seen, the model's own ratio stands in.
 
 A ratio only ratchets up: the first observation sets it, a later one raises
-it when it is higher, nothing lowers it. A calibrated
-estimate therefore errs towards counting too much (a turn that keeps a unit
-less) rather than too little (a turn the provider refuses).
+it when it is higher, nothing lowers it. A calibrated estimate therefore errs
+towards counting too much (a turn that keeps a unit less) rather than too
+little (a turn the provider refuses).
 
-:class:`CalibratedCounter` is a counter's estimate scaled by one ratio,
-rounded up: what limiting counts with when a client has a calibration.
+The last report is kept too, with the prompt it counted: it is an exact count
+of a transcript the next one mostly repeats. So a transcript that holds most
+of that prompt is counted from the report (:class:`ReportAnchoredCounter`):
+the report, less what is gone from it (at that prompt's own ratio), plus what
+is new (at the calibration's ratio). Only what changed since is estimated.
+Any other transcript is the estimate times the ratio (:class:`CalibratedCounter`).
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from threadline._validate import fail, non_negative_int
+from threadline.counting._anchored import AnchoredCounter, message_key
+from threadline.counting._scaling import scaled
 
 if TYPE_CHECKING:
     from threadline._messages import Message
@@ -33,11 +39,18 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_MIN_ESTIMATED_TOKENS",
+    "MIN_ANCHOR_OVERLAP",
     "CalibratedCounter",
+    "ReportAnchoredCounter",
     "TokenCalibration",
+    "calibrated_estimate",
     "calibration_key",
     "scaled",
 ]
+
+MIN_ANCHOR_OVERLAP = 0.5
+"""How much of the last reported prompt (by its estimate) a transcript must hold to be
+counted from that report."""
 
 DEFAULT_MIN_ESTIMATED_TOKENS = 64
 """Rounds estimated below this many tokens teach a calibration nothing.
@@ -46,16 +59,6 @@ A tiny prompt's ratio is mostly framing (a template's default system
 message, a tokenizer's start token), which says little about the next,
 larger prompt; and a ratio that only ratchets up would keep that noise.
 """
-
-# A product such as 1.1 * 100 is 110.00000000000001 in binary floating point;
-# rounding it up must still give 110.
-_EPSILON = 1e-9
-
-
-def scaled(tokens: int, ratio: float) -> int:
-    """``tokens`` times ``ratio``, rounded up (never below a count it should equal)."""
-    return max(0, math.ceil(tokens * ratio - _EPSILON))
-
 
 def calibration_key(model: str, tools: Iterable[str] = ()) -> str:
     """Where a calibration keeps the ratio of ``model`` sent with the tools named ``tools``:
@@ -101,7 +104,7 @@ class TokenCalibration:
         calibration.ratio("smollm2")  # e.g. 1.31 after a few turns
     """
 
-    __slots__ = ("_lock", "_min_estimated_tokens", "_ratios")
+    __slots__ = ("_last", "_lock", "_min_estimated_tokens", "_ratios")
 
     def __init__(
         self,
@@ -112,6 +115,8 @@ class TokenCalibration:
         self._min_estimated_tokens = non_negative_int("min_estimated_tokens", min_estimated_tokens)
         self._lock = threading.Lock()
         self._ratios: dict[str, float] = {}
+        # The last report per key, with the prompt it counted: (messages, tokens).
+        self._last: dict[str, tuple[tuple[Message, ...], int]] = {}
         if ratios is not None:
             self.absorb(ratios)
 
@@ -144,17 +149,46 @@ class TokenCalibration:
         estimated_tokens: int,
         reported_tokens: int,
         tools: Iterable[str] = (),
+        sent: Sequence[Message] | None = None,
     ) -> float | None:
         """Learn from one response: the prompt (sent with the tools named ``tools``) was
         estimated at ``estimated_tokens`` and the provider reported ``reported_tokens``.
-        Returns the ratio that applies now.
+        ``sent``, the prompt's messages, is kept with the report, to count the next
+        transcripts from (see the module docstring). Returns the ratio that applies now.
 
         An estimate under :attr:`min_estimated_tokens` or a report of 0 changes nothing.
         """
         tools = tuple(tools)
         if estimated_tokens < max(1, self._min_estimated_tokens) or reported_tokens <= 0:
             return self.ratio(model, tools)
-        return self._raise(calibration_key(model, tools), reported_tokens / estimated_tokens)
+        key = calibration_key(model, tools)
+        if sent is not None:
+            with self._lock:
+                self._last[key] = (tuple(sent), reported_tokens)
+        return self._raise(key, reported_tokens / estimated_tokens)
+
+    def estimate(
+        self,
+        model: str,
+        counter: TokenCounter,
+        transcript: Sequence[Message],
+        tools: Sequence[Tool] = (),
+    ) -> TokenCounter:
+        """The calibrated counter for ``transcript`` of ``model`` sent with ``tools``:
+        counted from the last report when the transcript holds most of its prompt,
+        else ``counter`` times the ratio; ``counter`` itself before any observation."""
+        names = [t.name for t in tools]
+        ratio = self.ratio(model, names)
+        if ratio is None:
+            return counter
+        last = self._last.get(calibration_key(model, names))
+        if last is not None:
+            anchored = ReportAnchoredCounter.if_it_holds(
+                counter, last[0], tools, reported_tokens=last[1], ratio=ratio, within=transcript
+            )
+            if anchored is not None:
+                return anchored
+        return CalibratedCounter(counter, ratio)
 
     def absorb(self, ratios: Mapping[str, float]) -> None:
         """Take in ratios learned elsewhere (a saved conversation, another process),
@@ -218,3 +252,51 @@ class CalibratedCounter:
 
     def __repr__(self) -> str:
         return f"CalibratedCounter({self._counter!r}, ratio={self._ratio:.4f})"
+
+
+class ReportAnchoredCounter(AnchoredCounter):
+    """A transcript counted from the provider's last report (an
+    :class:`~threadline.counting.AnchoredCounter` whose anchor is the reported prompt):
+    what it lacks of that prompt is priced at the prompt's own ratio of report to
+    estimate, what it adds at the calibration's ratio."""
+
+    __slots__ = ()
+
+    @classmethod
+    def if_it_holds(
+        cls,
+        counter: TokenCounter,
+        reported: Sequence[Message],
+        tools: Sequence[Tool],
+        *,
+        reported_tokens: int,
+        ratio: float,
+        within: Sequence[Message],
+    ) -> ReportAnchoredCounter | None:
+        """The counter anchored on ``reported``, when ``within`` holds at least
+        :data:`MIN_ANCHOR_OVERLAP` of it by the estimate; otherwise ``None``."""
+        estimated = counter.count(reported, tools)
+        if estimated <= 0:
+            return None
+        present = {message_key(m) for m in within}
+        shared = [m for m in reported if message_key(m) in present]
+        overhead = counter.count([], tools)
+        if counter.count(shared, tools) - overhead < MIN_ANCHOR_OVERLAP * (estimated - overhead):
+            return None
+        return cls(
+            counter,
+            reported,
+            tools,
+            exact_tokens=reported_tokens,
+            dropped_ratio=reported_tokens / estimated,
+            added_ratio=ratio,
+        )
+
+
+def calibrated_estimate(counter: TokenCounter) -> TokenCounter | None:
+    """The uncalibrated counter under a calibrated one; ``None`` for any other counter."""
+    if isinstance(counter, CalibratedCounter):
+        return counter.counter
+    if isinstance(counter, ReportAnchoredCounter):
+        return counter.estimate
+    return None

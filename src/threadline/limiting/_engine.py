@@ -18,6 +18,15 @@ is still there (by value and in order, see
 :class:`HandlerError` and keeps its own transcript. A handler that raises
 aborts with its own error. What was dropped, by which handler and why, goes
 into the ledger (:mod:`threadline.limiting._ledger`).
+
+Exact only near the boundary: the step decides on the estimate (calibrated,
+when the run is), and only when that estimate comes within ``exact_margin``
+of the budget, or over it, does it ask the exact counter (a round trip), once,
+for what the estimate alone would send. That count then decides: the
+handlers see an :class:`~threadline.counting.AnchoredCounter` that counts
+that transcript exactly and prices what they drop from it or keep beside it
+from the estimate, leaning towards too many tokens. An exact counter that
+fails leaves the decision to the estimate, with a warning.
 """
 
 from __future__ import annotations
@@ -26,9 +35,12 @@ import inspect
 import logging
 from collections.abc import Sequence
 
-from threadline._errors import HandlerError, TranscriptIntegrityError
+from threadline._errors import HandlerError, ThreadlineError, TranscriptIntegrityError
 from threadline._messages import Message
+from threadline.counting._anchored import AnchoredCounter
+from threadline.counting._calibration import calibrated_estimate
 from threadline.counting._protocol import TokenCounter
+from threadline.counting._resolution import ExactCounter
 from threadline.limiting._budget import Budget, budget_report
 from threadline.limiting._drop_oldest import drop_oldest_units
 from threadline.limiting._event import (
@@ -39,6 +51,7 @@ from threadline.limiting._event import (
     handler_name,
 )
 from threadline.limiting._ledger import (
+    CountedBy,
     DroppedUnit,
     HandlerRun,
     LimitingOutcome,
@@ -72,6 +85,8 @@ async def apply_limits(
     post: TokenLimitHandler | None = None,
     round: int = 0,
     prompt_index: int | None = None,
+    exact_counter: ExactCounter | None = None,
+    exact_margin: float | None = None,
 ) -> LimitingOutcome:
     """Run one limiting step: count, Pre, recount, Post, recount.
 
@@ -79,7 +94,9 @@ async def apply_limits(
     ``drop_oldest_units(None)``; a ``pre`` given replaces it outright.
     ``post`` has no default. ``prompt_index`` is the position of the current
     prompt (see :func:`~threadline.limiting._units.split_units` for what it pins).
-    ``messages`` is never modified.
+    ``messages`` is never modified. ``exact_counter`` is asked when the
+    estimate is over ``(1 - exact_margin)`` times the budget (``None``
+    either way: never).
 
     Raises:
         TranscriptIntegrityError: ``messages`` itself is broken.
@@ -89,8 +106,12 @@ async def apply_limits(
     """
     state = _Limiting(tuple(messages), tuple(tools), counter, budget, round, prompt_index)
     if budget is not None:
+        first = pre if pre is not None else drop_oldest_units(None)
+        if exact_counter is not None and exact_margin is not None:
+            built_in = first if pre is None else None
+            await state.count_exactly(exact_counter, exact_margin, budget, built_in)
         handlers: tuple[tuple[Phase, TokenLimitHandler | None], ...] = (
-            ("pre", pre if pre is not None else drop_oldest_units(None)),
+            ("pre", first),
             ("post", post),
         )
         for phase, handler in handlers:
@@ -123,8 +144,58 @@ class _Limiting:
         self.current: list[Message] = list(messages)
         self.sources: list[int | None] = list(range(len(messages)))
         self.tokens_before = self.tokens = counter.count(messages, tools)
+        self.estimated_tokens = self.tokens
+        self.exact_tokens: int | None = None
+        self.exact_candidate: tuple[Message, ...] | None = None
+        self.counted_by: CountedBy = (
+            "estimate" if calibrated_estimate(counter) is None else "calibrated estimate"
+        )
         self.runs: list[HandlerRun] = []
         self.dropped: list[DroppedUnit] = []
+
+    async def count_exactly(
+        self,
+        exact: ExactCounter,
+        margin: float,
+        budget: Budget,
+        built_in: TokenLimitHandler | None,
+    ) -> None:
+        """Near the budget (or over it), let the exact count decide.
+
+        What is counted exactly is what the estimate alone would send: the
+        transcript when it fits by the estimate; when it does not and Pre is
+        the built-in (``built_in``), what the built-in keeps of it by the
+        estimate, which this step then adopts. So the exact count anchors
+        close to what is sent, and what is still dropped after it is little,
+        however long the transcript given. With a Pre of the caller's own,
+        the transcript given is counted.
+        """
+        if self.tokens <= budget.prompt_tokens * (1 - margin):
+            return
+        if built_in is not None and self.tokens > budget.prompt_tokens:
+            await self.run("pre", built_in, budget)
+        candidate = tuple(self.current)
+        try:
+            found = exact.count(candidate, self.tools)
+            counted: int = await found if inspect.isawaitable(found) else found
+        except ThreadlineError as exc:
+            logger.warning(
+                "round %d: the exact counter failed (%s); deciding on the estimate of %d tokens",
+                self.round,
+                exc,
+                self.tokens,
+            )
+            return
+        counter = self.counter
+        self.estimated_tokens = self.tokens
+        # Rewrites are priced from the raw estimate: calibration is superseded here.
+        estimate = calibrated_estimate(counter) or counter
+        self.counter = AnchoredCounter.near_budget(
+            estimate, candidate, self.tools, exact_tokens=counted, margin=margin
+        )
+        self.tokens = self.exact_tokens = counted
+        self.exact_candidate = candidate
+        self.counted_by = "exact"
 
     async def run(self, phase: Phase, handler: TokenLimitHandler, budget: Budget) -> None:
         name = handler_name(handler)
@@ -253,6 +324,14 @@ class _Limiting:
                 )
             )
 
+    def _sent_candidate(self) -> bool:
+        candidate = self.exact_candidate
+        return (
+            candidate is not None
+            and len(candidate) == len(self.current)
+            and all(a is b for a, b in zip(candidate, self.current, strict=True))
+        )
+
     def outcome(self) -> LimitingOutcome:
         budget = self.budget
         over = budget is not None and self.tokens > budget.prompt_tokens
@@ -286,6 +365,10 @@ class _Limiting:
             dropped=tuple(self.dropped),
             sent_over_budget=over,
             report=report,
+            counted_by=self.counted_by,
+            estimated_tokens=self.estimated_tokens,
+            exact_tokens=self.exact_tokens,
+            exact_tokens_sent=self.exact_tokens if self._sent_candidate() else None,
         )
         prompt_at = None
         if self.prompt_index is not None:

@@ -17,9 +17,18 @@ from threadline._messages import Message, Role
 from threadline.limiting._budget import BudgetReport
 from threadline.limiting._units import UnitKind
 
-__all__ = ["DroppedUnit", "HandlerRun", "LimitingOutcome", "LimitingRecord", "Phase"]
+__all__ = [
+    "CountedBy",
+    "DroppedUnit",
+    "HandlerRun",
+    "LimitingOutcome",
+    "LimitingRecord",
+    "Phase",
+]
 
 Phase: TypeAlias = Literal["pre", "post"]
+CountedBy: TypeAlias = Literal["estimate", "calibrated estimate", "exact"]
+"""Which count a limiting step decided on."""
 
 
 @attrs.frozen(kw_only=True)
@@ -64,6 +73,18 @@ class LimitingRecord:
     units they removed, oldest first within each handler;
     ``sent_over_budget`` whether what is sent is still over the budget;
     ``report`` where the tokens of what is sent went.
+
+    Which count decided is ``counted_by``: the request counter's
+    ``"estimate"``, the ``"calibrated estimate"`` (scaled by the client's
+    calibration), or ``"exact"``, when the estimate came near the budget and
+    the exact counter was asked about what the estimate alone would send
+    (the transcript given, or the built-in handler's cut of it). Then
+    ``exact_tokens`` is that count, ``estimated_tokens`` what the estimate
+    said of the same transcript and :attr:`estimate_error` how far it was;
+    ``tokens_before`` stays the estimate of the transcript given,
+    ``tokens_after`` is counted from the exact count
+    (:class:`~threadline.counting.AnchoredCounter`), and ``exact_tokens_sent``
+    is the exact count when that very transcript was sent.
     """
 
     round: int
@@ -74,11 +95,27 @@ class LimitingRecord:
     dropped: tuple[DroppedUnit, ...]
     sent_over_budget: bool
     report: BudgetReport
+    counted_by: CountedBy = "estimate"
+    estimated_tokens: int | None = None
+    """The estimate (calibrated, when it was) of the transcript given, or of what
+    was counted exactly."""
+    exact_tokens: int | None = None
+    """The exact count taken, when the exact counter was asked."""
+    exact_tokens_sent: int | None = None
+    """The exact count of what was sent, when it is what was counted exactly."""
 
     @property
     def limited(self) -> bool:
         """True when any handler ran."""
         return bool(self.handlers)
+
+    @property
+    def estimate_error(self) -> float | None:
+        """How far the estimate was from the exact count, as a fraction of it
+        (``-0.04``: 4% under); ``None`` when no exact count was taken."""
+        if self.exact_tokens is None or self.estimated_tokens is None or not self.exact_tokens:
+            return None
+        return (self.estimated_tokens - self.exact_tokens) / self.exact_tokens
 
 
 @attrs.frozen(kw_only=True)
