@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 import httpx
+from httpx_aiohttp import HttpxAiohttpClient
 
 from threadline import Client, FinalResult, Message, Model, TextDelta
 from threadline.drivers import AnthropicDriver, ProviderCall
@@ -122,7 +123,14 @@ class AnthropicClients:
             AnthropicDriver(base_url=self.stream_base, api_key=API_KEY, max_retries=0),
             default_model=self.model,
         )
+        self.threadline_aiohttp = Client(
+            AnthropicDriver(
+                base_url=self.base, api_key=API_KEY, max_retries=0, transport="aiohttp"
+            ),
+            default_model=self.model,
+        )
         self.http = httpx.AsyncClient(limits=DEFAULT_LIMITS, timeout=60.0)
+        self.http_aiohttp = HttpxAiohttpClient(limits=DEFAULT_LIMITS, timeout=60.0)
         self.headers = {
             "accept": "application/json",
             "content-type": "application/json",
@@ -141,13 +149,15 @@ class AnthropicClients:
     async def aclose(self) -> None:
         await self.threadline.aclose()
         await self.threadline_stream.aclose()
+        await self.threadline_aiohttp.aclose()
         await self.http.aclose()
+        await self.http_aiohttp.aclose()
         for client in (self.reference, self.reference_stream):
             if client is not None:
                 await client.close()
 
-    async def raw_complete(self, body: dict[str, Any]) -> str:
-        response = await self.http.post(
+    async def raw_complete(self, body: dict[str, Any], *, aiohttp: bool = False) -> str:
+        response = await (self.http_aiohttp if aiohttp else self.http).post(
             f"{self.base}/v1/messages", content=json.dumps(body).encode(), headers=self.headers
         )
         response.raise_for_status()
@@ -177,8 +187,11 @@ class AnthropicClients:
                     break
         return "".join(pieces)
 
-    async def threadline_complete(self, history: list[Message], prompt: str) -> str:
-        request = self.threadline.request().with_messages(history).with_prompt(prompt)
+    async def threadline_complete(
+        self, history: list[Message], prompt: str, *, aiohttp: bool = False
+    ) -> str:
+        client = self.threadline_aiohttp if aiohttp else self.threadline
+        request = client.request().with_messages(history).with_prompt(prompt)
         result = await request.with_max_output_tokens(MAX_TOKENS).run()
         return result.text
 

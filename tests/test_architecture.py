@@ -69,7 +69,7 @@ def test_every_private_module_is_held_to_the_core_contract() -> None:
         f"threadline.{path.stem}"
         for path in SRC.glob("_*.py")
         if path.stem not in {"__init__", "__main__"}
-    }
+    } | {f"threadline.{path.parent.name}" for path in SRC.glob("_*/__init__.py")}
     assert private - listed == set()
 
 

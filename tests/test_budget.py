@@ -90,9 +90,12 @@ def test_an_explicit_reserve_wins_over_max_output_tokens_even_when_it_is_zero() 
     assert budget == Budget(limit=128_000, reserve=0)
 
 
-def test_the_models_own_max_output_tokens_is_not_the_reserve() -> None:
+def test_the_models_own_max_output_tokens_is_the_reserve_when_the_request_sets_none() -> None:
     model = Model("m", context_size=200_000, max_output_tokens=100_000)
-    assert resolve_budget(model).budget == Budget(limit=200_000, reserve=4096)
+    assert resolve_budget(model).budget == Budget(limit=200_000, reserve=100_000)
+    assert resolve_budget(model, max_output_tokens=2_000).budget == Budget(
+        limit=200_000, reserve=2_000
+    )
 
 
 def test_without_an_explicit_limit_the_limit_is_the_models_context_size() -> None:

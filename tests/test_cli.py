@@ -90,7 +90,8 @@ def test_once_prints_the_answer_and_a_status_line_and_persists_the_turn(db: Path
     assert run.out == "Hello, Ada.\n"
     status = run.err.splitlines()[0]
     assert re.fullmatch(
-        r"\[sent \d+ of 3,840 budget tokens \(server: \d+\) · 256 kept for the answer · "
+        r"\[(sent \d+ of 3,840 budget tokens \(server: \d+\)|estimate \d+ · server \d+ "
+        r"\([+-]\d+\.\d%\) of 3,840 budget tokens) · 256 kept for the answer · "
         r"nothing dropped · 1 turn\]",
         status,
     ), status

@@ -70,6 +70,29 @@ async def main():
 anyio.run(main)
 """
 
+RESEND_AND_CRASH = """
+import os, sys
+import anyio
+from threadline import Agent
+from threadline import Client
+from threadline import Conversation
+from threadline import Model
+from threadline.stores.sqlite import SQLiteStore
+from threadline.testing import ScriptedDriver
+
+class Dies(ScriptedDriver):
+    async def complete(self, call):
+        os._exit(17)  # killed while answering the pending prompt again
+
+async def main():
+    agent = Agent(Client(Dies()), model=Model("m", context_size=8192))
+    async with SQLiteStore(sys.argv[1]) as store:
+        conv = await Conversation.load(agent, store, "crashy")
+        await conv.run(conv.pending_messages()[0])
+
+anyio.run(main)
+"""
+
 
 async def python(script: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
     return await anyio.run_process([sys.executable, str(script), *args], check=False)
@@ -135,3 +158,30 @@ async def test_a_process_killed_between_pending_and_commit_leaves_a_store_that_c
         ]
         assert reloaded.pending_events == ()
         assert [t.id for t in reloaded.turns] == [0, 2, 3]
+
+
+async def test_a_process_killed_while_sending_a_pending_prompt_again_leaves_one_copy(
+    tmp_path: Path,
+) -> None:
+    database = tmp_path / "threads.db"
+    crash, resend = tmp_path / "crash.py", tmp_path / "resend.py"
+    crash.write_text(CRASH_MID_TURN)
+    resend.write_text(RESEND_AND_CRASH)
+    assert (await python(crash, str(database))).returncode == 17
+
+    finished = await python(resend, str(database))
+    assert finished.returncode == 17, finished.stderr.decode()
+
+    driver = ScriptedDriver(["I am here."])
+    async with SQLiteStore(database) as store:
+        conv = await Conversation.load(Agent(Client(driver), model=MODEL), store, "crashy")
+        assert [m.text for m in conv.pending_messages()] == ["Are you there?"]
+        await conv.run(conv.pending_messages()[0])
+        reloaded = await Conversation.load(conv.agent, store, "crashy")
+        assert [e.message.text for e in reloaded.events] == [
+            "Hi.",
+            "Hello.",
+            "Are you there?",
+            "I am here.",
+        ]
+        assert reloaded.pending_events == ()

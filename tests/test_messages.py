@@ -264,3 +264,38 @@ def test_values_are_frozen(value: object, field: str) -> None:
 def test_values_are_keyword_only() -> None:
     with pytest.raises(TypeError):
         ToolCall("c", "f")  # type: ignore[misc]
+
+
+# --- constructor arguments of the wrong kind ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("build", "fragment"),
+    [
+        (lambda: Message.user(123), "content must be a str or a sequence of"),
+        (lambda: Message.user(b"hi"), "content must be a str or a sequence of"),
+        (lambda: Message.user({"text": "hi"}), "content must be a str or a sequence of"),
+        (lambda: Message.system(None), "content must be a str or a sequence of"),
+        (lambda: Message.assistant(4.5), "content must be a str or a sequence of"),
+        (lambda: Message.tool("call_1", 7), "content must be a str or a sequence of"),
+        (lambda: Message(role=Role.USER, content=3), "content must be a str or a sequence of"),
+        (lambda: Message.assistant(tool_calls=5), "tool_calls must be a sequence of ToolCall"),
+        (lambda: Message.assistant(tool_calls="c1"), "tool_calls must be a sequence of ToolCall"),
+        (lambda: Message(role="narrator"), "role must be one of system, user, assistant, tool"),
+        (
+            lambda: Message.user("x", origin="elsewhere"),
+            "origin must be one of seed, turn, injection",
+        ),
+    ],
+)
+def test_a_constructor_argument_of_the_wrong_kind_is_refused_by_name(
+    build: object, fragment: str
+) -> None:
+    with pytest.raises(InvalidRequestError, match=fragment):
+        build()  # type: ignore[operator]
+
+
+def test_arguments_nested_too_deeply_are_a_tool_arguments_error() -> None:
+    call = ToolCall(id="c", name="f", arguments="[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ToolArgumentsError, match="nested too deeply"):
+        call.parsed()

@@ -259,7 +259,9 @@ _MESSAGE_REFUSALS = [
     ('{"format_version": null, "messages": []}', "$.format_version", "must be an integer"),
     ('{"format_version": 2, "messages": []}', "$.format_version", "newer threadline"),
     ('{"format_version": 0, "messages": []}', "$.format_version", "older than this threadline"),
-    ('{"format_version": -3, "messages": []}', "$.format_version", "older than this threadline"),
+    ('{"format_version": -3, "messages": []}', "$.format_version", "never negative"),
+    ('{"format_version": ' + "9" * 5000 + "}", "$", "a number too long to read"),
+    ('{"format_version": 0, "messages": []}', "$.format_version", "older than this threadline"),
     ('{"format_version": 1}', "$.messages", "required field is missing"),
     ('{"format_version": 1, "messages": {}}', "$.messages", "expected an array"),
     ('{"format_version": 1, "messages": [], "extra": 1}', "$.extra", "unknown field"),
@@ -459,7 +461,7 @@ _CONVERSATION_REFUSALS = [
     ),
     (
         _conversation_doc(next_turn_id=1, events=[_event({"role": "user"}, turn_id=1)]),
-        "$",
+        "$.events[0].turn_id",
         "not below next_turn_id",
     ),
 ]
@@ -553,3 +555,65 @@ def test_saving_something_else_than_messages_is_a_type_error() -> None:
 def test_a_document_nested_beyond_reading_is_refused_not_crashed() -> None:
     with pytest.raises(ConversationFormatError, match="nested too deeply"):
         loads_messages("[" * 100_000)
+
+
+def _turns(*events: tuple[str, int, bool]) -> str:
+    return _conversation_doc(
+        next_turn_id=9,
+        events=[
+            _event({"role": role}, turn_id=turn, pending=pending) for role, turn, pending in events
+        ],
+    )
+
+
+_IMPOSSIBLE = [
+    (
+        _turns(("user", 0, False), ("assistant", 0, True)),
+        "$.events[1].pending",
+        "only a user message (a submitted prompt) can be pending; this one's role is assistant",
+    ),
+    (
+        _turns(("user", 1, False), ("assistant", 1, False), ("user", 0, False)),
+        "$.events[2].turn_id",
+        "turn_id 0 goes back: event 1 before it is of turn 1",
+    ),
+    (
+        _turns(("user", 0, False), ("user", 1, False), ("assistant", 0, False)),
+        "$.events[2].turn_id",
+        "turn_id 0 goes back",
+    ),
+    (
+        _conversation_doc(next_turn_id=1, events=[_event({"role": "user"}, turn_id=1)]),
+        "$.events[0].turn_id",
+        "turn_id 1 is not below next_turn_id 1",
+    ),
+    (
+        _conversation_doc(format_version=-1),
+        "$.format_version",
+        "format version -1 is not a version: versions are never negative",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "path", "reason"), _IMPOSSIBLE)
+def test_a_document_no_conversation_could_write_is_refused_with_its_path(
+    text: str, path: str, reason: str
+) -> None:
+    with pytest.raises(ConversationFormatError) as caught:
+        loads_conversation(text)
+
+    assert caught.value.path == path
+    assert caught.value.reason.startswith(reason)
+
+
+def test_pending_prompts_stay_out_of_the_order_of_answered_turns() -> None:
+    # A crashed process's prompt stays pending while others answer later turns.
+    document = loads_conversation(
+        _turns(("user", 1, False), ("user", 3, True), ("user", 2, True), ("user", 2, False))
+    )
+    assert [(e.turn_id, e.pending) for e in document.events] == [
+        (1, False),
+        (3, True),
+        (2, True),
+        (2, False),
+    ]

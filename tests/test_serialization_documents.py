@@ -8,9 +8,19 @@ from typing import Any
 import attrs
 import pytest
 
-from threadline import InvalidRequestError, Message, Origin, Usage
+from threadline import (
+    Agent,
+    Client,
+    Conversation,
+    InvalidRequestError,
+    Message,
+    Model,
+    Origin,
+    Usage,
+)
 from threadline.serialization import ConversationDocument, ConversationEvent
 from threadline.serialization._documents import json_value_problem
+from threadline.testing import ScriptedDriver
 
 
 def _event(turn_id: int = 0, **fields: Any) -> ConversationEvent:
@@ -130,3 +140,51 @@ def test_json_value_problem_says_where_a_value_stops_being_json(
     value: object, problem: tuple[str, str] | None
 ) -> None:
     assert json_value_problem(value) == problem
+
+
+def _answer(turn_id: int, **fields: Any) -> ConversationEvent:
+    return ConversationEvent(
+        message=Message.assistant("a", origin=Origin.TURN), turn_id=turn_id, **fields
+    )
+
+
+@pytest.mark.parametrize("role", ["assistant", "system", "tool"])
+def test_only_a_user_message_can_be_pending(role: str) -> None:
+    message = {
+        "assistant": Message.assistant("a"),
+        "system": Message.system("s"),
+        "tool": Message.tool("call_1", "r"),
+    }[role]
+    with pytest.raises(InvalidRequestError, match=f"can be pending; this one's role is {role}"):
+        ConversationEvent(message=message, turn_id=0, pending=True)
+
+
+@pytest.mark.parametrize(
+    ("events", "fragment"),
+    [
+        ([_event(1), _answer(1), _event(0)], "event 2: turn_id 0 goes back: event 1"),
+        ([_event(0), _event(1), _answer(0)], "event 2: turn_id 0 goes back"),
+        ([_event(2), _event(3), _answer(3), _event(2)], "event 3: turn_id 2 goes back"),
+    ],
+)
+def test_a_document_refuses_turn_ids_that_go_back_or_repeat(
+    events: list[ConversationEvent], fragment: str
+) -> None:
+    with pytest.raises(InvalidRequestError, match=fragment):
+        ConversationDocument(id="c", next_turn_id=5, events=events)
+
+
+def test_pending_events_keep_their_place_out_of_the_turn_order() -> None:
+    events = [_event(0), _event(3, pending=True), _event(1), _answer(1), _event(2, pending=True)]
+    document = ConversationDocument(id="c", next_turn_id=4, events=events)
+    assert document.events == tuple(events)
+
+
+@pytest.mark.anyio
+async def test_replace_events_refuses_turn_ids_a_saved_document_could_not_hold() -> None:
+    # Accepted, they would make a conversation that saves but never loads again.
+    client = Client(ScriptedDriver([]), default_model=Model("m", context_size=8192))
+    conversation = Conversation(Agent(client))
+    with pytest.raises(InvalidRequestError, match="goes back"):
+        await conversation.replace_events([_event(2), _answer(2), _event(1), _answer(1)])
+    assert conversation.events == ()

@@ -117,17 +117,24 @@ times = st.none() | st.datetimes(
 def documents(draw: st.DrawFn) -> ConversationDocument:
     transcript = draw(st.lists(messages(), max_size=6))
     next_turn_id = draw(st.integers(min_value=len(transcript) + 1, max_value=2**31))
-    events = [
-        ConversationEvent(
-            message=message,
-            turn_id=draw(st.integers(min_value=0, max_value=next_turn_id - 1)),
-            usage=draw(st.none() | usages),
-            pending=draw(st.booleans()),
-            model=draw(optional_text),
-            finish_reason=draw(optional_text),
+    turn_ids = st.integers(min_value=0, max_value=next_turn_id - 1)
+    # Answered turns never go back; a pending prompt (a user message) may carry any id.
+    answered_ids = iter(
+        sorted(draw(st.lists(turn_ids, min_size=len(transcript), max_size=len(transcript))))
+    )
+    events = []
+    for message in transcript:
+        pending = message.role is Role.USER and draw(st.booleans())
+        events.append(
+            ConversationEvent(
+                message=message,
+                turn_id=draw(turn_ids) if pending else next(answered_ids),
+                usage=draw(st.none() | usages),
+                pending=pending,
+                model=draw(optional_text),
+                finish_reason=draw(optional_text),
+            )
         )
-        for message in transcript
-    ]
     return ConversationDocument(
         id=draw(any_text.filter(bool)),
         events=events,

@@ -305,8 +305,10 @@ async def test_an_event_row_that_breaks_the_document_is_refused_naming_the_conve
     with pytest.raises(ConversationFormatError) as caught:
         await store.load("c1")
 
-    assert caught.value.path == "$"
-    assert caught.value.reason.startswith("stored conversation 'c1': event 1 has turn_id 7")
+    assert caught.value.path == "$.events[1].turn_id"
+    assert caught.value.reason.startswith(
+        "stored conversation 'c1', event seq 1: turn_id 7 is not below next_turn_id"
+    )
 
 
 async def test_an_event_row_of_bytes_that_are_not_utf8_is_refused(

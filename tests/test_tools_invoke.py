@@ -6,6 +6,7 @@ import datetime
 import enum
 import json
 import threading
+from collections.abc import Iterator, Mapping
 from typing import Annotated, Any, Literal
 
 import anyio
@@ -401,3 +402,86 @@ async def test_toolset_runs_calls_concurrently_in_call_order() -> None:
         ("a", "first"),
         ("c", "error: unknown tool 'third'; available: first, second"),
     ]
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("this exception cannot say what it is")
+
+
+async def test_an_exception_that_cannot_be_printed_is_still_an_error_result() -> None:
+    @tool
+    async def broken() -> str:
+        raise Unprintable
+
+    outcome = await broken.invoke(call("broken", {}))
+    assert outcome.is_error
+    assert outcome.text == "error: the tool raised Unprintable (its message could not be read)"
+    assert isinstance(outcome.exception, Unprintable)
+
+
+async def test_an_unprintable_exception_never_escapes_a_toolset_as_a_group() -> None:
+    @tool
+    def broken() -> str:
+        raise Unprintable
+
+    outcomes = await Toolset([broken]).invoke_all(
+        [call("broken", {}, "a"), call("broken", {}, "b")]
+    )
+    assert [o.is_error for o in outcomes] == [True, True]
+
+
+async def test_a_result_whose_conversion_raises_anything_is_an_error_result() -> None:
+    class Hostile(Mapping[str, Any]):
+        # json_default turns a mapping into a dict, which runs this code.
+        def __getitem__(self, key: str) -> Any:
+            raise Unprintable
+
+        def __iter__(self) -> Iterator[str]:
+            raise Unprintable
+
+        def __len__(self) -> int:
+            return 1
+
+    @tool
+    def hostile() -> Any:
+        return [Hostile()]
+
+    outcome = await hostile.invoke(call("hostile", {}))
+    assert outcome.is_error
+    assert outcome.text.startswith("error: the tool's result could not be turned into text")
+
+
+async def test_arguments_nested_too_deeply_are_an_error_result() -> None:
+    outcome = await shout.invoke(call("shout", "[" * 100_000 + "]" * 100_000))
+    assert outcome.is_error
+    assert "nested too deeply" in outcome.text
+    assert isinstance(outcome.exception, ToolArgumentsError)
+
+
+async def test_a_long_exception_message_is_cut_for_the_model() -> None:
+    @tool
+    def chatty() -> str:
+        raise ValueError("x" * 100_000)
+
+    outcome = await chatty.invoke(call("chatty", {}))
+    assert outcome.is_error
+    assert len(outcome.text) < 2_100
+    assert outcome.text.endswith("...")
+
+
+def test_an_inject_that_is_not_a_list_of_messages_is_refused_by_name() -> None:
+    with pytest.raises(InvalidRequestError, match="inject must be"):
+        ToolResult("x", inject=5)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("anyio_backend", ["trio"])
+async def test_ctrl_c_in_a_tool_comes_out_as_itself_not_in_a_group() -> None:
+    # trio delivers Ctrl-C inside a task; asyncio raises it out of its loop at once,
+    # which is why this runs on trio only.
+    @tool
+    async def interrupted() -> str:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        await Toolset([interrupted]).invoke_all([call("interrupted", {})])

@@ -6,9 +6,12 @@ same engine as a bare request, with the conversation's window as history.
 
 A turn joins the transcript only when its run completes. Until then nothing
 in memory changes; with a store, the submitted prompt is written first,
-marked pending, and the turn replaces it in one write on success. A failed or
-cancelled run removes the pending copy again, under a shielded cancel scope,
-so the conversation and its store are left as they were.
+marked pending under a marker of the turn's own, and the turn replaces it in
+one write on success. A failed or cancelled run removes that copy again, under
+a shielded cancel scope, so the conversation and its store are left as they
+were; a refused one removes exactly its own copy, whatever other writers did.
+A pending prompt sent again answers the copy a crash left (by its marker)
+instead of writing a second one.
 
 Per-turn work is proportional to the window, not to the transcript (see
 ``_transcript``). What a conversation holds and shows (its state, settings,
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from typing import Unpack
 
@@ -30,7 +33,11 @@ import attrs
 from threadline._agent import Agent, combined_settings
 from threadline._conversation_settings import saved_changes
 from threadline._conversation_state import ConversationState, now
-from threadline._errors import ConcurrentModificationError, InvalidRequestError
+from threadline._errors import (
+    ConcurrentModificationError,
+    ConversationNotFoundError,
+    InvalidRequestError,
+)
 from threadline._events import FinalResult, StreamEvent
 from threadline._messages import Message, Origin, Role
 from threadline._request import Request
@@ -52,11 +59,16 @@ class _TurnInProgress:
     turn_id: int
     prompt: Message
     request: Request
+    marker: str
+    """This turn's pending copy in the store: committed or removed exactly, whatever
+    other writers did."""
+    adopted: bool = False
+    """The prompt is a pending prompt a crashed turn left in the store, under
+    ``marker``: this turn answers that copy and writes none of its own, so a
+    crash now still leaves exactly one."""
     pending_written: bool = False
     created_store_entry: bool = False
     committed: bool = False
-    # This turn's own pending copy in the store: removed exactly, whatever others wrote.
-    marker: str = attrs.field(factory=lambda: uuid.uuid4().hex)
 
 
 class Conversation(ConversationState):
@@ -71,8 +83,11 @@ class Conversation(ConversationState):
     :class:`RequestSettings`, or ``settings`` when given, with the keyword
     arguments (``max_context_tokens``, ``output_reserve_tokens``, the limiting
     handlers, ...) applied on top (see docs/limiting.md). With a ``store``,
-    every turn is persisted as it happens (see the module docstring); use
-    :meth:`load` to continue a stored conversation.
+    every turn is persisted as it happens (see the module docstring). This
+    makes a *new* conversation: for an ``id`` the store already holds, the
+    first turn raises ``ConcurrentModificationError`` saying so; use
+    :meth:`load` to continue a stored conversation, or :meth:`open` to load
+    it or create it in one call.
 
     One conversation serves one caller at a time: a second ``run`` waits for
     the first to finish.
@@ -97,7 +112,11 @@ class Conversation(ConversationState):
         Raises:
             InvalidRequestError: a prompt that is not a str or a user message,
                 or a request the agent's setup makes invalid.
-            ConcurrentModificationError: the store changed under this conversation.
+            ConcurrentModificationError: another writer wrote the stored
+                conversation first. Before the model is called when that write
+                came before this turn began (nothing was sent); after it
+                answered when the write came while the model worked, with the
+                answer in ``unsaved_result``. Either way the turn is not added.
             ProviderError, HandlerError, MaxRoundsExceededError: as ``Request.run``.
         """
         async with self._turn_lock():
@@ -159,9 +178,29 @@ class Conversation(ConversationState):
             .with_messages(self._transcript.window(self._history_limit))
             .with_prompt(message)
         )
-        return _TurnInProgress(
-            turn_id=self._transcript.next_turn_id, prompt=message, request=request
+        adopted = next(
+            (
+                marker
+                for i in self._copies_of(message)
+                if (marker := self._pending_markers[i]) is not None
+            ),
+            None,
         )
+        return _TurnInProgress(
+            turn_id=self._transcript.next_turn_id,
+            prompt=message,
+            request=request,
+            marker=adopted or uuid.uuid4().hex,
+            adopted=adopted is not None,
+        )
+
+    def _copies_of(self, prompt: Message) -> list[int]:
+        """Indices into the pending prompts of those that ``prompt`` sends again."""
+        return [
+            i
+            for i, event in enumerate(self._transcript.pending)
+            if event.message.with_origin(Origin.TURN) == prompt
+        ]
 
     async def _write_pending(self, turn: _TurnInProgress) -> None:
         store = self._store
@@ -170,17 +209,40 @@ class Conversation(ConversationState):
         await turn.request.budget_resolution()  # refuse a bad request before writing anything
         pending = ConversationEvent(message=turn.prompt, turn_id=turn.turn_id, pending=True)
         header = self._header(next_turn_id=turn.turn_id + 1, updated_at=now())
-        # Shielded, so the version we hold always matches what the store did.
+        # Shielded, so the version we hold always matches what the store did. An
+        # adopted prompt is already pending: the write only claims the version,
+        # so a stale conversation is still refused before the model is called.
         with anyio.CancelScope(shield=True):
             turn.created_store_entry = self._version == 0
-            self._version = await store.append_events(
-                self._id,
-                [pending],
-                header=header,
-                expected_version=self._version,
-                pending_marker=turn.marker,
-            )
-            turn.pending_written = True
+            try:
+                self._version = await store.append_events(
+                    self._id,
+                    [] if turn.adopted else [pending],
+                    header=header,
+                    expected_version=self._version,
+                    pending_marker=None if turn.adopted else turn.marker,
+                )
+            except ConcurrentModificationError as exc:
+                raise self._refusal(exc) from None
+            turn.pending_written = not turn.adopted
+
+    def _refusal(self, error: ConcurrentModificationError) -> ConcurrentModificationError:
+        """``error``, or for a conversation made new whose id the store already holds,
+        the error that says so and how to continue the stored one."""
+        if self._version != 0 or error.actual is None:
+            return error
+        return ConcurrentModificationError(
+            self._id,
+            expected=0,
+            actual=error.actual,
+            message=(
+                f"conversation {self._id!r} already exists in the store (version "
+                f"{error.actual}) and this Conversation was made as a new one; continue the "
+                f"stored one with `await Conversation.load(agent, store, {self._id!r})`, or "
+                f"`await Conversation.open(agent, store, {self._id!r})` to load it or "
+                "create it in one call"
+            ),
+        )
 
     async def _commit(self, turn: _TurnInProgress, result: RunResult) -> None:
         events = turn_events(turn.turn_id, result)
@@ -189,33 +251,26 @@ class Conversation(ConversationState):
                 "the run ended on tool calls nobody answered; a conversation needs every "
                 "tool to have a function"
             )
-        usage = result.usage
-        leftover = self._transcript.pending
-        resubmitted = next(
-            (
-                i
-                for i, e in enumerate(leftover)
-                if e.message.with_origin(Origin.TURN) == turn.prompt
-            ),
-            None,
-        )
-        if resubmitted is not None:
-            leftover = leftover[:resubmitted] + leftover[resubmitted + 1 :]
+        pending, markers = self._transcript.pending, self._pending_markers
+        copies = self._copies_of(turn.prompt)
+        kept = [i for i in range(len(pending)) if i not in copies]
+        # A copy without a marker (written by save() or an older version) goes only
+        # with every pending event; the others are written back, without markers.
+        rewrite = any(markers[i] is None for i in copies)
         with anyio.CancelScope(shield=True):
             if self._store is not None:
                 header = self._header(
                     next_turn_id=max(self._transcript.next_turn_id, turn.turn_id + 1),
-                    total_usage=self._transcript.total_usage + usage,
+                    total_usage=self._transcript.total_usage + result.usage,
                     updated_at=now(),
                 )
                 try:
-                    # Only a resubmitted leftover needs the rewrite of every pending copy.
                     self._version = await self._store.append_events(
                         self._id,
-                        [*events, *leftover] if resubmitted is not None else events,
+                        [*events, *(pending[i] for i in kept)] if rewrite else events,
                         header=header,
                         expected_version=self._version,
-                        drop_pending=True if resubmitted is not None else turn.marker,
+                        drop_pending=True if rewrite else turn.marker,
                     )
                 except ConcurrentModificationError as exc:
                     # Another writer got in between pending and commit: the
@@ -223,11 +278,31 @@ class Conversation(ConversationState):
                     exc.unsaved_result = result
                     raise
                 self._updated_at = header.updated_at
-            self._transcript.pending = leftover
-            self._transcript.append_turn(events, result.response, usage)
+                if not rewrite:
+                    await self._remove_copies({markers[i] for i in copies} - {turn.marker})
+            self._transcript.pending = tuple(pending[i] for i in kept)
+            self._pending_markers = tuple(None if rewrite else markers[i] for i in kept)
+            self._transcript.append_turn(events, result.response, result.usage)
             turn.committed = True
 
+    async def _remove_copies(self, markers: Iterable[str | None]) -> None:
+        """Take back further pending copies of a prompt just answered (left by
+        earlier crashes while it was sent again)."""
+        assert self._store is not None
+        for marker in markers:
+            if marker is None:
+                continue
+            try:
+                await self._store.remove_pending(self._id, marker)
+            except Exception:
+                logger.warning(
+                    "could not remove a pending copy of a prompt conversation %r answered",
+                    self._id,
+                    exc_info=True,
+                )
+
     async def _abandon(self, turn: _TurnInProgress) -> None:
+        """Take back this turn's own pending copy (an adopted one stays pending)."""
         store = self._store
         if store is None or not turn.pending_written:
             return
@@ -236,6 +311,7 @@ class Conversation(ConversationState):
                 if turn.created_store_entry and await self._delete_own_entry(store):
                     return
                 try:
+                    # Versioned, so the header goes back to what it was too.
                     self._version = await store.append_events(
                         self._id,
                         [],
@@ -336,9 +412,13 @@ class Conversation(ConversationState):
                     updated_at=now(),
                 )
                 document = attrs.evolve(header, events=(*transcript.events, *transcript.pending))
-                self._version = await self._store.save(document, expected_version=self._version)
+                try:
+                    self._version = await self._store.save(document, expected_version=self._version)
+                except ConcurrentModificationError as exc:
+                    raise self._refusal(exc) from None
                 self._updated_at = header.updated_at
             self._transcript = transcript
+            self._pending_markers = (None,) * len(transcript.pending)  # save() writes none
 
     @classmethod
     def from_document(
@@ -375,10 +455,12 @@ class Conversation(ConversationState):
             **options,
         )
         conversation._extra_settings = extra
+        conversation._restore_calibration()
         conversation._version = version
         conversation._created_at = document.created_at
         conversation._updated_at = document.updated_at
         conversation._transcript = transcript
+        conversation._pending_markers = (None,) * len(transcript.pending)
         return conversation
 
     @classmethod
@@ -414,15 +496,31 @@ class Conversation(ConversationState):
         settings: RequestSettings | None = None,
         **options: Unpack[SettingsChanges],
     ) -> Conversation:
-        """Continue the conversation ``id`` kept in ``store``, with the agent's settings
-        (its handlers included) unless ``settings`` or keyword arguments say otherwise.
+        """Continue the conversation ``id`` kept in ``store``.
+
+        ``agent`` runs the turns from now on: its client, model, instructions,
+        tools and handlers (none of those are stored). ``store`` is where the
+        conversation is read from and goes on being written to; ``id`` is its
+        id there. The window (``history_limit``), metadata and saved budget
+        knobs come from the store. Each turn's settings are the agent's (or
+        ``settings``, when given), then the saved budget knobs, then the
+        keyword arguments (``max_context_tokens``, ``output_reserve_tokens``,
+        the limiting handlers, ... as for ``Conversation``), later ones
+        winning. Prompts a crashed process left pending are in
+        :attr:`pending_events`.
 
         Raises:
-            ConversationNotFoundError: the store has no such conversation.
+            ConversationNotFoundError: the store has no such conversation
+                (:meth:`open` creates it instead).
             ConversationFormatError: what it holds cannot be continued.
+            InvalidRequestError: a keyword argument of the wrong type or sign.
+
+        Example::
+
+            conv = await Conversation.load(agent, store, "support-42", max_context_tokens=32_000)
         """
         stored = await store.load(id)
-        return cls.from_document(
+        conversation = cls.from_document(
             agent,
             stored.document,
             store=store,
@@ -430,3 +528,57 @@ class Conversation(ConversationState):
             settings=settings,
             **options,
         )
+        markers = stored.pending_markers
+        if len(markers) == len(conversation._transcript.pending):
+            conversation._pending_markers = tuple(markers)
+        return conversation
+
+    @classmethod
+    async def open(
+        cls,
+        agent: Agent,
+        store: ConversationStore,
+        id: str,
+        *,
+        history_limit: int | None = None,
+        metadata: Mapping[str, str] | None = None,
+        settings: RequestSettings | None = None,
+        **options: Unpack[SettingsChanges],
+    ) -> Conversation:
+        """Continue the conversation ``id`` in ``store``, or start it when there is none.
+
+        A stored conversation is loaded as by :meth:`load`; otherwise a new
+        one is made, as ``Conversation(agent, id=id, store=store, ...)``, and
+        stored with its first turn. ``history_limit``, when given, applies
+        either way (``None``: the stored one, or 0 for a new conversation);
+        ``metadata`` labels a new conversation only (a stored one keeps its
+        own). ``settings`` and the keyword arguments are as for :meth:`load`.
+
+        Should another process create ``id`` between ``open`` and the first
+        turn, that turn raises ``ConcurrentModificationError`` before its model
+        is called; ``open`` again to continue the stored one.
+
+        Raises:
+            ConversationFormatError: what the store holds cannot be continued.
+            InvalidRequestError: an argument of the wrong type or sign.
+
+        Example::
+
+            conv = await Conversation.open(agent, store, "support-42")
+            await conv.run("Hello again.")
+        """
+        try:
+            conversation = await cls.load(agent, store, id, settings=settings, **options)
+        except ConversationNotFoundError:
+            return cls(
+                agent,
+                id=id,
+                store=store,
+                history_limit=0 if history_limit is None else history_limit,
+                metadata=metadata,
+                settings=settings,
+                **options,
+            )
+        if history_limit is not None:
+            conversation.history_limit = history_limit
+        return conversation

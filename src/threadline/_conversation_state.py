@@ -17,7 +17,7 @@ import anyio.lowlevel
 import attrs
 
 from threadline._agent import Agent, combined_settings
-from threadline._conversation_settings import saved_settings
+from threadline._conversation_settings import saved_calibration, saved_settings
 from threadline._errors import InvalidRequestError
 from threadline._messages import Message, Origin, Usage
 from threadline._models import Model
@@ -73,6 +73,8 @@ class ConversationState:
         self._created_at: datetime | None = now()
         self._updated_at: datetime | None = None
         self._transcript = Transcript()
+        # The store's marker of each pending event (None: unknown), beside transcript.pending.
+        self._pending_markers: tuple[str | None, ...] = ()
 
     def _turn_lock(self) -> anyio.Lock:
         # An anyio lock belongs to the backend that first used it; an idle
@@ -236,7 +238,8 @@ class ConversationState:
         The budget is the one a turn resolves from :attr:`settings` and the model.
 
         Raises:
-            InvalidRequestError: no model, or a reserve that fills the limit.
+            InvalidRequestError: no model, a reserve that fills the limit, or a
+                ``max_output_tokens`` above the model's.
         """
         budget = settings_budget(self._settings, self._model()).budget
         if budget is None:
@@ -250,6 +253,22 @@ class ConversationState:
                 "no model: give the Agent a model or the Client a default_model"
             )
         return model
+
+    # -- counting state -----------------------------------------------------------------
+
+    def _calibration_ratios(self) -> dict[str, float]:
+        """What the client's calibration knows of the agent's model, to be saved."""
+        calibration = self._agent.client.calibration
+        model = self._agent.model
+        if calibration is None or model is None:
+            return {}
+        return calibration.ratios_of(model.name)
+
+    def _restore_calibration(self) -> None:
+        """Give the ratios a loaded document saved to the client's calibration, if any."""
+        calibration = self._agent.client.calibration
+        if calibration is not None:
+            calibration.absorb(saved_calibration(self._extra_settings))
 
     # -- documents ----------------------------------------------------------------------
 
@@ -265,7 +284,9 @@ class ConversationState:
             history_limit=self._history_limit,
             next_turn_id=self._transcript.next_turn_id if next_turn_id is None else next_turn_id,
             total_usage=self._transcript.total_usage if total_usage is None else total_usage,
-            settings=saved_settings(self._settings, self._extra_settings),
+            settings=saved_settings(
+                self._settings, self._extra_settings, self._calibration_ratios()
+            ),
             metadata=self._metadata,
             created_at=self._created_at,
             updated_at=self._updated_at if updated_at is None else updated_at,

@@ -22,6 +22,7 @@ Everything threadline raises on purpose derives from one root, so
         ├── BadRequestError            400 / 404 / 422 the provider refused the request
         │   └── ContextLengthExceededError  the prompt did not fit the model's window
         ├── ProviderUnavailableError   5xx, time-outs and connection failures
+        │   └── RequestTimeoutError        a call past its timeout or first_token_timeout
         └── ProviderResponseError      a response that is not what the protocol promises
 
 A provider error carries the HTTP status, the response body and the request id
@@ -47,6 +48,7 @@ __all__ = [
     "ProviderResponseError",
     "ProviderUnavailableError",
     "RateLimitError",
+    "RequestTimeoutError",
     "StoreClosedError",
     "StoreError",
     "ThreadlineError",
@@ -131,10 +133,12 @@ class ConcurrentModificationError(ThreadlineError):
         expected: int,
         actual: int | None,
         reason: str | None = None,
+        message: str | None = None,
     ) -> None:
         found = "no conversation" if actual is None else f"version {actual}"
         super().__init__(
-            f"conversation {conversation_id!r} changed under you: "
+            message
+            or f"conversation {conversation_id!r} changed under you: "
             + (reason or f"expected version {expected}, store has {found}")
         )
         self.conversation_id = conversation_id
@@ -245,6 +249,26 @@ class ContextLengthExceededError(BadRequestError):
 
 class ProviderUnavailableError(ProviderError):
     """The provider could not be reached or failed on its side (5xx, time-out)."""
+
+
+class RequestTimeoutError(ProviderUnavailableError):
+    """A provider call ran past a time limit of the request.
+
+    ``limit`` names the setting (``"timeout"``: the call as a whole;
+    ``"first_token_timeout"``: a stream's wait for the first piece of its
+    reply) and ``seconds`` its value. The call is abandoned, its connection
+    closed and not retried. Raised by the run loop for every driver; exported
+    from :mod:`threadline.drivers`.
+    """
+
+    def __init__(self, *, limit: str, seconds: float, provider: str | None = None) -> None:
+        if limit == "first_token_timeout":
+            what = f"sent nothing of its reply within the first_token_timeout of {seconds:g} s"
+        else:
+            what = f"did not finish within the timeout of {seconds:g} s"
+        super().__init__(f"the provider {what}", provider=provider)
+        self.limit = limit
+        self.seconds = seconds
 
 
 class ProviderResponseError(ProviderError):

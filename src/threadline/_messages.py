@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, TypeAlias
 
 import attrs
 
 from threadline._errors import InvalidRequestError, ToolArgumentsError
+from threadline._validate import fail
 
 __all__ = [
     "ContentPart",
@@ -101,6 +102,10 @@ class ToolCall:
                 f"tool call {self.id!r} to {self.name!r} has arguments that are not valid "
                 f"JSON ({exc.msg} at position {exc.pos}): {self.arguments[:200]!r}"
             ) from None
+        except RecursionError:
+            raise ToolArgumentsError(
+                f"tool call {self.id!r} to {self.name!r} has arguments nested too deeply to read"
+            ) from None
 
 
 def _to_bytes(value: bytes | str | None) -> bytes:
@@ -139,9 +144,35 @@ def has_provider_reasoning(raw: bytes) -> bool:
     return bool(stripped) and stripped != b"null"
 
 
+def _choice(name: str, kind: type[enum.Enum], value: Any) -> Any:
+    """``kind(value)``, or a refusal naming the argument and the choices."""
+    try:
+        return kind(value)
+    except ValueError:
+        choices = ", ".join(str(member.value) for member in kind)
+        fail(name, f"one of {choices}", value)
+
+
+def _to_role(value: Any) -> Role:
+    role: Role = _choice("role", Role, value)
+    return role
+
+
+def _to_origin(value: Any) -> Origin:
+    origin: Origin = _choice("origin", Origin, value)
+    return origin
+
+
+def _is_sequence(value: object) -> bool:
+    # A str, bytes or a mapping is iterable too, but never a list of items.
+    return isinstance(value, Iterable) and not isinstance(value, str | bytes | bytearray | Mapping)
+
+
 def _to_content(value: str | Iterable[ContentPart]) -> Content:
     if isinstance(value, str):
         return value
+    if not _is_sequence(value):
+        fail("content", "a str or a sequence of TextPart and ImagePart", value)
     parts = tuple(value)
     for index, part in enumerate(parts):
         if not isinstance(part, TextPart | ImagePart):
@@ -153,6 +184,8 @@ def _to_content(value: str | Iterable[ContentPart]) -> Content:
 
 
 def _to_tool_calls(value: Iterable[ToolCall]) -> tuple[ToolCall, ...]:
+    if not _is_sequence(value):
+        fail("tool_calls", "a sequence of ToolCall", value)
     calls = tuple(value)
     for index, call in enumerate(calls):
         if not isinstance(call, ToolCall):
@@ -190,7 +223,7 @@ class Message:
             a user message, a tool result without the call id it answers).
     """
 
-    role: Role = attrs.field(converter=Role)
+    role: Role = attrs.field(converter=_to_role)
     content: Content = attrs.field(default="", converter=_to_content)
     tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=_to_tool_calls)
     tool_call_id: str | None = attrs.field(default=None, validator=_optional_str)
@@ -198,7 +231,7 @@ class Message:
     reasoning: Reasoning | None = attrs.field(
         default=None, validator=attrs.validators.optional(attrs.validators.instance_of(Reasoning))
     )
-    origin: Origin = attrs.field(default=Origin.SEED, converter=Origin)
+    origin: Origin = attrs.field(default=Origin.SEED, converter=_to_origin)
 
     def __attrs_post_init__(self) -> None:
         _validate_message(self)
@@ -217,7 +250,7 @@ class Message:
         origin: Origin = Origin.SEED,
     ) -> Message:
         """A user message: text, or a sequence of text and image parts."""
-        return cls(role=Role.USER, content=_to_content(content), name=name, origin=origin)
+        return cls(role=Role.USER, content=content, name=name, origin=origin)
 
     @classmethod
     def assistant(
@@ -233,7 +266,7 @@ class Message:
         return cls(
             role=Role.ASSISTANT,
             content=content,
-            tool_calls=tuple(tool_calls),
+            tool_calls=tool_calls,
             reasoning=reasoning,
             name=name,
             origin=origin,

@@ -106,7 +106,10 @@ class Model:
     """A model as the SDK needs to know it.
 
     ``context_size`` is the whole window (prompt and reply together);
-    ``max_output_tokens`` the most the model will write in one reply. Left
+    ``max_output_tokens`` the most the model will write in one reply: a
+    request that leaves its own unset sends this one (and reserves it, unless
+    it sets a reserve), and a request asking for more is refused with
+    ``InvalidRequestError`` before anything is sent. Left
     out, ``context_size`` comes from the model catalog (``genai-prices``'
     data) for a name it knows; a name it does not know gets ``None``, which
     turns limiting off unless a request sets ``max_context_tokens``, and one

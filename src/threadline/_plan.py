@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from threadline._deadline import CallDeadline
 from threadline._errors import InvalidRequestError, TranscriptIntegrityError
 from threadline._messages import Message
 from threadline._models import Model
@@ -20,7 +21,9 @@ from threadline._provider import Driver, ProviderCall
 from threadline._settings import RequestSettings
 from threadline._validate import problem
 from threadline.counting import resolve_token_counter
+from threadline.counting._calibration import TokenCalibration
 from threadline.counting._protocol import TokenCounter
+from threadline.counting._resolution import ExactCounter, resolve_exact_token_counter
 from threadline.limiting._budget import BudgetResolution, resolve_budget
 from threadline.limiting._units import check_integrity
 from threadline.tools._tools import Tool, Toolset, tool
@@ -29,7 +32,7 @@ if TYPE_CHECKING:
     from threadline._client import Client
     from threadline.limiting._event import TokenLimitHandler
 
-__all__ = ["RunPlan", "plan_run", "settings_budget", "settings_counter"]
+__all__ = ["RunPlan", "plan_run", "reply_cap", "settings_budget", "settings_counter"]
 
 _TOOL_CHOICES = ("auto", "none", "required")
 _UNFORCED = (None, "auto", "none")
@@ -46,12 +49,32 @@ class RunPlan:
     prompt_index: int | None
     toolset: Toolset
     counter: TokenCounter
+    """The estimate (the counting chain's winner), never calibrated."""
+    exact_counter: ExactCounter | None
+    """What limiting asks near the budget; ``None``: the estimate decides alone."""
+    exact_margin: float | None
+    calibration: TokenCalibration | None
+    """The client's calibration: scales the estimate, learns from every round."""
     resolution: BudgetResolution
     call_template: ProviderCall
     """Everything a round sends except its messages."""
     pre: TokenLimitHandler | None
     post: TokenLimitHandler | None
     max_rounds: int
+    timeout: float | None = None
+    """Each provider call's time limit, in seconds."""
+    first_token_timeout: float | None = None
+    """A streamed call's time limit for the first piece of its reply."""
+    tool_timeout: float | None = None
+    """The time limit of a tool call whose tool has none of its own."""
+
+    def deadline(self, *, streaming: bool) -> CallDeadline:
+        """The time limits of one provider call; the first-token one holds for streams."""
+        return CallDeadline(
+            timeout=self.timeout,
+            first_token_timeout=self.first_token_timeout if streaming else None,
+            provider=self.driver.name,
+        )
 
     def call(self, messages: tuple[Message, ...], round_number: int) -> ProviderCall:
         """What round ``round_number`` sends: a forcing tool choice applies to the first
@@ -99,7 +122,7 @@ def plan_run(
         messages=(),
         tools=toolset.tools,
         tool_choice=settings.tool_choice,
-        max_output_tokens=settings.max_output_tokens,
+        max_output_tokens=reply_cap(settings, model),
         sampling=settings.sampling(),
         extra_body=dict(settings.extra_body),
     )
@@ -110,20 +133,49 @@ def plan_run(
         prompt_index=prompt_index,
         toolset=toolset,
         counter=counter,
+        exact_counter=resolve_exact_token_counter(
+            settings.exact_token_counter, client.exact_token_counter, client.driver, model
+        ),
+        exact_margin=settings.exact_count_margin,
+        calibration=client.calibration,
         resolution=resolution,
         call_template=template,
         pre=settings.pre_max_tokens_reached,
         post=settings.post_max_tokens_reached,
         max_rounds=settings.max_rounds,
+        timeout=settings.timeout,
+        first_token_timeout=settings.first_token_timeout,
+        tool_timeout=settings.tool_timeout,
     )
+
+
+def reply_cap(settings: RequestSettings, model: Model) -> int | None:
+    """The ``max_output_tokens`` a request sends: its own, else the model's.
+
+    Raises:
+        InvalidRequestError: the request asks for more than the model's
+            ``max_output_tokens``, the most it writes in one reply.
+    """
+    asked, ceiling = settings.max_output_tokens, model.max_output_tokens
+    if asked is None:
+        return ceiling
+    if ceiling is not None and asked > ceiling:
+        raise InvalidRequestError(
+            f"max_output_tokens {asked} is more than model {model.name!r} writes in one "
+            f"reply (its max_output_tokens is {ceiling}); ask for at most {ceiling}, or "
+            f"leave it unset to get {ceiling}"
+        )
+    return asked
 
 
 def settings_budget(settings: RequestSettings, model: Model) -> BudgetResolution:
     """The budget ``settings`` resolve to for ``model`` (see ``resolve_budget``).
 
     Raises:
-        InvalidRequestError: an explicit limit the reserve fills.
+        InvalidRequestError: an explicit limit the reserve fills, or a
+            ``max_output_tokens`` above the model's.
     """
+    reply_cap(settings, model)
     return resolve_budget(
         model,
         max_context_tokens=settings.max_context_tokens,

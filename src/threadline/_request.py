@@ -18,13 +18,14 @@ from threadline._errors import InvalidRequestError
 from threadline._events import FinalResult, StreamEvent
 from threadline._messages import Message, Origin, Role
 from threadline._models import Model
-from threadline._plan import RunPlan, plan_run
+from threadline._plan import RunPlan, plan_run, settings_counter
 from threadline._result import RunResult
 from threadline._run import Run
 from threadline._sentinel import NOT_GIVEN, NotGiven
 from threadline._settings import RequestSettings, SettingsChanges
 from threadline._validate import problem
 from threadline.counting._protocol import TokenCounter
+from threadline.counting._resolution import ExactCounter
 from threadline.limiting._budget import Budget, BudgetResolution
 from threadline.tools._tools import Tool
 
@@ -51,7 +52,7 @@ class Request:
             .run()
         )
 
-    The options (``with_max_context_tokens`` to ``with_max_rounds``) are one
+    The options (``with_max_context_tokens`` to ``with_tool_timeout``) are one
     :class:`RequestSettings` value, read with :attr:`settings` and replaced
     whole with :meth:`with_settings`.
 
@@ -187,6 +188,18 @@ class Request:
         """The request tier of the counting chain; it wins over every other tier."""
         return self._change("with_token_counter", token_counter=counter)
 
+    def with_exact_token_counter(self, counter: ExactCounter | None) -> Self:
+        """The request tier of the exact counter, which limiting asks only near the
+        budget (see :meth:`with_exact_count_margin`); it wins over the client's and
+        the driver's."""
+        return self._change("with_exact_token_counter", exact_token_counter=counter)
+
+    def with_exact_count_margin(self, margin: float | None) -> Self:
+        """How near the budget, as a fraction of it, an estimate must come for the exact
+        counter to be asked (default 0.1: from 90% of the budget up). ``None`` never
+        asks it; ``0`` asks only when the estimate is over the budget."""
+        return self._change("with_exact_count_margin", exact_count_margin=margin)
+
     def pre_max_tokens_reached(self, handler: TokenLimitHandler | None) -> Self:
         """The handler run first when over budget; replaces ``drop_oldest_units(None)``."""
         return self._change("pre_max_tokens_reached", pre_max_tokens_reached=handler)
@@ -198,6 +211,22 @@ class Request:
     def with_max_rounds(self, rounds: int) -> Self:
         """The most provider calls one run may make (default 10)."""
         return self._change("with_max_rounds", max_rounds=rounds)
+
+    def with_timeout(self, seconds: float | None) -> Self:
+        """The most seconds each provider call may take as a whole, from sending to
+        the reply's last byte, the driver's retries included; past it the run
+        raises ``RequestTimeoutError``. ``None``: no limit beyond the driver's own."""
+        return self._change("with_timeout", timeout=seconds)
+
+    def with_first_token_timeout(self, seconds: float | None) -> Self:
+        """The most seconds a streamed call may wait for the first piece of its reply
+        (text, reasoning or a tool call); past it the run raises ``RequestTimeoutError``."""
+        return self._change("with_first_token_timeout", first_token_timeout=seconds)
+
+    def with_tool_timeout(self, seconds: float | None) -> Self:
+        """The time limit of each call to a tool without a ``timeout`` of its own; a
+        call past it is an error result the model reads, and the run goes on."""
+        return self._change("with_tool_timeout", tool_timeout=seconds)
 
     def _change(self, method: str, **change: Unpack[SettingsChanges]) -> Self:
         # A builder mistake is named when the request is used, not where it is made.
@@ -240,6 +269,34 @@ class Request:
     async def budget_resolution(self) -> BudgetResolution:
         """The budget with the reason for it (or for its absence)."""
         return self._plan().resolution
+
+    async def token_counter(self) -> TokenCounter:
+        """The counter this request counts with: the very object limiting will use.
+
+        The counting chain's first match (the request's ``with_token_counter``,
+        the client's, the driver's, the process default, the built-in),
+        fitted to the resolved model: a ``ModelTokenCounter`` as its
+        ``for_model(model)``, a built-in bound to the driver's replay projection.
+
+        It needs a model (``with_model`` or the client's ``default_model``),
+        not a prompt.
+
+        Raises:
+            InvalidRequestError: no model, or a builder mistake (see the class docstring).
+
+        Example::
+
+            counter = await request.token_counter()
+            print(type(counter).__name__, counter.count(messages, tools))
+        """
+        model = self._model or self._client.default_model
+        problems = list(self._problems.values())
+        if model is None:
+            problems.append("no model: call with_model() or give the Client a default_model")
+        if problems:
+            raise InvalidRequestError("invalid request: " + "; ".join(problems))
+        assert model is not None
+        return settings_counter(self._settings, self._client, model)
 
     async def is_token_limit_reached(self) -> bool:
         """Whether the transcript as built is over the prompt budget; ``False`` without one."""

@@ -20,9 +20,13 @@ __all__ = ["RoundRecord", "RunResult"]
 class RoundRecord:
     """One provider call: what it cost and what limiting did before it.
 
-    ``estimated_input_tokens`` is threadline's count of what was sent;
-    ``reported_input_tokens`` is what the provider billed (``None`` when it
-    did not say), kept side by side so the gap is visible.
+    ``estimated_input_tokens`` is the request counter's estimate of what was
+    sent; ``calibrated_input_tokens`` that estimate scaled by the client's
+    calibration (``None`` without one); ``exact_input_tokens`` the exact
+    counter's count of what was sent (``None`` when it was not asked, or was
+    asked before limiting dropped something); ``reported_input_tokens`` what
+    the provider billed (``None`` when it did not say). All side by side, so
+    the gap is visible: :attr:`estimate_error`.
     """
 
     round: int
@@ -30,7 +34,11 @@ class RoundRecord:
     estimated_input_tokens: int
     reported_input_tokens: int | None
     limiting: LimitingRecord | None
-    """The limiting step of this round, or ``None`` when no budget was resolved."""
+    """The limiting step of this round; without a budget it only counted
+    (``budget_tokens`` ``None``, and :attr:`budget_reason` says why)."""
+    budget_reason: str = ""
+    """Where the request's budget came from (limit and reserve), or why it has
+    none: ``Request.budget_resolution().reason``."""
     finish_reason: str
     tool_calls: int
     context_retry: bool = False
@@ -38,6 +46,29 @@ class RoundRecord:
     retry_limiting: LimitingRecord | None = None
     """The second limiting step of a round that retried after a context-length
     refusal; its indices refer to the transcript the first step left."""
+    retry_reason: str | None = None
+    """For a retried round: what the provider reported and the budget the retry
+    was limited to (a reserve shrunk to fit the provider's limit is said here)."""
+    calibrated_input_tokens: int | None = None
+    exact_input_tokens: int | None = None
+
+    @property
+    def decided_input_tokens(self) -> int:
+        """The best count threadline had of what was sent: exact, else calibrated, else
+        the estimate."""
+        for count in (self.exact_input_tokens, self.calibrated_input_tokens):
+            if count is not None:
+                return count
+        return self.estimated_input_tokens
+
+    @property
+    def estimate_error(self) -> float | None:
+        """How far :attr:`decided_input_tokens` was from the provider's report, as a
+        fraction of the report (``-0.04``: 4% under); ``None`` without a report."""
+        reported = self.reported_input_tokens
+        if not reported:
+            return None
+        return (self.decided_input_tokens - reported) / reported
 
 
 @attrs.frozen(kw_only=True)
@@ -71,9 +102,14 @@ class RunResult:
         return total
 
     @property
+    def budget_reason(self) -> str:
+        """Where the run's budget came from, or why it had none (see ``RoundRecord``)."""
+        return self.rounds[0].budget_reason if self.rounds else ""
+
+    @property
     def limiting(self) -> tuple[LimitingRecord, ...]:
         """Each round's limiting steps in order (two in a round that retried after
-        a context-length refusal), for rounds that had a budget."""
+        a context-length refusal); a round without a budget has one that only counted."""
         steps = (step for r in self.rounds for step in (r.limiting, r.retry_limiting))
         return tuple(step for step in steps if step is not None)
 

@@ -33,12 +33,21 @@ from threadline._events import (
 )
 from threadline._messages import Message, Origin
 from threadline._plan import RunPlan
-from threadline._provider import ProviderResponse, ReasoningChunk, ResponseDone, TextChunk
+from threadline._provider import (
+    ProviderResponse,
+    ReasoningChunk,
+    ResponseDone,
+    StreamChunk,
+    TextChunk,
+)
 from threadline._result import RoundRecord, RunResult
 from threadline._telemetry import for_run
+from threadline.counting._calibration import CalibratedCounter
+from threadline.counting._protocol import TokenCounter
 from threadline.limiting._budget import Budget
 from threadline.limiting._engine import apply_limits
 from threadline.limiting._ledger import LimitingOutcome, LimitingRecord
+from threadline.limiting._units import split_units
 
 __all__ = ["Run"]
 
@@ -54,9 +63,15 @@ class _Round:
 
     number: int
     estimated: int = 0
+    """The count limiting decided on for what was sent (calibrated, when it was)."""
+    raw_estimate: int = 0
+    """The request counter's own estimate of what was sent."""
+    calibrated: int | None = None
     limiting: LimitingRecord | None = None
     retry_limiting: LimitingRecord | None = None
     context_retry: bool = False
+    budget_reason: str = ""
+    retry_reason: str | None = None
     emitted: bool = False
     """Whether this send already yielded reply text (then it is never retried)."""
     response: ProviderResponse | None = None
@@ -70,6 +85,7 @@ class Run:
         self.plan = plan
         self.streaming = streaming
         self.budget: Budget | None = plan.resolution.budget
+        self.budget_reason = plan.resolution.reason
         self.transcript: tuple[Message, ...] = plan.transcript
         self.prompt_index = plan.prompt_index
         self.turn_messages: list[Message] = (
@@ -107,29 +123,46 @@ class Run:
 
     # -- limiting and sending -----------------------------------------------------------
 
-    async def _limit(self, round_number: int) -> LimitingOutcome:
+    def _counter(self) -> TokenCounter:
+        """The estimate limiting counts with: scaled by the calibration, when there is one."""
+        plan = self.plan
+        calibration = plan.calibration
+        ratio = None
+        if calibration is not None:
+            ratio = calibration.ratio(plan.model.name, plan.toolset.names)
+        return plan.counter if ratio is None else CalibratedCounter(plan.counter, ratio)
+
+    async def _limit(self, current: _Round) -> LimitingOutcome:
+        counter = self._counter()
         outcome = await apply_limits(
             self.transcript,
             tools=self.plan.toolset.tools,
-            counter=self.plan.counter,
+            counter=counter,
             budget=self.budget,
             pre=self.plan.pre,
             post=self.plan.post,
-            round=round_number,
+            round=current.number,
             prompt_index=self.prompt_index,
         )
         self.transcript = outcome.messages
         self.prompt_index = outcome.prompt_index
+        current.estimated = outcome.record.tokens_after
+        if isinstance(counter, CalibratedCounter):
+            current.calibrated = current.estimated
+            current.raw_estimate = self.plan.counter.count(self.transcript, self.plan.toolset.tools)
+        else:
+            current.calibrated = None
+            current.raw_estimate = current.estimated
         return outcome
 
     async def _send_round(self, current: _Round) -> AsyncGenerator[StreamEvent, None]:
         """Limit, then send until there is a response, retrying once when the
         provider says the prompt is too long (and nothing was shown yet)."""
-        outcome = await self._limit(current.number)
+        current.budget_reason = self.budget_reason
+        outcome = await self._limit(current)
         if outcome.record.limited:
             yield LimitApplied(record=outcome.record, round=current.number)
-        current.estimated = outcome.record.tokens_after
-        current.limiting = outcome.record if self.budget is not None else None
+        current.limiting = outcome.record
         while current.response is None:
             current.emitted = False
             try:
@@ -137,7 +170,7 @@ class Run:
                     async for event in sent:
                         yield event
             except ContextLengthExceededError as exc:
-                if current.context_retry or current.emitted:
+                if current.context_retry or current.emitted or not self._droppable():
                     raise
                 async with aclosing(self._limit_again(current, exc)) as limited:
                     async for event in limited:
@@ -146,20 +179,19 @@ class Run:
     async def _send(self, current: _Round) -> AsyncGenerator[StreamEvent, None]:
         driver = self.plan.driver
         call = self.plan.call(self.transcript, current.number)
+        deadline = self.plan.deadline(streaming=self.streaming)
         if not self.streaming:
-            with self.telemetry.provider_call(call):
+            with deadline.bound(), self.telemetry.provider_call(call):
                 current.response = await driver.complete(call)
             return
-        async with self.telemetry.provider_stream(call, driver.stream(call)) as chunks:
-            async for chunk in chunks:
-                if isinstance(chunk, TextChunk):
-                    current.emitted = True
-                    yield TextDelta(text=chunk.text, round=current.number)
-                elif isinstance(chunk, ReasoningChunk):
-                    current.emitted = True
-                    yield ReasoningDelta(text=chunk.text, round=current.number)
-                elif isinstance(chunk, ResponseDone):
-                    current.response = chunk.response
+        with deadline.bound():
+            async with self.telemetry.provider_stream(call, driver.stream(call)) as chunks:
+                async for chunk in chunks:
+                    deadline.first_token()
+                    event = _event_of(chunk, current)
+                    if event is not None:
+                        async with deadline.handed_over():
+                            yield event
         if current.response is None:
             raise ProviderResponseError(
                 "the provider's stream ended without a complete response", provider=driver.name
@@ -170,19 +202,20 @@ class Run:
     ) -> AsyncGenerator[StreamEvent, None]:
         current.context_retry = True
         reply_room = self.plan.call_template.max_output_tokens or 0
-        self.budget = tightened_budget(self.budget, current.estimated, error, reply_room)
-        logger.warning(
-            "the provider refused %d estimated tokens as too long (%s); "
-            "limiting again to %d tokens and retrying once",
-            current.estimated,
-            error.message,
-            self.budget.prompt_tokens,
+        self.budget, current.retry_reason = tightened_budget(
+            self.budget, current.estimated, error, reply_room
         )
-        outcome = await self._limit(current.number)
+        logger.warning("%s (%s); retrying once", current.retry_reason, error.message)
+        self.budget_reason = f"set by round {current.number}'s retry: {current.retry_reason}"
+        outcome = await self._limit(current)
         current.retry_limiting = outcome.record
         if outcome.record.limited:
             yield LimitApplied(record=outcome.record, round=current.number)
-        current.estimated = outcome.record.tokens_after
+
+    def _droppable(self) -> bool:
+        """Whether limiting could still send less: some unit is not pinned."""
+        units = split_units(self.transcript, prompt_index=self.prompt_index)
+        return any(not unit.pinned for unit in units)
 
     # -- tools and the record -----------------------------------------------------------
 
@@ -203,7 +236,9 @@ class Run:
         if not current.runnable:
             return
         injected: list[Message] = []
-        for result in await self.telemetry.invoke_tools(toolset, calls, current.number):
+        for result in await self.telemetry.invoke_tools(
+            toolset, calls, current.number, default_timeout=self.plan.tool_timeout
+        ):
             self._append(result.message)
             injected.extend(result.injected)
             yield ToolResultEvent(
@@ -221,13 +256,25 @@ class Run:
     def _record(self, current: _Round) -> RoundRecord:
         response = current.response
         assert response is not None
+        reported = response.usage.input_tokens or None
+        calibration = self.plan.calibration
+        if calibration is not None and reported is not None:
+            calibration.observe(
+                self.plan.model.name,
+                estimated_tokens=current.raw_estimate,
+                reported_tokens=reported,
+                tools=self.plan.toolset.names,
+            )
         record = RoundRecord(
             round=current.number,
             usage=response.usage,
-            estimated_input_tokens=current.estimated,
-            reported_input_tokens=response.usage.input_tokens or None,
+            estimated_input_tokens=current.raw_estimate,
+            calibrated_input_tokens=current.calibrated,
+            reported_input_tokens=reported,
             limiting=current.limiting,
+            budget_reason=current.budget_reason,
             retry_limiting=current.retry_limiting,
+            retry_reason=current.retry_reason,
             finish_reason=response.finish_reason,
             tool_calls=len(response.message.tool_calls),
             context_retry=current.context_retry,
@@ -245,23 +292,47 @@ class Run:
         )
 
 
+def _event_of(chunk: StreamChunk, current: _Round) -> StreamEvent | None:
+    """The event a stream chunk gives the caller; a ``ResponseDone`` ends the round's reply."""
+    if isinstance(chunk, TextChunk):
+        current.emitted = True
+        return TextDelta(text=chunk.text, round=current.number)
+    if isinstance(chunk, ReasoningChunk):
+        current.emitted = True
+        return ReasoningDelta(text=chunk.text, round=current.number)
+    if isinstance(chunk, ResponseDone):
+        current.response = chunk.response
+    return None
+
+
 def tightened_budget(
     budget: Budget | None,
     estimated: int,
     error: ContextLengthExceededError,
     reply_room: int,
-) -> Budget:
-    """A smaller budget after the provider said the prompt did not fit.
+) -> tuple[Budget, str]:
+    """A smaller budget after the provider said the prompt did not fit, and a
+    sentence for the ledger saying how it was made.
 
     The reply's room comes off the provider's limit too: the budget's reserve,
     or with no budget ``reply_room`` (the request's ``max_output_tokens``).
-    When the provider says how many tokens the prompt had and how many fit,
-    the new budget is our estimate scaled by that ratio; when it gives only
-    its limit, that limit less the reserve; always at most 90% of what was
-    just refused, so the retry sends less.
+    A reserve that would leave the prompt less than half the provider's
+    limit (a model whose ``context_size`` is larger than what the server
+    runs) is shrunk to a quarter of that limit for the retry, rather than the
+    history cut to nothing. When the provider says how many tokens the prompt
+    had and how many fit, the new budget is our estimate scaled by that
+    ratio; when it gives only its limit, that limit less the reserve; always
+    at most 90% of what was just refused, so the retry sends less.
     """
     reported, limit = error.prompt_tokens, error.context_limit
     reserve = budget.reserve if budget is not None else reply_room
+    shrunk = ""
+    if limit and reserve > limit // 2:
+        shrunk = (
+            f"; the reserve of {reserve} tokens does not fit the provider's limit of "
+            f"{limit}, so the retry keeps {limit // 4} for the reply"
+        )
+        reserve = limit // 4
     ceiling = estimated * 0.9
     if limit and reported and reported > 0:
         target = min(ceiling, estimated * max(limit - reserve, 1) / reported)
@@ -273,4 +344,9 @@ def tightened_budget(
     if budget is not None:
         prompt_tokens = min(prompt_tokens, budget.prompt_tokens - 1)
     prompt_tokens = max(1, prompt_tokens)
-    return Budget(limit=prompt_tokens + reserve, reserve=reserve)
+    said = f"its limit is {limit}" if limit else "it gave no limit"
+    reason = (
+        f"the provider refused {estimated} estimated tokens as too long ({said}); "
+        f"limited again to a prompt budget of {prompt_tokens}{shrunk}"
+    )
+    return Budget(limit=prompt_tokens + reserve, reserve=reserve), reason

@@ -29,16 +29,34 @@ from threadline._validate import (
     int_or_none,
     non_negative_int,
     positive_int_or_none,
+    positive_seconds_or_none,
 )
-from threadline.counting._protocol import TokenCounter, is_token_counter
+from threadline.counting._protocol import (
+    TokenCounter,
+    is_async_token_counter,
+    is_token_counter,
+)
+from threadline.counting._resolution import ExactCounter
 
 if TYPE_CHECKING:
     from threadline.limiting._event import TokenLimitHandler
 
-__all__ = ["DEFAULT_MAX_ROUNDS", "RequestSettings", "SettingsChanges", "token_counter_or_none"]
+__all__ = [
+    "DEFAULT_EXACT_COUNT_MARGIN",
+    "DEFAULT_MAX_ROUNDS",
+    "RequestSettings",
+    "SettingsChanges",
+    "exact_counter_or_none",
+    "token_counter_or_none",
+]
 
 DEFAULT_MAX_ROUNDS = 10
 """Provider calls one run may make before ``MaxRoundsExceededError``."""
+
+
+DEFAULT_EXACT_COUNT_MARGIN = 0.1
+"""How close to the budget (as a fraction of it) an estimate must come for the exact
+counter to be asked."""
 
 
 def _reserve(name: str, value: Any) -> None:
@@ -69,10 +87,32 @@ def _tool_choice(name: str, value: Any) -> None:
 
 def token_counter_or_none(name: str, value: Any) -> TokenCounter | None:
     """``value`` when it is ``None`` or a :class:`TokenCounter` (never a name)."""
+    if is_async_token_counter(value):
+        fail(
+            name,
+            "a TokenCounter whose count is synchronous (an AsyncTokenCounter, which awaits "
+            "a round trip, goes in exact_token_counter)",
+            value,
+        )
     if value is not None and not is_token_counter(value):
         fail(name, "a TokenCounter (an object with count(messages, tools)) or None", value)
     counter: TokenCounter | None = value
     return counter
+
+
+def exact_counter_or_none(name: str, value: Any) -> ExactCounter | None:
+    """``value`` when it is ``None``, an :class:`AsyncTokenCounter` or a :class:`TokenCounter`."""
+    if value is not None and not (is_async_token_counter(value) or is_token_counter(value)):
+        fail(name, "an AsyncTokenCounter, a TokenCounter or None", value)
+    counter: ExactCounter | None = value
+    return counter
+
+
+def _margin(name: str, value: Any) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:
+        fail(name, "a fraction of the budget from 0 up to (not including) 1, or None", value)
 
 
 def _extra_body(name: str, value: Any) -> None:
@@ -88,6 +128,10 @@ def _number() -> Any:
     return attrs.field(default=None, validator=attrs_check(finite_number_or_none))
 
 
+def _seconds() -> Any:
+    return attrs.field(default=None, validator=attrs_check(positive_seconds_or_none))
+
+
 @attrs.frozen(kw_only=True, repr=False)
 class RequestSettings:
     """What a request is sent with, besides its model, messages and tools.
@@ -98,9 +142,18 @@ class RequestSettings:
     ``max_output_tokens`` (sent to the provider). Sampling: ``temperature``,
     ``top_p``, ``seed``, ``stop``, ``presence_penalty``, ``frequency_penalty``
     (``None`` leaves the provider's default). ``tool_choice``, ``max_rounds``,
-    ``token_counter`` (the request tier of the counting chain), the limiting
+    ``token_counter`` (the request tier of the counting chain),
+    ``exact_token_counter`` (the request tier of the exact counter, asked
+    only near the budget) and ``exact_count_margin`` (how near: a fraction
+    of the prompt budget, default 0.1; ``None`` never asks), the limiting
     handlers ``pre_max_tokens_reached`` / ``post_max_tokens_reached`` and
     ``extra_body`` (provider-specific fields merged into the body).
+
+    Time limits, in seconds (``None``: none; see docs/requests.md):
+    ``timeout`` bounds each provider call as a whole, the driver's retries
+    included; ``first_token_timeout`` bounds a stream's wait for the first
+    piece of its reply; ``tool_timeout`` bounds each tool call of a tool
+    without a ``timeout`` of its own.
 
     Raises:
         InvalidRequestError: a value of the wrong type or sign, naming it.
@@ -137,6 +190,12 @@ class RequestSettings:
     token_counter: TokenCounter | None = attrs.field(
         default=None, validator=attrs_check(token_counter_or_none)
     )
+    exact_token_counter: ExactCounter | None = attrs.field(
+        default=None, validator=attrs_check(exact_counter_or_none)
+    )
+    exact_count_margin: float | None = attrs.field(
+        default=DEFAULT_EXACT_COUNT_MARGIN, validator=attrs_check(_margin)
+    )
     pre_max_tokens_reached: TokenLimitHandler | None = attrs.field(
         default=None, validator=attrs_check(callable_or_none)
     )
@@ -146,6 +205,9 @@ class RequestSettings:
     extra_body: Mapping[str, Any] = attrs.field(
         factory=dict, converter=_frozen_mapping, validator=attrs_check(_extra_body)
     )
+    timeout: float | None = _seconds()
+    first_token_timeout: float | None = _seconds()
+    tool_timeout: float | None = _seconds()
 
     def evolve(self, **changes: Unpack[SettingsChanges]) -> RequestSettings:
         """A copy with ``changes`` applied, checked like a new value.
@@ -195,6 +257,11 @@ class SettingsChanges(TypedDict, total=False):
     tool_choice: str | None
     max_rounds: int
     token_counter: TokenCounter | None
+    exact_token_counter: ExactCounter | None
+    exact_count_margin: float | None
     pre_max_tokens_reached: TokenLimitHandler | None
     post_max_tokens_reached: TokenLimitHandler | None
     extra_body: Mapping[str, Any]
+    timeout: float | None
+    first_token_timeout: float | None
+    tool_timeout: float | None

@@ -21,7 +21,11 @@ from threadline._messages import Message, Role, Usage
 from threadline._provider import ProviderResponse
 from threadline._result import RunResult
 from threadline.limiting._units import check_integrity
-from threadline.serialization._documents import ConversationDocument, ConversationEvent
+from threadline.serialization._documents import (
+    ConversationDocument,
+    ConversationEvent,
+    check_turn_order,
+)
 
 __all__ = ["Transcript", "Turn", "checked_replacement", "sum_usage", "turn_events"]
 
@@ -120,7 +124,8 @@ def checked_replacement(events: Iterable[ConversationEvent]) -> tuple[Conversati
 
     Raises:
         InvalidRequestError: an item that is not an answered ``ConversationEvent``,
-            a first event that is not a user message, or a broken tool unit.
+            a first event that is not a user message, a broken tool unit, or a
+            turn id that goes back.
     """
     replacement = tuple(events)
     for index, event in enumerate(replacement):
@@ -144,6 +149,7 @@ def checked_replacement(events: Iterable[ConversationEvent]) -> tuple[Conversati
         raise InvalidRequestError(
             f"these events would break a tool unit: event {exc.index}: {exc.reason}"
         ) from None
+    check_turn_order(replacement)  # else the conversation could be saved but never loaded
     return replacement
 
 

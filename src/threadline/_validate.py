@@ -29,6 +29,7 @@ __all__ = [
     "non_negative_int",
     "positive_int",
     "positive_int_or_none",
+    "positive_seconds_or_none",
     "problem",
 ]
 
@@ -95,6 +96,20 @@ def finite_number_or_none(name: str, value: Any) -> float | None:
         value
     ):
         fail(name, "a finite number or None", value)
+    checked: float = value
+    return checked
+
+
+def positive_seconds_or_none(name: str, value: Any) -> float | None:
+    """``value`` when it is ``None`` or a finite number of seconds above 0 (a time limit)."""
+    if value is None:
+        return None
+    if (
+        not (isinstance(value, int | float) and not isinstance(value, bool))
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        fail(name, "a positive number of seconds or None", value)
     checked: float = value
     return checked
 

@@ -162,13 +162,17 @@ class Sse(Act):
 
 @dataclass
 class Trickle(Act):
-    """A 200 event stream that sends an SSE comment every ``every`` seconds for ``seconds``."""
+    """A 200 event stream that sends ``first`` (events of a reply begun), then an SSE
+    comment every ``every`` seconds for ``seconds``: never a read timeout, never an end."""
 
     every: float
     seconds: float
+    first: Sequence[bytes] = ()
 
     def play(self, conn: socket.socket) -> None:
         conn.sendall(_head(200, {"content-type": "text/event-stream"}, None))
+        for event in self.first:
+            conn.sendall(event)
         deadline = time.monotonic() + self.seconds
         while time.monotonic() < deadline:
             try:

@@ -249,8 +249,10 @@ async def test_an_over_long_prompt_is_limited_again_after_the_servers_refusal(
 
     (record,) = result.rounds
     assert record.context_retry
-    # No budget before the refusal, so the round's only limiting step is the retry's.
-    assert record.limiting is None
+    # No budget before the refusal: the first step only counted; the retry's limited.
+    assert record.limiting is not None
+    assert record.limiting.budget_tokens is None
+    assert record.budget_reason.startswith("no budget")
     assert record.retry_limiting is not None
     assert record.retry_limiting.dropped
     assert record.reported_input_tokens is not None

@@ -38,6 +38,7 @@ from threadline.cli._io import IO
 from threadline.cli._options import LOCAL_REPEAT_PENALTY
 from threadline.cli._setup import NO_LOCAL_MODEL, db_path, open_store, provider_url
 from threadline.cli._status import check_prompt_fits, check_window, status_line
+from threadline.counting import TokenCalibration
 from threadline.limiting import Budget
 from threadline.serialization import ConversationDocument
 
@@ -98,6 +99,8 @@ class ChatSession:
     saving: bool
     muted: bool = False
     """Set when Ctrl-C stops an answer: nothing more of it is printed."""
+    last_result: RunResult | None = None
+    """The last answered turn, whose counts ``/budget`` explains."""
 
     def where(self) -> str:
         return f"{self.model.name} at {self.url}" if self.url else f"{self.model.name} (local)"
@@ -230,7 +233,11 @@ async def chat(args: argparse.Namespace, io: IO, factory: DriverFactory) -> int:
             effective = with_saved_settings(args, document)
             driver, model, max_output = factory(effective)
             url = provider_url(effective) if driver.name != "local" else None
-            client = await stack.enter_async_context(Client(driver, default_model=model))
+            # Calibrated, so the estimate learns from the server's counts; a saved
+            # conversation brings back what it learned.
+            client = await stack.enter_async_context(
+                Client(driver, default_model=model, calibration=TokenCalibration())
+            )
             agent = _agent(client, driver, model, max_output, effective)
             conversation = _conversation(
                 agent,

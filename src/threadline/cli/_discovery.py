@@ -6,7 +6,9 @@ allocated per request slot as ``n_ctx`` in ``GET /props``
 entry's ``meta``; vLLM gives ``max_model_len``; LM Studio and OpenRouter a
 ``context_length``. ``meta.n_ctx_train`` is only the window the model was
 trained for: a server may allocate far less, so it is never taken as the
-window (it is reported, as a hint). Nothing here is fatal but an unreachable
+window (it is reported, as a hint). A ``meta`` entry or a ``/props`` answer
+also says the server is llama.cpp's own, which can count a prompt exactly
+(``OpenAIChatDriver(exact_counting="llama.cpp")``). Nothing here is fatal but an unreachable
 server or a refused key: a server that says nothing leaves the window unknown.
 """
 
@@ -29,12 +31,14 @@ _WINDOW_KEYS = ("max_model_len", "context_length", "context_window", "max_contex
 
 @attrs.frozen(kw_only=True)
 class ServerFacts:
-    """What the server said: its first model's id, its window and where that came from."""
+    """What the server said: its first model's id, its window and where that came from,
+    and whether it is the upstream llama.cpp server (which counts prompts)."""
 
     model_id: str | None = None
     window: int | None = None
     source: str | None = None
     trained_window: int | None = None
+    llama_cpp: bool = False
 
 
 def _positive_int(value: Any) -> int | None:
@@ -83,15 +87,16 @@ def _pick(entries: list[Any], model_name: str | None) -> dict[str, Any] | None:
     return named[0] if named else None
 
 
-def _props_window(http: httpx.Client, base_url: str) -> int | None:
+def _props_window(http: httpx.Client, base_url: str) -> tuple[int | None, bool]:
+    """The window ``/props`` gives, and whether it answered as llama.cpp's server does."""
     root = base_url.rstrip("/").removesuffix("/v1")
     props = _get(http, f"{root}/props")
     if not isinstance(props, dict):
-        return None
+        return None, False
     settings = props.get("default_generation_settings")
     if isinstance(settings, dict) and _positive_int(settings.get("n_ctx")):
-        return _positive_int(settings.get("n_ctx"))
-    return _positive_int(props.get("n_ctx"))
+        return _positive_int(settings.get("n_ctx")), True
+    return _positive_int(props.get("n_ctx")), isinstance(settings, dict)
 
 
 def ask_server(
@@ -110,14 +115,20 @@ def ask_server(
         entry = _pick(entries, model_name) if isinstance(entries, list) else None
         window, trained = _entry_window(entry) if entry is not None else (None, None)
         model_id = entry["id"] if entry is not None else None
+        has_meta = entry is not None and isinstance(entry.get("meta"), dict)
         if window is not None:
             return ServerFacts(
-                model_id=model_id, window=window, source="/v1/models", trained_window=trained
+                model_id=model_id,
+                window=window,
+                source="/v1/models",
+                trained_window=trained,
+                llama_cpp=has_meta,
             )
-        window = _props_window(http, base_url)
+        window, answered = _props_window(http, base_url)
     return ServerFacts(
         model_id=model_id,
         window=window,
         source="/props" if window is not None else None,
         trained_window=trained,
+        llama_cpp=has_meta or answered,
     )

@@ -92,6 +92,7 @@ async def _answer(session: ChatSession, prompt: str, answering: list[anyio.Cance
     if scope.cancelled_caught:
         io.note("(answer stopped; the turn was not saved)")
     elif result is not None:
+        session.last_result = result
         io.note(session.status(result))
 
 
@@ -167,7 +168,7 @@ async def _history(session: ChatSession, argument: str) -> None:
 
 
 async def _budget(session: ChatSession, argument: str) -> None:
-    session.io.note(f"({budget_words(session.conversation)})")
+    session.io.note(f"({budget_words(session.conversation, session.last_result)})")
 
 
 async def _help(session: ChatSession, argument: str) -> None:

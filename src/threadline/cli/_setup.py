@@ -129,10 +129,12 @@ def _openai_driver(args: argparse.Namespace) -> tuple[Driver, Model, int | None]
     assert base_url is not None
     name = args.model or os.environ.get("THREADLINE_MODEL")
     window = None
+    llama_cpp = False
     if base_url != DEFAULT_OPENAI_URL:
         facts = ask_server(base_url, name)
         name = name or facts.model_id
         window = facts.window
+        llama_cpp = facts.llama_cpp
     name = name or DEFAULT_OPENAI_MODEL
     if window is None:
         window = catalog_context_size(name)
@@ -140,7 +142,9 @@ def _openai_driver(args: argparse.Namespace) -> tuple[Driver, Model, int | None]
     # by chat in its own words rather than by the catalog's warning.
     model = Model(name, context_size=window)
     max_output = args.max_output_tokens or reply_cap(args.max_context_tokens or window)
-    return OpenAIChatDriver(base_url=base_url), model, max_output
+    # llama.cpp's own server counts a prompt exactly; limiting asks it near the budget.
+    driver = OpenAIChatDriver(base_url=base_url, exact_counting="llama.cpp" if llama_cpp else None)
+    return driver, model, max_output
 
 
 def db_path(args: argparse.Namespace) -> Path | StoreUrl:

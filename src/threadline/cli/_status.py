@@ -10,6 +10,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 from threadline import Conversation, Message, Model, Role, RunResult
+from threadline._result import RoundRecord
 from threadline.cli._errors import CliError
 from threadline.limiting import Budget, DroppedUnit
 
@@ -21,7 +22,9 @@ __all__ = [
     "budget_words",
     "check_prompt_fits",
     "check_window",
+    "count_words",
     "dropped_words",
+    "gap_words",
     "status_line",
 ]
 
@@ -83,23 +86,74 @@ def check_prompt_fits(conversation: Conversation, prompt: str, budget: Budget | 
     )
 
 
-def budget_words(conversation: Conversation) -> str:
-    """``/budget``: what the history takes and what is left, or by how much it is over."""
+def budget_words(conversation: Conversation, last: RunResult | None = None) -> str:
+    """``/budget``: what the history takes and what is left, or by how much it is over;
+    with the ``last`` turn's result, how far its estimate was from the server's count."""
     estimate = conversation.token_estimate()
     budget = budget_of(conversation)
     taken = f"history and instructions: {estimate:,} tokens"
+    gap = gap_words(last.rounds[-1]) if last is not None and last.rounds else None
+    after = "" if gap is None else f"\n{gap}"
     if budget is None:
-        return f"{taken}; no budget: the window is unknown, set --max-context-tokens"
+        return f"{taken}; no budget: the window is unknown, set --max-context-tokens{after}"
     left = budget.prompt_tokens - estimate
     if left < 0:
         return (
             f"{taken}; over the {budget.prompt_tokens:,}-token budget by {-left:,} tokens; "
-            "the oldest turns will be dropped"
+            f"the oldest turns will be dropped{after}"
         )
     return (
         f"{taken}; {left:,} of the {budget.prompt_tokens:,}-token budget left "
-        f"({budget.reserve:,} more kept for the answer)"
+        f"({budget.reserve:,} more kept for the answer){after}"
     )
+
+
+def _percent(decided: int, reported: int) -> str:
+    return f"{(reported - decided) / decided:+.1%}" if decided else "n/a"
+
+
+def count_words(record: RoundRecord) -> str:
+    """What a round sent: ``sent 1,264`` when threadline's count and the server's agree
+    (or the server said nothing), else ``estimate 1,210 · server 1,264 (+4.5%)``."""
+    decided, reported = record.decided_input_tokens, record.reported_input_tokens
+    if reported is None:
+        return f"sent {decided:,}"
+    if reported == decided:
+        return f"sent {decided:,}"
+    return f"estimate {decided:,} · server {reported:,} ({_percent(decided, reported)})"
+
+
+def gap_words(record: RoundRecord) -> str | None:
+    """``/budget``'s account of the last round's counts: which count decided what was
+    kept, and how far it was from the server's. ``None`` when the server said nothing."""
+    reported = record.reported_input_tokens
+    if reported is None:
+        return None
+    raw = record.estimated_input_tokens
+    lines = [f"last turn: the server counted {reported:,} tokens sent"]
+    if record.exact_input_tokens is not None:
+        lines.append(
+            f"threadline asked the server for the exact count near the budget: "
+            f"{record.exact_input_tokens:,}; its own estimate was {raw:,} "
+            f"({_percent(raw, record.exact_input_tokens)} off)"
+        )
+    elif record.calibrated_input_tokens is not None:
+        calibrated = record.calibrated_input_tokens
+        lines.append(
+            f"threadline estimated {raw:,} with its own tokenizer (o200k_base) and scaled it "
+            f"to {calibrated:,} with what earlier turns taught it; "
+            f"the server's count is {_percent(calibrated, reported)} from that"
+        )
+    else:
+        lines.append(
+            f"threadline estimated {raw:,} with its own tokenizer, which is not necessarily "
+            f"the model's; the server's count is {_percent(raw, reported)} from that"
+        )
+    lines.append(
+        "the estimate decides what is dropped; near the budget a server that can count "
+        "(llama.cpp, Anthropic) is asked for the exact count first"
+    )
+    return "\n".join(lines)
 
 
 def dropped_words(dropped: list[DroppedUnit]) -> str:
@@ -129,9 +183,9 @@ def status_line(
     """After a turn: tokens sent against the budget, the reserve, what was dropped, the cost."""
     last = result.rounds[-1]
     server = ""
-    if last.reported_input_tokens is not None:
+    if last.reported_input_tokens == last.decided_input_tokens:
         server = f" (server: {last.reported_input_tokens:,})"
-    sent = f"sent {last.estimated_input_tokens:,}"
+    sent = count_words(last)
     parts: list[str] = []
     if result.budget is None:
         parts.append(

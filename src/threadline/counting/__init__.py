@@ -5,15 +5,18 @@ See docs/counting.md for what each counter counts and why.
 
 from threadline._errors import TokenizerDataError
 from threadline._public import publish
+from threadline.counting._anchored import AnchoredCounter
 from threadline.counting._approximate import (
     ApproximateCounter,
     estimate_content_tokens,
     estimate_message_tokens,
 )
 from threadline.counting._builtin import BuiltinTokenCounter
+from threadline.counting._calibration import CalibratedCounter, TokenCalibration
 from threadline.counting._encoding import o200k_base_encoding
 from threadline.counting._projection import DefaultReplayProjection
 from threadline.counting._protocol import (
+    AsyncTokenCounter,
     IncrementalTokenCounter,
     ModelTokenCounter,
     ReplayProjection,
@@ -21,23 +24,29 @@ from threadline.counting._protocol import (
 )
 from threadline.counting._resolution import (
     default_token_counter,
+    resolve_exact_token_counter,
     resolve_token_counter,
     set_default_token_counter,
 )
 
 __all__ = [
+    "AnchoredCounter",
     "ApproximateCounter",
+    "AsyncTokenCounter",
     "BuiltinTokenCounter",
+    "CalibratedCounter",
     "DefaultReplayProjection",
     "IncrementalTokenCounter",
     "ModelTokenCounter",
     "ReplayProjection",
+    "TokenCalibration",
     "TokenCounter",
     "TokenizerDataError",
     "default_token_counter",
     "estimate_content_tokens",
     "estimate_message_tokens",
     "o200k_base_encoding",
+    "resolve_exact_token_counter",
     "resolve_token_counter",
     "set_default_token_counter",
 ]

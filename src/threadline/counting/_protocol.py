@@ -1,7 +1,14 @@
-"""The counting protocols every tier of the resolution chain speaks."""
+"""The counting protocols every tier of the resolution chain speaks.
+
+:class:`TokenCounter` is the estimate every decision starts from: local,
+synchronous, cheap. :class:`AsyncTokenCounter` is its async form, for counts
+that take a round trip (a provider's counting endpoint); limiting asks one
+only near the budget's edge (see docs/counting.md).
+"""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol, TypeGuard, runtime_checkable
 
@@ -11,10 +18,12 @@ if TYPE_CHECKING:
     from threadline.tools._tools import Tool
 
 __all__ = [
+    "AsyncTokenCounter",
     "IncrementalTokenCounter",
     "ModelTokenCounter",
     "ReplayProjection",
     "TokenCounter",
+    "is_async_token_counter",
     "is_incremental",
     "is_token_counter",
 ]
@@ -26,6 +35,20 @@ class TokenCounter(Protocol):
 
     def count(self, messages: Sequence[Message], tools: Sequence[Tool] = ()) -> int:
         """The estimated prompt tokens of ``messages`` and ``tools``."""
+        ...
+
+
+@runtime_checkable
+class AsyncTokenCounter(Protocol):
+    """Counts like :class:`TokenCounter`, but awaits: a count that costs a round trip.
+
+    A provider's counting endpoint (llama.cpp's ``/tokenize``, Anthropic's
+    ``count_tokens``) is one. It is exact where the provider says so: the
+    count is what the provider will report as the prompt's input tokens.
+    """
+
+    async def count(self, messages: Sequence[Message], tools: Sequence[Tool] = ()) -> int:
+        """The prompt tokens of ``messages`` and ``tools``, as the provider counts them."""
         ...
 
 
@@ -86,13 +109,30 @@ def is_incremental(counter: TokenCounter) -> TypeGuard[IncrementalTokenCounter]:
     return known
 
 
+def is_async_token_counter(value: object) -> bool:
+    """Whether ``value`` is an :class:`AsyncTokenCounter`: its ``count`` is a coroutine function.
+
+    The runtime protocol check cannot tell ``async def count`` from ``def
+    count``; this does.
+    """
+    if _is_container(value) or not isinstance(value, AsyncTokenCounter):
+        return False
+    return inspect.iscoroutinefunction(value.count)
+
+
 def is_token_counter(value: object) -> bool:
-    """Whether ``value`` can serve as a counter.
+    """Whether ``value`` can serve as a (synchronous) counter.
 
     The runtime protocol check only asks for a ``count`` attribute, which a
     ``str`` or a ``list`` has too; those are refused here, so a counter given
-    by name fails where it is given, not deep inside a run.
+    by name fails where it is given, not deep inside a run. So is an
+    :class:`AsyncTokenCounter`: its ``count`` cannot be used where an
+    estimate is needed at once.
     """
-    if isinstance(value, str | bytes | bytearray | list | tuple | dict | set | frozenset):
+    if _is_container(value) or not isinstance(value, TokenCounter):
         return False
-    return isinstance(value, TokenCounter)
+    return not inspect.iscoroutinefunction(value.count)
+
+
+def _is_container(value: object) -> bool:
+    return isinstance(value, str | bytes | bytearray | list | tuple | dict | set | frozenset)

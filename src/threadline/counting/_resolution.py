@@ -12,6 +12,14 @@ The winner is then fitted to the request: a ``BuiltinTokenCounter`` that was
 not given a projection is bound to the driver's replay projection for the
 model, and a ``ModelTokenCounter`` is bound to the model with ``for_model``.
 
+The exact counter near the budget's edge (an :class:`AsyncTokenCounter`, or
+a synchronous one) is resolved beside it, from the tiers that can have one:
+the request's (``RequestSettings.exact_token_counter``), the client's
+(``Client(exact_token_counter=...)``), the driver's
+(``driver.exact_token_counter(model)``, for drivers whose provider counts).
+There is no process default and no built-in: without one, nothing is counted
+exactly and the estimate decides.
+
 The process default is the one piece of global mutable state threadline
 has. It is one reference, swapped under a lock, so a reader sees either the
 old counter or the new one, never anything in between.
@@ -20,12 +28,13 @@ old counter or the new one, never anything in between.
 from __future__ import annotations
 
 import threading
-from typing import Protocol
+from typing import Protocol, TypeAlias
 
 from threadline._models import Model
 from threadline.counting._approximate import ApproximateCounter
 from threadline.counting._builtin import BuiltinTokenCounter
 from threadline.counting._protocol import (
+    AsyncTokenCounter,
     ModelTokenCounter,
     ReplayProjection,
     TokenCounter,
@@ -33,11 +42,17 @@ from threadline.counting._protocol import (
 )
 
 __all__ = [
+    "ExactCounter",
     "builtin_token_counter",
     "default_token_counter",
+    "resolve_exact_token_counter",
     "resolve_token_counter",
     "set_default_token_counter",
 ]
+
+
+ExactCounter: TypeAlias = AsyncTokenCounter | TokenCounter
+"""What the exact tier holds: usually an async counter (a round trip), possibly a local one."""
 
 
 class _CountingDriver(Protocol):
@@ -122,4 +137,30 @@ def resolve_token_counter(
         return counter
     if isinstance(counter, ModelTokenCounter):
         return counter.for_model(model)
+    return counter
+
+
+def resolve_exact_token_counter(
+    request_tier: ExactCounter | None,
+    client_tier: ExactCounter | None,
+    driver: object | None,
+    model: Model,
+) -> ExactCounter | None:
+    """The exact counter a request for ``model`` may ask near its budget, or ``None``.
+
+    First match wins: ``request_tier``, ``client_tier``, then
+    ``driver.exact_token_counter(model)`` when the driver has that method.
+    A counter with a ``for_model`` method is bound to ``model`` with it.
+    """
+    counter = request_tier if request_tier is not None else client_tier
+    if counter is None:
+        from_driver = getattr(driver, "exact_token_counter", None)
+        if callable(from_driver):
+            found: ExactCounter | None = from_driver(model)
+            return found
+        return None
+    bind = getattr(counter, "for_model", None)
+    if callable(bind):
+        bound: ExactCounter = bind(model)
+        return bound
     return counter

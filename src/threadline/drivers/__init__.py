@@ -7,6 +7,10 @@ needs the ``threadline[local]`` extra. The driver contract (``Driver``,
 ``ProviderCall``, ``ProviderResponse`` and the stream chunks) lives in the
 core; the drivers themselves are imported only when first asked for, so
 ``import threadline`` loads none of them.
+
+``RequestTimeoutError`` (a ``ProviderUnavailableError``) is what a call past
+the request's ``timeout`` or ``first_token_timeout`` raises, whatever the
+driver.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from threadline._errors import RequestTimeoutError
 from threadline._provider import (
     Driver,
     ProviderCall,
@@ -41,6 +46,7 @@ __all__ = [
     "ProviderCall",
     "ProviderResponse",
     "ReasoningChunk",
+    "RequestTimeoutError",
     "ResponseDone",
     "RetryPolicy",
     "SamplingSettings",

@@ -27,7 +27,7 @@ import math
 import random
 import time
 from collections.abc import AsyncGenerator, Callable, Mapping
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, get_args
 
 import anyio
 import attrs
@@ -43,7 +43,9 @@ __all__ = [
     "RetryPolicy",
     "Secret",
     "SystemClock",
+    "Transport",
     "build_http_client",
+    "check_transport",
     "finish_reading",
     "header_secrets",
     "is_retryable_status",
@@ -68,6 +70,15 @@ _RETRYABLE_TRANSPORT_ERRORS = (
 """No response came back, and sending again may work. A bad URL scheme or a
 local protocol error will not improve, so those are raised at once."""
 
+
+Transport = Literal["httpx", "aiohttp"]
+"""Which connection pool sends: httpx's own (the default, asyncio and trio), or
+aiohttp's (``pip install 'threadline[aiohttp]'``; asyncio only, much faster at
+high concurrency)."""
+
+_AIOHTTP_MISSING = (
+    "transport='aiohttp' needs the httpx-aiohttp package: pip install 'threadline[aiohttp]'"
+)
 
 _SECRET_HEADER_WORDS = ("auth", "key", "token", "secret")
 _DRAIN_SECONDS = 1.0
@@ -124,20 +135,51 @@ def build_http_client(
     timeout: httpx.Timeout | float | None = DEFAULT_TIMEOUT,
     limits: httpx.Limits = DEFAULT_LIMITS,
     headers: Mapping[str, str] | None = None,
-    transport: httpx.AsyncBaseTransport | None = None,
+    transport: Transport = "httpx",
 ) -> httpx.AsyncClient:
     """A pooled ``httpx.AsyncClient`` with timeouts and limits fit for model calls.
 
-    Redirects are not followed: an API endpoint that redirects is misconfigured,
-    and following it would resend the credentials elsewhere.
+    ``transport="aiohttp"`` sends through aiohttp's pool (see
+    :mod:`threadline.drivers._aiohttp`); the client is the same ``httpx``
+    interface either way. Redirects are not followed: an API endpoint that
+    redirects is misconfigured, and following it would resend the credentials
+    elsewhere.
+
+    Raises:
+        InvalidRequestError: ``transport`` is not ``"httpx"`` or ``"aiohttp"``.
+        ImportError: ``"aiohttp"`` without httpx-aiohttp installed; the message
+            names the ``pip install``.
     """
-    return httpx.AsyncClient(
+    check_transport(transport, None)
+    client_class: type[httpx.AsyncClient] = httpx.AsyncClient
+    if transport == "aiohttp":
+        try:
+            from threadline.drivers._aiohttp import AiohttpClient
+        except ImportError as exc:
+            raise ImportError(_AIOHTTP_MISSING, name=exc.name) from exc
+        client_class = AiohttpClient
+    return client_class(
         timeout=timeout,
         limits=limits,
         headers=headers,
-        transport=transport,
         follow_redirects=False,
     )
+
+
+def check_transport(transport: Transport, http_client: httpx.AsyncClient | None) -> None:
+    """Refuse an unknown ``transport``, or a choice next to a client of the caller's own.
+
+    Raises:
+        InvalidRequestError: ``transport`` is not ``"httpx"`` or ``"aiohttp"``,
+            or both an ``http_client`` and ``transport="aiohttp"`` were given.
+    """
+    if transport not in get_args(Transport):
+        raise InvalidRequestError(f"transport must be 'httpx' or 'aiohttp', not {transport!r}")
+    if http_client is not None and transport != "httpx":
+        raise InvalidRequestError(
+            f"transport={transport!r} chooses the pool of the driver's own client; with "
+            "http_client= the given client sends as it is (build it on the transport you want)"
+        )
 
 
 class Clock(Protocol):

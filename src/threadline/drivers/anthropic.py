@@ -44,7 +44,9 @@ from threadline.drivers._http import (
     RetryPolicy,
     Secret,
     SystemClock,
+    Transport,
     build_http_client,
+    check_transport,
     finish_reading,
     header_secrets,
     request_id_of,
@@ -76,6 +78,11 @@ class AnthropicDriver(AsyncClosing):
             ``ANTHROPIC_BASE_URL``, else ``https://api.anthropic.com``.
         http_client: an ``httpx.AsyncClient`` to send with; the driver does not
             close a client it was given.
+        transport: the connection pool of the driver's own client:
+            ``"httpx"`` (default; asyncio and trio) or ``"aiohttp"``
+            (``pip install 'threadline[aiohttp]'``; asyncio only, several
+            times the requests per second at high concurrency). Not with
+            ``http_client``.
         timeout: per-request time-out (default 600 s read, 5 s connect).
         max_retries: retries after the first attempt (overrides the policy's).
         retry_policy: the waits between retries (``RetryPolicy``); 429, 5xx and
@@ -101,6 +108,7 @@ class AnthropicDriver(AsyncClosing):
         api_key: str | None = None,
         base_url: str | None = None,
         http_client: httpx.AsyncClient | None = None,
+        transport: Transport = "httpx",
         timeout: float | httpx.Timeout | NotGiven | None = NOT_GIVEN,
         max_retries: int | None = None,
         retry_policy: RetryPolicy | None = None,
@@ -136,11 +144,13 @@ class AnthropicDriver(AsyncClosing):
         secrets = [key] if key else []
         self._errors = ErrorMapper(_NAME, secrets=[*secrets, *header_secrets(headers)])
         self._message_json = new_message_cache()
+        check_transport(transport, http_client)
         self._owns_client = http_client is None
         if http_client is None:
             self._timeout: float | httpx.Timeout | NotGiven | None = NOT_GIVEN
             self._client = build_http_client(
-                timeout=DEFAULT_TIMEOUT if isinstance(timeout, NotGiven) else timeout
+                timeout=DEFAULT_TIMEOUT if isinstance(timeout, NotGiven) else timeout,
+                transport=transport,
             )
         else:
             self._timeout = timeout

@@ -28,20 +28,24 @@ from threadline._provider import (
     chunks_of,
 )
 from threadline._sentinel import NOT_GIVEN, NotGiven
+from threadline._validate import fail
 from threadline.counting._projection import NO_REPLAY
-from threadline.counting._protocol import ReplayProjection, TokenCounter
+from threadline.counting._protocol import AsyncTokenCounter, ReplayProjection, TokenCounter
 from threadline.drivers._http import (
     DEFAULT_TIMEOUT,
     Clock,
     RetryPolicy,
     Secret,
     SystemClock,
+    Transport,
     build_http_client,
+    check_transport,
     finish_reading,
     header_secrets,
     send_with_retries,
 )
 from threadline.drivers._http_errors import ErrorMapper, snippet
+from threadline.drivers._llama_cpp_counting import LlamaCppTokenCounter, server_root
 from threadline.drivers._openai_chat_wire import (
     MalformedResponse,
     MessageJSONCache,
@@ -71,6 +75,11 @@ class OpenAIChatDriver(AsyncClosing):
         http_client: an ``httpx.AsyncClient`` to send with, on any transport.
             The driver does not close a client it was given. ``None`` builds a
             pooled one (``aclose()`` or ``async with`` closes it).
+        transport: the connection pool of the driver's own client:
+            ``"httpx"`` (default; asyncio and trio) or ``"aiohttp"``
+            (``pip install 'threadline[aiohttp]'``; asyncio only, several
+            times the requests per second at high concurrency). Not with
+            ``http_client``.
         timeout: per-request time-out; when not given, the driver's own client
             uses ``DEFAULT_TIMEOUT`` (600 s read, 5 s connect) and a given
             client keeps its own.
@@ -88,6 +97,10 @@ class OpenAIChatDriver(AsyncClosing):
             (``stream_options.include_usage``); turn off for servers that
             reject ``stream_options``.
         clock: what retries wait on; tests pass a fake one.
+        exact_counting: ``"llama.cpp"`` for the upstream llama.cpp server
+            (``llama-server``): :meth:`exact_token_counter` then asks the
+            server itself (``/apply-template``, ``/tokenize``), and limiting
+            does so near the budget. ``None``: no exact counter.
 
     Example::
 
@@ -101,6 +114,7 @@ class OpenAIChatDriver(AsyncClosing):
         *,
         api_key: str | None = None,
         http_client: httpx.AsyncClient | None = None,
+        transport: Transport = "httpx",
         timeout: float | httpx.Timeout | NotGiven | None = NOT_GIVEN,
         max_retries: int | None = None,
         retry_policy: RetryPolicy | None = None,
@@ -110,7 +124,11 @@ class OpenAIChatDriver(AsyncClosing):
         max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens",
         stream_usage: bool = True,
         clock: Clock | None = None,
+        exact_counting: Literal["llama.cpp"] | None = None,
     ) -> None:
+        if exact_counting not in (None, "llama.cpp"):
+            fail("exact_counting", "'llama.cpp' or None", exact_counting)
+        self._exact_counting = exact_counting
         self._base_url = base_url.rstrip("/")
         self._url = httpx.URL(f"{self._base_url}/chat/completions")
         key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
@@ -136,11 +154,13 @@ class OpenAIChatDriver(AsyncClosing):
 
         # Each message's JSON, encoded once: a run re-sends its history every round.
         self._message_json = MessageJSONCache()
+        check_transport(transport, http_client)
         self._owns_client = http_client is None
         if http_client is None:
             self._timeout: float | httpx.Timeout | NotGiven | None = NOT_GIVEN
             self._client = build_http_client(
-                timeout=DEFAULT_TIMEOUT if isinstance(timeout, NotGiven) else timeout
+                timeout=DEFAULT_TIMEOUT if isinstance(timeout, NotGiven) else timeout,
+                transport=transport,
             )
         else:
             self._timeout = timeout
@@ -167,29 +187,51 @@ class OpenAIChatDriver(AsyncClosing):
         """``None``: Chat Completions has no token counting endpoint."""
         return None
 
+    def exact_token_counter(self, model: Model) -> AsyncTokenCounter | None:
+        """The server's own count, with ``exact_counting="llama.cpp"``; otherwise ``None``."""
+        if self._exact_counting is None:
+            return None
+        return LlamaCppTokenCounter(self._post_to_root, self._body, self._errors, model)
+
     def replay_projection(self, model: Model) -> ReplayProjection:
         """Nothing is replayed: ``reasoning_content`` never goes back to the model."""
         return NO_REPLAY
 
     # --- sending -------------------------------------------------------------
 
-    def _request(self, call: ProviderCall, *, stream: bool) -> httpx.Request:
-        content = encode_request(
+    def _body(self, call: ProviderCall, *, stream: bool = False) -> bytes:
+        return encode_request(
             call,
             stream=stream,
             max_tokens_field=self._max_tokens_field,
             stream_usage=self._stream_usage,
             cache=self._message_json,
         )
+
+    def _request(self, call: ProviderCall, *, stream: bool) -> httpx.Request:
+        return self._build(self._url, self._body(call, stream=stream), stream=stream)
+
+    async def _post_to_root(self, path: str, content: bytes) -> httpx.Response:
+        """``content`` POSTed to ``path`` at the server's root, with retries."""
+        url = httpx.URL(server_root(self._base_url) + path)
+        return await send_with_retries(
+            self._client,
+            self._build(url, content, stream=False),
+            policy=self._retry_policy,
+            errors=self._errors,
+            clock=self._clock,
+        )
+
+    def _build(self, url: httpx.URL, content: bytes, *, stream: bool) -> httpx.Request:
         headers = dict(self._headers)
         if stream:
             headers["accept"] = "text/event-stream"
         if self._api_key is not None:
             headers["authorization"] = f"Bearer {self._api_key.reveal()}"
         if isinstance(self._timeout, NotGiven):
-            return self._client.build_request("POST", self._url, content=content, headers=headers)
+            return self._client.build_request("POST", url, content=content, headers=headers)
         return self._client.build_request(
-            "POST", self._url, content=content, headers=headers, timeout=self._timeout
+            "POST", url, content=content, headers=headers, timeout=self._timeout
         )
 
     def _reasoning_label(self, call: ProviderCall) -> str:

@@ -4,7 +4,7 @@ prompt budget = context limit - output reserve
 
 - limit: the explicit ``max_context_tokens``; unset, the model's ``context_size``.
 - reserve: the explicit ``output_reserve_tokens``, 0 included; unset, the
-  request's ``max_output_tokens`` when set; otherwise 4096.
+  request's ``max_output_tokens`` when set, else the model's; otherwise 4096.
 - An explicit limit that the reserve fills or exceeds is refused
   (:class:`InvalidRequestError`): a small limit with the default reserve fails
   rather than silently turning into no limit.
@@ -105,8 +105,8 @@ def resolve_budget(
     (``with_max_context_tokens``), ``output_reserve_tokens`` its explicit
     reserve (``with_output_reserve_tokens``; ``0`` is a real value, leave it
     out for "unset"), ``max_output_tokens`` the request's cap on the reply
-    (``with_max_output_tokens``). The model's own ``max_output_tokens`` is its
-    ceiling, not what the request asks for, and plays no part.
+    (``with_max_output_tokens``); unset, the model's ``max_output_tokens``
+    (its ceiling) stands in for it.
 
     Raises:
         InvalidRequestError: an explicit limit the reserve fills or exceeds, or
@@ -124,6 +124,8 @@ def resolve_budget(
         reserve, reserve_from = output_reserve_tokens, "with_output_reserve_tokens"
     elif max_output_tokens is not None:
         reserve, reserve_from = max_output_tokens, "max_output_tokens"
+    elif model is not None and model.max_output_tokens is not None:
+        reserve, reserve_from = model.max_output_tokens, f"model {model.name!r}'s max_output_tokens"
     else:
         reserve, reserve_from = DEFAULT_OUTPUT_RESERVE_TOKENS, "the default"
 

@@ -58,6 +58,10 @@ Decisions that hold for every version:
   refused, and ``"injection"`` is not an origin the format knows.
 - A bare JSON array of messages is read as version 1 messages.
 - Integers are integers: ``"3"`` or ``true`` where a count belongs is refused.
+- Only what a conversation can write is read: a pending event is a user
+  message; the answered events of a turn are together and their turn ids
+  never go back (pending events may sit anywhere); every ``turn_id`` is below
+  ``next_turn_id``; ``format_version`` is never negative.
 - The output is ASCII (non-ASCII characters are ``\\u`` escaped), so any
   Python string survives any transport, lone surrogates included.
 
@@ -84,6 +88,7 @@ from threadline._messages import Message, Origin
 from threadline.serialization._documents import (
     ConversationDocument,
     ConversationEvent,
+    DocumentProblem,
     MessageList,
 )
 from threadline.serialization._hooks import (
@@ -322,6 +327,9 @@ def _read(text: str | bytes) -> Any:
         raise ConversationFormatError("nested too deeply to read") from None
     except Invalid as exc:
         raise ConversationFormatError(f"not valid JSON: {exc.reason}") from None
+    except ValueError:
+        # json reads digits into an int, which Python caps at 4,300 digits.
+        raise ConversationFormatError("a number too long to read") from None
 
 
 def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -357,6 +365,10 @@ def _migrate(
     version = document["format_version"]
     if type(version) is not int:
         _refuse("format_version must be an integer", found=version, path=path)
+    if version < 0:
+        raise ConversationFormatError(
+            f"format version {version} is not a version: versions are never negative", path=path
+        )
     if version > to_version:
         raise ConversationFormatError(
             f"format version {version} was written by a newer threadline; this one reads "
@@ -443,6 +455,9 @@ def _problems(exc: BaseException, path: str) -> Iterator[tuple[str, str]]:
         yield path + exc.suffix, exc.reason
     elif isinstance(exc, KeyError):
         yield path, "a required field is missing"
+    elif isinstance(exc, DocumentProblem):
+        # A document that cannot be: turn ids that go back, a pending reply...
+        yield path + exc.suffix, exc.reason
     elif isinstance(exc, ThreadlineError):
         # The class refused the values: a tool message without its call id...
         yield path, str(exc)

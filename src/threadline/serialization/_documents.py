@@ -8,23 +8,39 @@ API keys or tool handlers.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 
 import attrs
 
 from threadline._errors import InvalidRequestError
-from threadline._messages import Message, Origin, Usage
+from threadline._messages import Message, Origin, Role, Usage
 from threadline.serialization._json import JsonValue, copy_json, json_value_problem, member_path
 
 __all__ = [
     "ConversationDocument",
     "ConversationEvent",
+    "DocumentProblem",
     "JsonValue",
     "MessageList",
+    "check_turn_order",
     "json_value_problem",
     "member_path",
 ]
+
+
+class DocumentProblem(InvalidRequestError):
+    """A document or an event that cannot be, whatever its fields' types.
+
+    ``suffix`` locates the problem below the value checked (``.pending``,
+    ``.events[3].turn_id``), so a loader can name its JSON path; ``reason``
+    says what is wrong.
+    """
+
+    def __init__(self, reason: str, *, suffix: str, where: str | None = None) -> None:
+        super().__init__(f"{where}: {reason}" if where else reason)
+        self.reason = reason
+        self.suffix = suffix
 
 
 def _to_settings(value: Mapping[str, JsonValue]) -> dict[str, JsonValue]:
@@ -88,14 +104,15 @@ class ConversationEvent:
     ``usage``: what the provider reported for the call that produced this
     message (assistant messages), ``None`` otherwise or when unknown.
     ``pending``: a submitted user message persisted before the provider work
-    started and not yet committed with its turn.
+    started and not yet committed with its turn; only a user message can be
+    pending.
     ``model``: the model that produced an assistant message, when known.
     ``finish_reason``: why the provider stopped (``"stop"``, ``"length"``,
     ``"tool_calls"``...), when known.
 
     Raises:
-        InvalidRequestError: a field of the wrong type, a negative turn id or
-            an injected message.
+        InvalidRequestError: a field of the wrong type, a negative turn id,
+            an injected message, or a pending message that is not a user's.
     """
 
     message: Message = attrs.field(validator=attrs.validators.instance_of(Message))
@@ -115,6 +132,12 @@ class ConversationEvent:
         _check_count("turn_id", self.turn_id)
         if self.message.origin is Origin.INJECTION:
             raise InvalidRequestError("injected messages are never persisted")
+        if self.pending and self.message.role is not Role.USER:
+            raise DocumentProblem(
+                "only a user message (a submitted prompt) can be pending; this one's role "
+                f"is {self.message.role.value}",
+                suffix=".pending",
+            )
 
 
 @attrs.frozen(kw_only=True)
@@ -123,7 +146,8 @@ class ConversationDocument:
 
     ``id``: the conversation's id, never empty.
     ``events``: the whole transcript, oldest first, every turn kept (the
-    window sent to the model is computed from it and ``history_limit``).
+    window sent to the model is computed from it and ``history_limit``). The
+    answered events of one turn are together and turn ids never go back.
     ``history_limit``: how many messages the model-facing window holds at
     least; 0 sends everything.
     ``next_turn_id``: the id the next turn gets; greater than every event's
@@ -142,8 +166,9 @@ class ConversationDocument:
 
     Raises:
         InvalidRequestError: a field that does not fit (an empty id, a negative
-            count, an event whose ``turn_id`` is not below ``next_turn_id``, a
-            setting JSON cannot hold, a naive datetime).
+            count, an event whose ``turn_id`` is not below ``next_turn_id``,
+            turn ids that go back or repeat, a setting JSON cannot hold, a
+            naive datetime).
     """
 
     id: str
@@ -162,12 +187,8 @@ class ConversationDocument:
             raise InvalidRequestError(f"a conversation id is a non-empty string, not {self.id!r}")
         _check_count("history_limit", self.history_limit)
         _check_count("next_turn_id", self.next_turn_id)
-        for index, event in enumerate(self.events):
-            if event.turn_id >= self.next_turn_id:
-                raise InvalidRequestError(
-                    f"event {index} has turn_id {event.turn_id}, which is not below "
-                    f"next_turn_id {self.next_turn_id}"
-                )
+        _check_below_next_turn_id(self.events, self.next_turn_id)
+        check_turn_order(self.events)
         _check_timestamp("created_at", self.created_at)
         _check_timestamp("updated_at", self.updated_at)
 
@@ -177,3 +198,37 @@ class MessageList:
     """What a message list document holds, its ``format_version`` left out: the messages."""
 
     messages: tuple[Message, ...]
+
+
+def _check_below_next_turn_id(events: tuple[ConversationEvent, ...], next_turn_id: int) -> None:
+    for index, event in enumerate(events):
+        if event.turn_id >= next_turn_id:
+            raise DocumentProblem(
+                f"turn_id {event.turn_id} is not below next_turn_id {next_turn_id}",
+                suffix=f".events[{index}].turn_id",
+                where=f"event {index}",
+            )
+
+
+def check_turn_order(events: Sequence[ConversationEvent]) -> None:
+    """Refuse an answered turn id that goes back, so comes again after another turn.
+
+    Pending events are left out of the order: a crashed writer's prompt stays
+    pending, in place, while later turns are answered after it.
+
+    Raises:
+        DocumentProblem: the first event out of order, ``suffix`` its path.
+    """
+    previous: ConversationEvent | None = None
+    previous_index = 0
+    for index, event in enumerate(events):
+        if event.pending:
+            continue
+        if previous is not None and event.turn_id < previous.turn_id:
+            raise DocumentProblem(
+                f"turn_id {event.turn_id} goes back: event {previous_index} before it is of "
+                f"turn {previous.turn_id}, and a turn's events are together",
+                suffix=f".events[{index}].turn_id",
+                where=f"event {index}",
+            )
+        previous, previous_index = event, index

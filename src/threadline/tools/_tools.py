@@ -1,12 +1,12 @@
-"""Tools the model may call: ``Tool``, the ``@tool`` decorator and ``ToolResult``.
+"""Tools the model may call: ``Tool``, the ``@tool`` decorator and ``Toolset``.
 
 A ``Tool`` pairs a name, a description and a JSON schema with the function
 that runs when the model calls it. ``@tool`` builds one from a typed
 signature and its docstring. ``Tool.invoke`` runs one ``ToolCall`` and always
-gives back a ``ToolOutcome``: bad arguments or a failing function become an
-error tool message the model can read and recover from, never an exception in
-the run loop. ``Toolset`` holds the tools of a request and finds the one a
-call names.
+gives back a ``ToolOutcome``: bad arguments, a failing function or one that
+runs past its time limit become an error tool message the model can read and
+recover from, never an exception in the run loop. ``Toolset`` holds the tools
+of a request and finds the one a call names.
 """
 
 from __future__ import annotations
@@ -16,84 +16,42 @@ import inspect
 import json
 import logging
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, NoReturn, overload
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, overload
 
 import anyio
 import anyio.to_thread
 import attrs
 
 from threadline._errors import InvalidRequestError, ToolArgumentsError
-from threadline._messages import Message, Origin, Role, ToolCall
-from threadline.serialization._json import json_default
+from threadline._messages import Message, Origin, ToolCall
+from threadline._validate import attrs_check, positive_seconds_or_none
 from threadline.tools._check import check
 from threadline.tools._docstrings import parse_docstring
+from threadline.tools._frozen import freeze, thaw
+from threadline.tools._results import (
+    ToolOutcome,
+    ToolResult,
+    describe_exception,
+    result_text,
+    timed_out_outcome,
+    unknown_tool_outcome,
+)
 from threadline.tools._signature import Binder, call_method, docstring, signature_parameters
 
-__all__ = ["Tool", "ToolOutcome", "ToolResult", "Toolset", "tool", "unknown_tool_outcome"]
+__all__ = [
+    "Tool",
+    "ToolOutcome",
+    "ToolResult",
+    "Toolset",
+    "invoke_concurrently",
+    "tool",
+    "unknown_tool_outcome",
+]
 
 logger = logging.getLogger("threadline.tools")
 
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
-
-
-# ---------------------------------------------------------------------------
-# Read-only JSON containers, so a tool's schema cannot change under a request
-# that has already counted its tokens. They stay a dict and a list, so
-# ``json.dumps`` and ``==`` work on them as on any schema.
-
-
-def _read_only(*args: Any, **kwargs: Any) -> NoReturn:
-    raise TypeError(
-        "a tool's parameters are read-only; call Tool.json_schema() for a mutable copy "
-        "and build a new Tool from it"
-    )
-
-
-class _FrozenDict(dict[str, Any]):
-    __slots__ = ()
-    __setitem__ = __delitem__ = __ior__ = _read_only
-    clear = pop = popitem = setdefault = update = _read_only
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_FrozenDict, (dict(self),))
-
-    def __copy__(self) -> _FrozenDict:
-        return self
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> _FrozenDict:
-        return self
-
-
-class _FrozenList(list[Any]):
-    __slots__ = ()
-    __setitem__ = __delitem__ = __iadd__ = __imul__ = _read_only
-    append = extend = insert = pop = remove = clear = sort = reverse = _read_only
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_FrozenList, (list(self),))
-
-    def __copy__(self) -> _FrozenList:
-        return self
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> _FrozenList:
-        return self
-
-
-def _freeze(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return _FrozenDict({key: _freeze(item) for key, item in value.items()})
-    if isinstance(value, list | tuple):
-        return _FrozenList(_freeze(item) for item in value)
-    return value
-
-
-def _thaw(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {key: _thaw(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_thaw(item) for item in value]
-    return value
 
 
 def _to_parameters(value: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -110,7 +68,7 @@ def _to_parameters(value: Mapping[str, Any]) -> Mapping[str, Any]:
         json.dumps(value)
     except (TypeError, ValueError) as exc:
         raise InvalidRequestError(f"a tool's parameters must be plain JSON: {exc}") from None
-    return _freeze(value)  # type: ignore[no-any-return]
+    return freeze(value)  # type: ignore[no-any-return]
 
 
 def _check_name(instance: Any, attribute: Any, value: Any) -> None:
@@ -133,114 +91,6 @@ def _is_async(function: Callable[..., Any]) -> bool:
 
 
 # ---------------------------------------------------------------------------
-# Results
-
-
-def _to_injected(value: str | Message | Iterable[str | Message]) -> tuple[Message, ...]:
-    items: Iterable[str | Message] = [value] if isinstance(value, str | Message) else value
-    injected = []
-    for index, item in enumerate(items):
-        if isinstance(item, str):
-            injected.append(Message.user(item, origin=Origin.INJECTION))
-        elif isinstance(item, Message):
-            if item.role is Role.TOOL or item.tool_calls:
-                raise InvalidRequestError(
-                    f"injected message {index} is a tool exchange; inject user or system "
-                    "messages (the tool's own answer is the result's content)"
-                )
-            injected.append(item.with_origin(Origin.INJECTION))
-        else:
-            raise InvalidRequestError(
-                f"injected message {index} has type {type(item).__name__}; use a str or a Message"
-            )
-    return tuple(injected)
-
-
-@attrs.frozen
-class ToolResult:
-    """What a tool returns when it also has context to add to the run.
-
-    ``content`` is the tool's answer, turned into text like any return value.
-    Each ``inject`` item is added to the transcript after the tool results
-    with origin ``Origin.INJECTION``: pinned until the model answers, never
-    persisted. A ``str`` becomes a user message; a ``Message`` keeps its role
-    and gets the injection origin.
-
-    Example::
-
-        @tool
-        def open_ticket(ticket_id: str) -> ToolResult:
-            ticket = tickets.load(ticket_id)
-            return ToolResult(ticket.summary, inject=[f"Ticket body:\\n{ticket.body}"])
-
-    Raises:
-        InvalidRequestError: an injected item that is not a str or a Message,
-            or a tool message or a message with tool calls (which would break
-            the transcript's tool exchanges).
-    """
-
-    content: Any = None
-    inject: tuple[Message, ...] = attrs.field(default=(), converter=_to_injected, kw_only=True)
-
-
-def result_text(value: Any) -> str:
-    """A tool's return value as the text of its tool message.
-
-    A ``str`` is kept as it is, ``None`` is empty, anything else is JSON
-    (Enum members as their values, attrs and dataclass instances as objects,
-    dates in ISO form).
-
-    Raises:
-        TypeError: a value with no JSON form.
-    """
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, default=json_default, ensure_ascii=False)
-
-
-@attrs.frozen(kw_only=True)
-class ToolOutcome:
-    """What running one tool call produced.
-
-    ``message`` is the tool message for the transcript (origin ``TURN``);
-    ``is_error`` tells whether its text reports a failure (bad arguments, an
-    unknown tool, the function raised), in which case ``exception`` holds the
-    cause. ``injected`` are the messages the tool added (origin
-    ``INJECTION``).
-    """
-
-    call: ToolCall
-    message: Message
-    is_error: bool = False
-    exception: BaseException | None = attrs.field(default=None, eq=False)
-    injected: tuple[Message, ...] = ()
-
-    @property
-    def text(self) -> str:
-        """The tool message's text."""
-        return self.message.text
-
-    @classmethod
-    def failure(
-        cls, call: ToolCall, reason: str, exception: BaseException, *, name: str | None = None
-    ) -> ToolOutcome:
-        """An error outcome whose message reads ``error: <reason>``."""
-        message = Message.tool(
-            call.id, f"error: {reason}", name=name or call.name, origin=Origin.TURN
-        )
-        return cls(call=call, message=message, is_error=True, exception=exception)
-
-
-def unknown_tool_outcome(call: ToolCall, available: Iterable[str]) -> ToolOutcome:
-    """The error outcome for a call to a tool that is not offered."""
-    names = ", ".join(available) or "none"
-    reason = f"unknown tool {call.name!r}; available: {names}"
-    return ToolOutcome.failure(call, reason, ToolArgumentsError(reason))
-
-
-# ---------------------------------------------------------------------------
 # Tool
 
 
@@ -258,10 +108,16 @@ class Tool:
     ``in_thread=False`` for a quick pure function. Build tools with
     :func:`tool`, or directly for a hand-written schema.
 
+    ``timeout`` is the most seconds one call may take; past it the call is an
+    error outcome the model reads, and the run goes on. Unset, the request's
+    ``tool_timeout`` applies (none by default). An async function is
+    cancelled at its limit; a sync function's worker thread cannot be
+    stopped, so it is abandoned and runs on to its end in the background.
+
     Raises:
         InvalidRequestError: a name providers refuse (they accept
-            ``^[a-zA-Z0-9_-]{1,64}$``), or parameters that are not a JSON
-            object schema.
+            ``^[a-zA-Z0-9_-]{1,64}$``), parameters that are not a JSON
+            object schema, or a ``timeout`` that is not a positive number.
     """
 
     name: str = attrs.field(validator=_check_name)
@@ -271,6 +127,9 @@ class Tool:
         default=None, validator=attrs.validators.optional(attrs.validators.is_callable())
     )
     in_thread: bool = True
+    timeout: float | None = attrs.field(
+        default=None, validator=attrs_check(positive_seconds_or_none)
+    )
     _binder: Binder | None = attrs.field(default=None, alias="_binder", repr=False)
 
     @classmethod
@@ -281,6 +140,7 @@ class Tool:
         name: str | None = None,
         description: str | None = None,
         in_thread: bool = True,
+        timeout: float | None = None,
     ) -> Tool:
         """Build a tool from a typed function; :func:`tool` as a plain call.
 
@@ -304,12 +164,13 @@ class Tool:
             parameters=parameters,
             function=function,
             in_thread=in_thread,
+            timeout=timeout,
             _binder=binder,
         )
 
     def json_schema(self) -> dict[str, Any]:
         """A mutable deep copy of ``parameters``."""
-        return _thaw(self.parameters)  # type: ignore[no-any-return]
+        return thaw(self.parameters)  # type: ignore[no-any-return]
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the function directly, as if it were not a tool.
@@ -319,12 +180,14 @@ class Tool:
         """
         return self._require_function()(*args, **kwargs)
 
-    async def invoke(self, call: ToolCall) -> ToolOutcome:
+    async def invoke(self, call: ToolCall, *, default_timeout: float | None = None) -> ToolOutcome:
         """Run ``call`` and return its outcome.
 
-        Arguments that are not JSON or do not fit the schema, and exceptions
-        from the function, give an error outcome whose text tells the model
-        what went wrong; they are never raised. Cancellation propagates.
+        Arguments that are not JSON or do not fit the schema, exceptions from
+        the function and a call past its time limit (the tool's ``timeout``,
+        else ``default_timeout``) give an error outcome whose text tells the
+        model what went wrong; they are never raised. Cancellation propagates
+        at once, abandoning a sync function's worker thread.
 
         Raises:
             InvalidRequestError: the tool has no function (the caller runs it).
@@ -334,28 +197,40 @@ class Tool:
             arguments = call.parsed()
         except ToolArgumentsError as exc:
             return self._failure(call, f"{exc}; send the arguments as one JSON object", exc)
-        problems = check(arguments, self.parameters)
-        if problems:
-            reason = "; ".join(problems)
-            return self._failure(call, reason, ToolArgumentsError(reason))
+        timeout = self.timeout if self.timeout is not None else default_timeout
         try:
+            problems = check(arguments, self.parameters)
+            if problems:
+                reason = "; ".join(problems)
+                return self._failure(call, reason, ToolArgumentsError(reason))
             args, kwargs = self._binder.bind(arguments) if self._binder else ([], arguments)
-            value = await self._run(function, args, kwargs)
+            with anyio.move_on_after(timeout) as limit:
+                value = await self._run(function, args, kwargs)
         except anyio.get_cancelled_exc_class():
             raise
         except Exception as exc:
             logger.info("tool %r raised on call %r", self.name, call.id, exc_info=True)
-            detail = f": {exc}" if str(exc) else ""
-            return self._failure(call, f"the tool raised {type(exc).__name__}{detail}", exc)
+            return self._failure(call, f"the tool raised {describe_exception(exc)}", exc)
+        if limit.cancelled_caught:
+            assert timeout is not None
+            logger.info(
+                "tool %r ran past its %g s time limit on call %r", self.name, timeout, call.id
+            )
+            return timed_out_outcome(call, self.name, timeout)
+        return self._outcome(call, value)
+
+    def _outcome(self, call: ToolCall, value: Any) -> ToolOutcome:
         content, injected = (
             (value.content, value.inject) if isinstance(value, ToolResult) else (value, ())
         )
         try:
             text = result_text(content)
-        except (TypeError, ValueError) as exc:
-            return self._failure(
-                call, f"the tool's result could not be turned into text: {exc}", exc
-            )
+        except Exception as exc:
+            # json's own refusals say enough; anything else also says what it was.
+            plain = isinstance(exc, TypeError | ValueError)
+            detail = describe_exception(exc, kind=not plain)
+            reason = f"the tool's result could not be turned into text: {detail}"
+            return self._failure(call, reason, exc)
         message = Message.tool(call.id, text, name=self.name, origin=Origin.TURN)
         return ToolOutcome(call=call, message=message, injected=injected)
 
@@ -365,7 +240,10 @@ class Tool:
         if _is_async(function):
             result = await function(*args, **kwargs)
         elif self.in_thread:
-            result = await anyio.to_thread.run_sync(functools.partial(function, *args, **kwargs))
+            # Abandoned on cancel: a thread cannot be stopped, but its caller need not wait.
+            result = await anyio.to_thread.run_sync(
+                functools.partial(function, *args, **kwargs), abandon_on_cancel=True
+            )
         else:
             result = function(*args, **kwargs)
         if inspect.isawaitable(result):
@@ -392,6 +270,7 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     in_thread: bool = True,
+    timeout: float | None = None,
 ) -> Tool: ...
 
 
@@ -403,6 +282,7 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     in_thread: bool = True,
+    timeout: float | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -413,6 +293,7 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     in_thread: bool = True,
+    timeout: float | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a function a :class:`Tool`, bare (``@tool``) or with options.
 
@@ -422,7 +303,8 @@ def tool(
     parameter optional. The docstring gives the description (its text before
     the first section) and each argument's description (Google ``Args:``,
     reST ``:param x:`` or NumPy ``Parameters``). The function stays callable
-    through the tool.
+    through the tool. ``timeout`` bounds each call in seconds (see
+    :class:`Tool`).
 
     Example::
 
@@ -446,8 +328,12 @@ def tool(
                 changes["name"] = name
             if description is not None:
                 changes["description"] = description
+            if timeout is not None:
+                changes["timeout"] = timeout
             return attrs.evolve(function, **changes)
-        return Tool.from_function(function, name=name, description=description, in_thread=in_thread)
+        return Tool.from_function(
+            function, name=name, description=description, in_thread=in_thread, timeout=timeout
+        )
 
     return decorate if function is None else decorate(function)
 
@@ -507,8 +393,10 @@ class Toolset:
     def __len__(self) -> int:
         return len(self.tools)
 
-    async def invoke(self, call: ToolCall) -> ToolOutcome:
+    async def invoke(self, call: ToolCall, *, default_timeout: float | None = None) -> ToolOutcome:
         """Run ``call`` with the tool it names; an unknown name is an error outcome.
+
+        ``default_timeout`` is the time limit of a tool without its own.
 
         Raises:
             InvalidRequestError: the named tool has no function.
@@ -516,10 +404,14 @@ class Toolset:
         found = self._by_name.get(call.name)
         if found is None:
             return unknown_tool_outcome(call, self.names)
-        return await found.invoke(call)
+        return await found.invoke(call, default_timeout=default_timeout)
 
-    async def invoke_all(self, calls: Sequence[ToolCall]) -> list[ToolOutcome]:
+    async def invoke_all(
+        self, calls: Sequence[ToolCall], *, default_timeout: float | None = None
+    ) -> list[ToolOutcome]:
         """Run ``calls`` concurrently; the outcomes come back in the calls' order.
+
+        ``default_timeout`` is the time limit of a tool without its own.
 
         Raises:
             InvalidRequestError: a named tool has no function (checked before
@@ -529,12 +421,41 @@ class Toolset:
             found = self._by_name.get(call.name)
             if found is not None:
                 found._require_function()
-        outcomes: list[ToolOutcome | None] = [None] * len(calls)
+        return await invoke_concurrently(
+            calls, functools.partial(self.invoke, default_timeout=default_timeout)
+        )
 
-        async def run(index: int, call: ToolCall) -> None:
-            outcomes[index] = await self.invoke(call)
 
+async def invoke_concurrently(
+    calls: Sequence[ToolCall], invoke: Callable[[ToolCall], Awaitable[ToolOutcome]]
+) -> list[ToolOutcome]:
+    """``invoke`` each call in a task of its own; the outcomes in the calls' order.
+
+    ``invoke`` turns every failure into an outcome (``Tool.invoke`` does), so
+    what escapes is an interrupt (Ctrl-C on trio, ``SystemExit``): it is
+    raised as itself, not in an exception group, so ``except
+    KeyboardInterrupt`` sees it.
+    """
+    outcomes: list[ToolOutcome | None] = [None] * len(calls)
+
+    async def run(index: int, call: ToolCall) -> None:
+        outcomes[index] = await invoke(call)
+
+    try:
         async with anyio.create_task_group() as group:
             for index, call in enumerate(calls):
                 group.start_soon(run, index, call)
-        return [outcome for outcome in outcomes if outcome is not None]
+    except BaseExceptionGroup as caught:
+        interrupt = _interrupt_in(caught)
+        if interrupt is None:
+            raise
+        raise interrupt from None
+    return [outcome for outcome in outcomes if outcome is not None]
+
+
+def _interrupt_in(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
+    for each in group.exceptions:
+        found = _interrupt_in(each) if isinstance(each, BaseExceptionGroup) else each
+        if isinstance(found, KeyboardInterrupt | SystemExit):
+            return found
+    return None

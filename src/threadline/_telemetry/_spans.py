@@ -22,7 +22,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 from threadline._messages import ImagePart, Message, Role, TextPart, ToolCall, Usage
 from threadline._provider import ProviderCall, ProviderResponse, StreamChunk
 from threadline._telemetry import NOTHING, RoundFacts, Telemetry
-from threadline.tools._tools import ToolOutcome, Toolset
+from threadline.tools._tools import ToolOutcome, Toolset, invoke_concurrently
 
 if TYPE_CHECKING:
     from threadline._plan import RunPlan
@@ -167,21 +167,23 @@ class TracedRun(Telemetry):
     # -- tools --------------------------------------------------------------------------
 
     async def invoke_tools(
-        self, toolset: Toolset, calls: Sequence[ToolCall], round_number: int
+        self,
+        toolset: Toolset,
+        calls: Sequence[ToolCall],
+        round_number: int,
+        *,
+        default_timeout: float | None = None,
     ) -> list[ToolOutcome]:
         # What Toolset.invoke_all does, with each call in a span of its own made in
         # its own task, so the tool's own spans nest under it.
-        outcomes: list[ToolOutcome | None] = [None] * len(calls)
+        async def invoke(call: ToolCall) -> ToolOutcome:
+            return await self._invoke(toolset, call, round_number, default_timeout)
 
-        async def run(index: int, call: ToolCall) -> None:
-            outcomes[index] = await self._invoke(toolset, call, round_number)
+        return await invoke_concurrently(calls, invoke)
 
-        async with anyio.create_task_group() as group:
-            for index, call in enumerate(calls):
-                group.start_soon(run, index, call)
-        return [outcome for outcome in outcomes if outcome is not None]
-
-    async def _invoke(self, toolset: Toolset, call: ToolCall, round_number: int) -> ToolOutcome:
+    async def _invoke(
+        self, toolset: Toolset, call: ToolCall, round_number: int, default_timeout: float | None
+    ) -> ToolOutcome:
         found = toolset.get(call.name)
         span = self._child_of_run(
             f"execute_tool {call.name}",
@@ -198,7 +200,7 @@ class TracedRun(Telemetry):
         )
         with _Ending(span):
             with _current(span):
-                outcome = await toolset.invoke(call)
+                outcome = await toolset.invoke(call, default_timeout=default_timeout)
             self._tool_ended(span, outcome)
         return outcome
 

@@ -23,7 +23,7 @@ only when the user opts in (:func:`capture_content`, or the convention's
 ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``). A key never reaches a
 span: nothing here reads a driver's settings.
 
-The spans themselves are made in ``_telemetry_spans``, imported on the first
+The spans themselves are made in ``_telemetry._spans``, imported on the first
 traced run, so OpenTelemetry is loaded only then.
 """
 
@@ -180,10 +180,16 @@ class Telemetry:
         return stream
 
     async def invoke_tools(
-        self, toolset: Toolset, calls: Sequence[ToolCall], round_number: int
+        self,
+        toolset: Toolset,
+        calls: Sequence[ToolCall],
+        round_number: int,
+        *,
+        default_timeout: float | None = None,
     ) -> list[ToolOutcome]:
-        """Run ``calls`` concurrently, each in a span when tracing."""
-        return await toolset.invoke_all(calls)
+        """Run ``calls`` concurrently, each in a span when tracing; ``default_timeout``
+        is the time limit of a tool without its own."""
+        return await toolset.invoke_all(calls, default_timeout=default_timeout)
 
 
 class _Nothing(AbstractContextManager[object]):
@@ -201,6 +207,6 @@ def for_run(plan: RunPlan, *, streaming: bool) -> Telemetry:
     tracer = _tracer()
     if tracer is None:
         return _OFF
-    from threadline._telemetry_spans import TracedRun
+    from threadline._telemetry._spans import TracedRun
 
     return TracedRun(tracer, plan, streaming=streaming, content=capturing_content())

@@ -1,0 +1,94 @@
+"""The gap in plain sight: ``threadline chat`` shows its estimate beside the server's count,
+``/budget`` explains it, and a llama.cpp server is asked to count exactly."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+import httpx
+import pytest
+import respx
+
+# The helpers and fixtures of test_cli.py and test_cli_servers.py.
+from test_cli import invoke, no_provider_in_the_environment  # noqa: F401
+from test_cli_servers import URL, answer, llama_cpp_models
+from threadline import Model
+from threadline.cli._setup import build_driver  # the driver chat builds, not a public API
+from threadline.drivers import OpenAIChatDriver
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "conversations.sqlite3"
+
+
+def test_the_status_line_shows_estimate_and_server_when_they_differ(db: Path) -> None:
+    with respx.mock() as mock:
+        mock.get(f"{URL}/models").mock(return_value=llama_cpp_models(n_ctx=2048))
+        mock.post(f"{URL}/chat/completions").mock(return_value=answer("Hi.", prompt_tokens=41))
+        run = invoke("chat", "--db", str(db), "--base-url", URL, "--once", "hello there")
+    assert run.code == 0, run.err
+    found = re.search(r"\[estimate (\d+) · server 41 \(([+-]\d+\.\d)%\) of 1,536 budget", run.err)
+    assert found, run.err
+    estimate = int(found.group(1))
+    assert float(found.group(2)) == round((41 - estimate) / estimate * 100, 1)
+
+
+def test_the_status_line_says_sent_when_the_counts_agree(db: Path) -> None:
+    with respx.mock() as mock:
+        mock.get(f"{URL}/models").mock(return_value=llama_cpp_models(n_ctx=2048))
+        route = mock.post(f"{URL}/chat/completions")
+        route.mock(return_value=answer("Hi.", prompt_tokens=1))
+        first = invoke("chat", "--db", str(db), "--base-url", URL, "--once", "hi")
+        estimate = int(re.search(r"estimate (\d+)", first.err).group(1))  # type: ignore[union-attr]
+        route.mock(return_value=answer("Hi.", prompt_tokens=estimate))
+        second = invoke("chat", "--db", str(db), "--no-save", "--base-url", URL, "--once", "hi")
+    assert f"[sent {estimate} of 1,536 budget tokens (server: {estimate})" in second.err
+
+
+def test_budget_explains_the_last_turns_gap(db: Path) -> None:
+    with respx.mock() as mock:
+        mock.get(f"{URL}/models").mock(return_value=llama_cpp_models(n_ctx=2048))
+        mock.post(f"{URL}/chat/completions").mock(return_value=answer("Hi.", prompt_tokens=41))
+        run = invoke("chat", "--db", str(db), "--base-url", URL, stdin="hello\n/budget\n/exit\n")
+    assert run.code == 0, run.err
+    assert "last turn: the server counted 41 tokens sent" in run.err
+    assert re.search(r"threadline estimated \d+ with its own tokenizer", run.err), run.err
+    assert "the estimate decides what is dropped" in run.err
+
+
+def test_budget_before_any_turn_has_no_gap_to_explain(db: Path) -> None:
+    with respx.mock() as mock:
+        mock.get(f"{URL}/models").mock(return_value=llama_cpp_models(n_ctx=2048))
+        run = invoke("chat", "--db", str(db), "--base-url", URL, stdin="/budget\n/exit\n")
+    assert "of the 1,536-token budget left" in run.err
+    assert "last turn" not in run.err
+
+
+def _args(**given: object) -> argparse.Namespace:
+    values: dict[str, object] = {
+        "provider": None,
+        "base_url": URL,
+        "model": None,
+        "max_context_tokens": None,
+        "max_output_tokens": None,
+    }
+    values.update(given)
+    return argparse.Namespace(**values)
+
+
+def test_a_llama_cpp_server_gets_an_exact_counter_and_another_server_does_not() -> None:
+    with respx.mock() as mock:
+        mock.get(f"{URL}/models").mock(return_value=llama_cpp_models(n_ctx=2048))
+        driver, model, _ = build_driver(_args())
+    assert isinstance(driver, OpenAIChatDriver)
+    assert driver.exact_token_counter(model) is not None
+
+    vllm = {"object": "list", "data": [{"id": "qwen", "max_model_len": 4096}]}
+    with respx.mock() as mock:
+        mock.get(f"{URL}/models").mock(return_value=httpx.Response(200, json=vllm))
+        driver, model, _ = build_driver(_args())
+    assert isinstance(driver, OpenAIChatDriver)
+    assert driver.exact_token_counter(Model("qwen")) is None

@@ -1,0 +1,219 @@
+"""Calibration: ratios learned from reported usage, ratcheting up, scaling later estimates,
+kept with the client and saved with a conversation."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+
+import attrs
+import pytest
+
+from threadline import (
+    Agent,
+    Client,
+    Conversation,
+    ConversationFormatError,
+    InvalidRequestError,
+    Message,
+    Model,
+    Tool,
+)
+from threadline._provider import ProviderCall, ProviderResponse
+from threadline.counting import (
+    ApproximateCounter,
+    CalibratedCounter,
+    TokenCalibration,
+    TokenCounter,
+)
+from threadline.testing import ScriptedDriver
+
+MODEL = Model("m", context_size=100_000)
+
+
+class PerMessageCounter:
+    """Ten tokens a message, nothing else: estimates a test can do in its head."""
+
+    def count(self, messages: Sequence[Message], tools: Sequence[Tool] = ()) -> int:
+        return 10 * len(messages)
+
+
+class ReportingDriver(ScriptedDriver):
+    """A scripted driver whose provider reports ``ratio`` times the request's estimate."""
+
+    def __init__(self, replies: list[str], ratio: float, counter: TokenCounter) -> None:
+        super().__init__(replies)
+        self.ratio = ratio
+        self.counter = counter
+
+    def _next(self, call: ProviderCall) -> ProviderResponse:
+        response = super()._next(call)
+        reported = round(self.counter.count(call.messages, call.tools) * self.ratio)
+        return attrs.evolve(response, usage=attrs.evolve(response.usage, input_tokens=reported))
+
+
+# -- the ratio ---------------------------------------------------------------------------
+
+
+def test_the_first_observation_sets_the_ratio_and_later_ones_only_raise_it() -> None:
+    calibration = TokenCalibration(min_estimated_tokens=0)
+    assert calibration.ratio("m") is None
+    assert calibration.observe("m", estimated_tokens=100, reported_tokens=90) == 0.9
+    assert calibration.observe("m", estimated_tokens=100, reported_tokens=120) == 1.2
+    assert calibration.observe("m", estimated_tokens=100, reported_tokens=80) == 1.2
+    assert calibration.ratio("m") == 1.2
+    assert calibration.ratio("other") is None
+
+
+def test_small_prompts_and_empty_reports_teach_nothing() -> None:
+    calibration = TokenCalibration(min_estimated_tokens=64)
+    assert calibration.observe("m", estimated_tokens=63, reported_tokens=200) is None
+    assert calibration.observe("m", estimated_tokens=100, reported_tokens=0) is None
+    assert calibration.observe("m", estimated_tokens=64, reported_tokens=80) == 1.25
+
+
+def test_absorb_keeps_the_larger_ratio_per_model() -> None:
+    calibration = TokenCalibration({"a": 1.1, "b": 1.5})
+    calibration.absorb({"a": 1.3, "b": 1.2, "c": 0.9})
+    assert calibration.ratios() == {"a": 1.3, "b": 1.5, "c": 0.9}
+
+
+@pytest.mark.parametrize("ratio", [0, -1.0, math.inf, math.nan, True, "1.2"])
+def test_a_ratio_must_be_a_positive_finite_number(ratio: object) -> None:
+    with pytest.raises(InvalidRequestError, match="positive, finite number"):
+        TokenCalibration({"m": ratio})  # type: ignore[dict-item]
+
+
+def test_a_calibrated_count_is_rounded_up_but_never_past_an_exact_product() -> None:
+    calibration = TokenCalibration({"m": 1.1})
+    assert calibration.calibrate("m", 100) == 110  # 1.1 * 100 is 110.00000000000001
+    assert calibration.calibrate("m", 101) == 112
+    assert calibration.calibrate("unknown", 101) == 101
+    counter = CalibratedCounter(PerMessageCounter(), 1.05)
+    assert counter.count([Message.user("a")] * 3) == 32  # ceil(31.5)
+
+
+# -- learned by a client, used by its next requests ------------------------------------
+
+
+@pytest.mark.anyio
+async def test_a_client_learns_from_each_round_and_scales_the_next_estimate() -> None:
+    counter = PerMessageCounter()
+    calibration = TokenCalibration(min_estimated_tokens=0)
+    driver = ReportingDriver(["one", "two"], ratio=1.5, counter=counter)
+    client = Client(driver, token_counter=counter, calibration=calibration, default_model=MODEL)
+
+    first = await client.request().with_prompt("hello").run()
+    assert first.rounds[0].calibrated_input_tokens is None
+    assert first.rounds[0].estimated_input_tokens == 10
+    assert first.rounds[0].reported_input_tokens == 15
+    assert calibration.ratio("m") == 1.5
+
+    second = await client.request().with_messages(first.messages).with_prompt("again").run()
+    record = second.rounds[0]
+    assert record.estimated_input_tokens == 30
+    assert record.calibrated_input_tokens == 45
+    assert record.limiting is not None
+    assert record.limiting.tokens_before == 45
+    assert record.estimate_error == 0.0
+
+
+@pytest.mark.anyio
+async def test_a_calibrated_estimate_drops_what_the_raw_estimate_would_have_kept() -> None:
+    counter = PerMessageCounter()
+    history = [Message.user("q1"), Message.assistant("a1"), Message.user("q2")]
+    history += [Message.assistant("a2")]
+    driver = ScriptedDriver(["fine"])
+    client = Client(
+        driver,
+        token_counter=counter,
+        calibration=TokenCalibration({"m": 1.5}),
+        default_model=MODEL,
+    )
+    # 5 messages: 50 estimated (fits 60), 75 calibrated (does not).
+    request = (
+        client.request()
+        .with_messages(history)
+        .with_prompt("q3")
+        .with_max_context_tokens(60)
+        .with_output_reserve_tokens(0)
+    )
+    result = await request.run()
+    assert [m.text for m in driver.calls[0].messages] == ["q2", "a2", "q3"]
+    assert result.rounds[0].calibrated_input_tokens == 45
+
+
+def test_a_client_refuses_a_calibration_of_the_wrong_type() -> None:
+    with pytest.raises(InvalidRequestError, match="calibration"):
+        Client(ScriptedDriver(), calibration={"m": 1.2})  # type: ignore[arg-type]
+
+
+# -- saved with a conversation ----------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_a_resumed_conversation_does_not_start_uncalibrated() -> None:
+    counter = ApproximateCounter()
+    driver = ReportingDriver(["hi"] * 3, ratio=1.3, counter=counter)
+    calibration = TokenCalibration(min_estimated_tokens=0)
+    agent = Agent(Client(driver, token_counter=counter, calibration=calibration), model=MODEL)
+    conversation = Conversation(agent)
+    await conversation.run("hello there, how are you today?")
+    learned = calibration.ratio("m")
+    assert learned is not None
+    assert learned > 1.2
+    saved = conversation.to_json()
+    assert json.loads(saved)["settings"]["token_calibration"] == {"m": learned}
+
+    fresh = TokenCalibration()
+    other = Agent(Client(driver, token_counter=counter, calibration=fresh), model=MODEL)
+    Conversation.from_json(other, saved)
+    assert fresh.ratio("m") == learned
+
+
+@pytest.mark.anyio
+async def test_a_client_without_calibration_keeps_the_saved_ratio_for_the_next_save() -> None:
+    text = Conversation(Agent(Client(ScriptedDriver()), model=MODEL)).to_json()
+    document = json.loads(text)
+    document["settings"]["token_calibration"] = {"m": 1.4}
+    agent = Agent(Client(ScriptedDriver()), model=MODEL)
+    restored = Conversation.from_json(agent, json.dumps(document))
+    assert json.loads(restored.to_json())["settings"]["token_calibration"] == {"m": 1.4}
+
+
+@pytest.mark.parametrize("saved", [[1.2], {"m": -1}, {"m": "x"}, {"m": True}])
+def test_a_malformed_saved_calibration_is_refused_with_its_path(saved: object) -> None:
+    document = json.loads(Conversation(Agent(Client(ScriptedDriver()), model=MODEL)).to_json())
+    document["settings"]["token_calibration"] = saved
+    agent = Agent(Client(ScriptedDriver()), model=MODEL)
+    with pytest.raises(ConversationFormatError) as caught:
+        Conversation.from_json(agent, json.dumps(document))
+    assert "token_calibration" in str(caught.value)
+
+
+def test_a_tool_set_keeps_a_ratio_of_its_own_with_the_models_until_it_is_seen() -> None:
+    calibration = TokenCalibration(min_estimated_tokens=0)
+    calibration.observe("m", estimated_tokens=100, reported_tokens=110)
+    assert calibration.ratio("m", ["lookup"]) == 1.1  # not seen yet: the model's own
+    calibration.observe("m", estimated_tokens=100, reported_tokens=150, tools=["lookup"])
+    assert calibration.ratio("m", ["lookup"]) == 1.5
+    assert calibration.ratio("m") == 1.1  # a tool round leaves plain rounds alone
+    assert calibration.ratios_of("m") == {"m": 1.1, "m [tools: lookup]": 1.5}
+    assert calibration.ratios_of("m2") == {}
+
+
+@pytest.mark.anyio
+async def test_a_request_with_tools_learns_and_uses_its_tool_sets_ratio() -> None:
+    def lookup(word: str) -> str:
+        """Look a word up."""
+        return word
+
+    counter = PerMessageCounter()
+    calibration = TokenCalibration(min_estimated_tokens=0)
+    driver = ReportingDriver(["one", "two"], ratio=2.0, counter=counter)
+    client = Client(driver, token_counter=counter, calibration=calibration, default_model=MODEL)
+    await client.request().with_prompt("hello").with_tools([lookup]).run()
+    assert calibration.ratios() == {"m [tools: lookup]": 2.0}
+    second = await client.request().with_prompt("again").with_tools([lookup]).run()
+    assert second.rounds[0].calibrated_input_tokens == 20

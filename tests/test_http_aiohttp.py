@@ -1,0 +1,210 @@
+"""``transport="aiohttp"``: both HTTP drivers send through aiohttp's pool, on asyncio only.
+
+respx patches httpx's own transport, which this one replaces, so these tests
+talk to a real HTTP/1.1 server on 127.0.0.1 (the standard library's, in a thread).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import httpx
+import pytest
+
+from threadline import (
+    Client,
+    InvalidRequestError,
+    Message,
+    Model,
+    ProviderUnavailableError,
+    TextDelta,
+)
+from threadline.drivers import AnthropicDriver, OpenAIChatDriver, ProviderCall, ResponseDone
+
+pytest.importorskip("httpx_aiohttp", reason="the aiohttp extra: pip install -e '.[aiohttp]'")
+
+KEY = "sk-FAKE-aiohttp-test-key-0000000000"
+MODEL = Model("m", context_size=8192)
+WORDS = ["Lis", "bon", "."]
+
+
+def _chat_answer(body: dict[str, Any]) -> tuple[str, bytes]:
+    if not body.get("stream"):
+        answer = {
+            "model": body["model"],
+            "choices": [{"message": {"content": "".join(WORDS)}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 7, "completion_tokens": 3},
+        }
+        return "application/json", json.dumps(answer).encode()
+    events = [{"choices": [{"index": 0, "delta": {"content": word}}]} for word in WORDS]
+    events.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    text = "".join(f"data: {json.dumps(event)}\n\n" for event in events) + "data: [DONE]\n\n"
+    return "text/event-stream", text.encode()
+
+
+def _messages_answer(body: dict[str, Any]) -> tuple[str, bytes]:
+    if body.get("stream"):
+        start = {"type": "message_start", "message": {"usage": {"input_tokens": 7}}}
+        block = {"type": "text", "text": ""}
+        events: list[dict[str, Any]] = [
+            start,
+            {"type": "content_block_start", "index": 0, "content_block": block},
+        ]
+        events += [
+            {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": w}}
+            for w in WORDS
+        ]
+        events.append({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {}})
+        events.append({"type": "message_stop"})
+        text = "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events)
+        return "text/event-stream", text.encode()
+    answer = {
+        "type": "message",
+        "role": "assistant",
+        "model": body["model"],
+        "content": [{"type": "text", "text": "".join(WORDS)}],
+        "stop_reason": "end_turn",
+        "usage": {"input_tokens": 7, "output_tokens": 3},
+    }
+    return "application/json", json.dumps(answer).encode()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as model servers do
+    seen: list[dict[str, str]]
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        self.seen.append({name.lower(): value for name, value in self.headers.items()})
+        status, kind = 200, "application/json"
+        if self.path.startswith("/down/"):
+            status, payload = 503, b'{"error": {"message": "overloaded, try later"}}'
+        elif self.path.endswith("/v1/messages"):
+            kind, payload = _messages_answer(body)
+        else:
+            kind, payload = _chat_answer(body)
+        self.send_response(status)
+        self.send_header("content-type", kind)
+        self.send_header("content-length", str(len(payload)))
+        self.send_header("x-request-id", "req_aiohttp")
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[str, list[dict[str, str]]]]:
+    seen: list[dict[str, str]] = []
+    handler = type("Handler", (_Handler,), {"seen": seen})
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}", seen
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join()
+
+
+@pytest.mark.anyio
+async def test_openai_driver_runs_and_streams_over_aiohttp(
+    server: tuple[str, list[dict[str, str]]],
+) -> None:
+    base, seen = server
+    driver = OpenAIChatDriver(f"{base}/v1", api_key=KEY, transport="aiohttp")
+    async with Client(driver, default_model=MODEL) as client:
+        result = await client.request().with_prompt("Capital of Portugal?").run()
+        async with client.request().with_prompt("Again, streamed").stream() as events:
+            streamed = [event.text async for event in events if isinstance(event, TextDelta)]
+        # Sending many at once reuses the pool: every answer arrives whole.
+        answers = [await client.request().with_prompt(f"{n}").run() for n in range(5)]
+    assert type(driver._client).__name__ == "AiohttpClient"  # the pool really is aiohttp's
+    assert (result.text, result.usage.input_tokens, result.response.request_id) == (
+        "Lisbon.",
+        7,
+        "req_aiohttp",
+    )
+    assert streamed == WORDS
+    assert {answer.text for answer in answers} == {"Lisbon."}
+    assert seen[0]["authorization"] == f"Bearer {KEY}"
+    assert seen[1]["accept"] == "text/event-stream"
+
+
+@pytest.mark.anyio
+async def test_anthropic_driver_completes_and_streams_over_aiohttp(
+    server: tuple[str, list[dict[str, str]]],
+) -> None:
+    base, seen = server
+    call = ProviderCall(model=MODEL, messages=(Message.user("Capital of Portugal?"),))
+    async with AnthropicDriver(api_key=KEY, base_url=base, transport="aiohttp") as driver:
+        response = await driver.complete(call)
+        async with driver.stream(call) as chunks:
+            last = [chunk async for chunk in chunks][-1]
+    assert response.text == "Lisbon."
+    assert response.usage.output_tokens == 3
+    assert isinstance(last, ResponseDone)
+    assert last.response.text == "Lisbon."
+    assert seen[0]["x-api-key"] == KEY
+
+
+@pytest.mark.anyio
+async def test_aiohttp_errors_map_to_the_same_tree(
+    server: tuple[str, list[dict[str, str]]],
+) -> None:
+    base, _ = server
+    call = ProviderCall(model=MODEL, messages=(Message.user("hi"),))
+    async with OpenAIChatDriver(
+        f"{base}/down/v1", api_key=KEY, transport="aiohttp", max_retries=0
+    ) as driver:
+        with pytest.raises(ProviderUnavailableError) as refused:
+            await driver.complete(call)
+    assert (refused.value.status, refused.value.request_id) == (503, "req_aiohttp")
+    assert "overloaded" in str(refused.value.body)
+
+    # Nothing listens on the port any more: a connection failure, not an aiohttp error.
+    async with OpenAIChatDriver(
+        "http://127.0.0.1:9/v1", api_key=KEY, transport="aiohttp", max_retries=0
+    ) as driver:
+        with pytest.raises(ProviderUnavailableError) as unreachable:
+            await driver.complete(call)
+    assert unreachable.value.status is None
+    assert KEY not in repr(unreachable.value)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["trio"])
+async def test_aiohttp_refuses_trio_naming_the_cause(
+    server: tuple[str, list[dict[str, str]]],
+) -> None:
+    base, seen = server
+    call = ProviderCall(model=MODEL, messages=(Message.user("hi"),))
+    async with OpenAIChatDriver(f"{base}/v1", transport="aiohttp") as driver:
+        with pytest.raises(InvalidRequestError, match=r"only on asyncio.*transport='httpx'"):
+            await driver.complete(call)
+    assert seen == []
+
+
+def test_without_the_extra_the_error_names_the_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "httpx_aiohttp", None)  # as if not installed
+    monkeypatch.delitem(sys.modules, "threadline.drivers._aiohttp", raising=False)
+    for build in (
+        lambda: OpenAIChatDriver(transport="aiohttp"),
+        lambda: AnthropicDriver(transport="aiohttp"),
+    ):
+        with pytest.raises(ImportError, match=r"pip install 'threadline\[aiohttp\]'"):
+            build()
+
+
+def test_transport_is_checked_when_the_driver_is_built() -> None:
+    with pytest.raises(InvalidRequestError, match="'httpx' or 'aiohttp', not 'curl'"):
+        OpenAIChatDriver(transport="curl")  # type: ignore[arg-type]
+    with pytest.raises(InvalidRequestError, match="http_client="):
+        AnthropicDriver(http_client=httpx.AsyncClient(), transport="aiohttp")
