@@ -343,10 +343,10 @@ def listing(
 class Units(Sequence[Unit]):
     """Units of a transcript, in order: a read-only sequence of :class:`Unit`.
 
-    What :meth:`TokenLimitEvent.units() <threadline.limiting.TokenLimitEvent.units>`
-    returns. Index it, slice it (a slice is a ``Units`` too), iterate it. A
-    unit is made when it is read, so listing the units of a long transcript
-    costs little until they are looked at, and
+    What :meth:`~threadline.limiting.TokenLimitEvent.units` returns (you do
+    not build one yourself). Index it, slice it (a slice is a ``Units`` too),
+    iterate it. A unit is made when it is read, so listing the units of a
+    long transcript costs little until they are looked at, and
     :meth:`~threadline.limiting.TokenLimitEvent.drop_units` takes a slice as
     it is, without reading its units one by one.
     """
