@@ -33,8 +33,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from threadline._messages import Message, Origin
-from threadline.counting._scaling import scaled
 from threadline.counting._protocol import is_incremental
+from threadline.counting._scaling import scaled
 
 if TYPE_CHECKING:
     from threadline.counting._protocol import TokenCounter

@@ -60,6 +60,7 @@ message, a tokenizer's start token), which says little about the next,
 larger prompt; and a ratio that only ratchets up would keep that noise.
 """
 
+
 def calibration_key(model: str, tools: Iterable[str] = ()) -> str:
     """Where a calibration keeps the ratio of ``model`` sent with the tools named ``tools``:
     the model's name, or ``"model [tools: a, b]"``."""
