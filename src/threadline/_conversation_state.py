@@ -29,7 +29,7 @@ from threadline._conversation_window import (
     window_value,
 )
 from threadline._errors import InvalidRequestError
-from threadline._messages import Message, Origin, Usage
+from threadline._messages import Message, Usage
 from threadline._models import Model
 from threadline._plan import settings_budget, settings_counter
 from threadline._provider import ProviderResponse
@@ -216,19 +216,19 @@ class ConversationState:
     def _sent_window(self) -> SentWindow:
         """The history the next turn sends, as the very objects it will send."""
         kept, base = self._window_base()
-        window = tuple(m.with_origin(Origin.SEED) for m in self._transcript.messages_from(base))
+        window = tuple(self._transcript.seed_from(base))
         return SentWindow(kept=kept, base=base, window=window)
 
     def _turn_request(self, prompt: Message) -> tuple[Request, SentWindow]:
         """The request of a turn sending ``prompt``, and the history it sends."""
         sent = self._sent_window()
-        request = (
-            self._agent.request()
-            .with_settings(conversation_settings(self._settings))
-            .with_messages(sent.history)
-            .with_prompt(prompt)
-            .with_cache_key(cache_key(self._id))
-        )
+        request = self._agent.request().with_settings(conversation_settings(self._settings))
+        checked = self._transcript.checked(sent.kept.head, sent.window)
+        if checked is None:
+            request.with_messages(sent.history)
+        else:
+            request._with_checked_history(checked)  # a turn costs what its new messages cost
+        request.with_prompt(prompt).with_cache_key(cache_key(self._id))
         return request, sent
 
     def _window_after(self, sent: SentWindow, result: RunResult) -> KeptWindow:

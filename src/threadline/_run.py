@@ -148,6 +148,7 @@ class Run:
             prompt_index=self.prompt_index,
             exact_counter=self.plan.exact_counter,
             exact_margin=self.plan.exact_margin,
+            history=self.plan.checked_history,
         )
         self.transcript = outcome.messages
         self.prompt_index = outcome.prompt_index

@@ -1,0 +1,182 @@
+"""Limiting a conversation's turn without walking the history it vouches for.
+
+A :class:`~threadline.Conversation` checks every turn's messages once, when
+the turn joins its transcript; sending the same history again next turn need
+not check, split or price it again. :class:`CheckedHistory` is the
+conversation's word for that: this run of messages, sent right after the
+system message, passed :func:`~threadline.limiting._units.check_integrity`
+and holds no system message, so nothing in it is pinned.
+
+:func:`quick_outcome` is the engine's fast path for it: when no handler has
+to run (no budget, or the estimate fits and is not near enough to the
+budget for the exact counter to be asked) it returns the same outcome as the
+full step, from the count (which the counter makes incrementally), the
+messages around the history and the tool call ids the history holds. Every
+other case (over budget, a counter that does not price messages one by one,
+a call id the history already used, a transcript whose history is no longer
+the one vouched for) gets ``None``, and the engine takes its full step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+
+import attrs
+
+from threadline._errors import TranscriptIntegrityError
+from threadline._messages import Message, Origin, Role
+from threadline.counting._calibration import calibrated_estimate
+from threadline.counting._protocol import TokenCounter, is_incremental
+from threadline.limiting._budget import Budget, BudgetReport
+from threadline.limiting._ledger import LimitingOutcome, LimitingRecord
+from threadline.limiting._units import (
+    PinReason,
+    check_integrity,
+    pinned_messages,
+    pinned_units,
+    unit_starts,
+)
+from threadline.tools._tools import Tool
+
+__all__ = ["CheckedHistory", "quick_outcome"]
+
+
+@attrs.frozen(kw_only=True, eq=False)
+class CheckedHistory:
+    """History a conversation vouches for: checked as its turns joined, no system message.
+
+    ``messages`` is the history exactly as the request sends it (origin
+    ``seed``); ``call_ids`` holds at least every tool call id among them;
+    ``offset`` is where it starts in the run's transcript (1 after a system
+    message, else 0), which the plan fills in.
+    """
+
+    messages: tuple[Message, ...]
+    call_ids: Collection[str]
+    offset: int = 0
+
+
+def quick_outcome(
+    messages: Sequence[Message],
+    *,
+    tools: Sequence[Tool],
+    counter: TokenCounter,
+    budget: Budget | None,
+    round: int,
+    prompt_index: int | None,
+    history: CheckedHistory,
+    exact_margin: float | None,
+) -> LimitingOutcome | None:
+    """The outcome of a limiting step that runs no handler, or ``None`` for the full step.
+
+    ``exact_margin`` is the margin the exact counter would be asked at
+    (``None``: it is not asked).
+    """
+    if prompt_index is None or not is_incremental(counter):
+        return None
+    start = history.offset
+    end = start + len(history.messages)
+    if prompt_index < end or prompt_index >= len(messages) or len(messages) < end:
+        return None
+    if tuple(messages[start:end]) != history.messages:
+        return None  # a handler changed it in an earlier round
+    head, tail = messages[:start], messages[end:]
+    pinned = _pinned(head, tail, end, prompt_index, history.call_ids)
+    if pinned is None:
+        return None
+    # Counted as the history, then what stands after it: the counter remembers
+    # the history it counted last, so next turn's (this one, grown at its end)
+    # costs only its new messages.
+    total = (
+        counter.count(messages[:end], ())
+        - counter.overhead_tokens(())
+        + sum(map(counter.message_tokens, tail))
+        + counter.overhead_tokens(tools)
+    )
+    if budget is not None:
+        threshold: float = budget.prompt_tokens
+        if exact_margin is not None:
+            threshold = min(threshold, budget.prompt_tokens * (1 - exact_margin))
+        if total > threshold:
+            return None
+    record = LimitingRecord(
+        round=round,
+        budget_tokens=budget.prompt_tokens if budget is not None else None,
+        tokens_before=total,
+        tokens_after=total,
+        handlers=(),
+        dropped=(),
+        sent_over_budget=False,
+        report=_report(head, tail, end, pinned, tools, counter, budget, total),
+        counted_by="estimate" if calibrated_estimate(counter) is None else "calibrated estimate",
+        estimated_tokens=total,
+    )
+    return LimitingOutcome(
+        messages=tuple(messages),
+        record=record,
+        sources=tuple(range(len(messages))),
+        prompt_index=prompt_index,
+    )
+
+
+def _pinned(
+    head: Sequence[Message],
+    tail: Sequence[Message],
+    end: int,
+    prompt_index: int,
+    call_ids: Collection[str],
+) -> dict[int, PinReason] | None:
+    """What is pinned, as ``pinned_messages`` finds it, from the messages around the
+    history alone; ``None`` when they leave the history's word in doubt."""
+    if len(head) > 1 or any(m.role is not Role.SYSTEM for m in head):
+        return None
+    if any(m.role is Role.SYSTEM and m.origin is not Origin.INJECTION for m in tail):
+        return None  # a first system message could then stand elsewhere
+    try:
+        check_integrity(tail)
+    except TranscriptIntegrityError:
+        return None  # the full step names the message in the whole transcript
+    if any(call.id in call_ids for m in tail for call in m.tool_calls):
+        return None  # a call id used twice, or only in a part no longer sent
+    pinned = {
+        end + index: reason
+        for index, reason in pinned_messages(tail, prompt_index=prompt_index - end).items()
+    }
+    if head and head[0].origin is not Origin.INJECTION:
+        pinned[0] = PinReason.FIRST_SYSTEM
+    return pinned
+
+
+def _report(
+    head: Sequence[Message],
+    tail: Sequence[Message],
+    end: int,
+    pinned: dict[int, PinReason],
+    tools: Sequence[Tool],
+    counter: TokenCounter,
+    budget: Budget | None,
+    total: int,
+) -> BudgetReport:
+    """``budget_report`` of the transcript, priced from the messages around the history:
+    the history is all droppable, so it is what the others leave of the total."""
+    assert is_incremental(counter)
+    system = sum(map(counter.message_tokens, head)) if 0 in pinned else 0
+    tools_tokens = counter.overhead_tokens(tools) - counter.overhead_tokens(())
+    costs = list(map(counter.message_tokens, tail))
+    starts = unit_starts(tail, checked=True)
+    reasons = pinned_units(starts, {at - end: reason for at, reason in pinned.items() if at})
+    bounds = [*starts, len(tail)]
+    pinned_part = sum(
+        sum(costs[bounds[k] : bounds[k + 1]]) for k in range(len(starts)) if k in reasons
+    )
+    overhead = counter.overhead_tokens(())
+    return BudgetReport(
+        system_tokens=system,
+        tools_tokens=tools_tokens,
+        history_tokens=total - system - tools_tokens - pinned_part - overhead,
+        pinned_tokens=pinned_part,
+        overhead_tokens=overhead,
+        total_tokens=total,
+        reserve_tokens=budget.reserve if budget is not None else None,
+        prompt_budget=budget.prompt_tokens if budget is not None else None,
+    )
