@@ -256,6 +256,7 @@ class Conversation(ConversationState):
         # with every pending event; the others are written back, without markers.
         rewrite = any(markers[i] is None for i in copies)
         window = self._window_after(turn.sent, result)
+        slide = self._slide_after(turn.sent, result)
         with anyio.CancelScope(shield=True):
             if self._store is not None:
                 header = self._header(
@@ -284,6 +285,7 @@ class Conversation(ConversationState):
             self._pending_markers = tuple(None if rewrite else markers[i] for i in kept)
             self._transcript.append_turn(events, result.response, result.usage)
             self._window = window
+            self._slide = slide
             turn.committed = True
 
     async def _remove_copies(self, markers: Iterable[str | None]) -> None:
@@ -426,6 +428,7 @@ class Conversation(ConversationState):
                 self._updated_at = header.updated_at
             self._transcript = transcript
             self._window = window
+            self._slide = None
             self._pending_markers = (None,) * len(transcript.pending)  # save() writes none
 
     @classmethod

@@ -227,14 +227,10 @@ def _check_tool_choice(choice: str | None, toolset: Toolset | None, problems: li
 def _transcript(
     system: str | None, history: Sequence[Message], prompt: Message | None, *, checked: bool
 ) -> tuple[tuple[Message, ...], int | None]:
-    transcript: list[Message] = []
-    if system is not None:
-        transcript.append(Message.system(system))
-    transcript.extend(history)
-    prompt_index: int | None = None
-    if prompt is not None:
-        prompt_index = len(transcript)
-        transcript.append(prompt)
+    head = () if system is None else (Message.system(system),)
+    tail = () if prompt is None else (prompt,)
+    transcript = (*head, *history, *tail)  # one copy of a long history
+    prompt_index = None if prompt is None else len(transcript) - 1
     try:
         # A checked history is whole and has no system message; around it stand a
         # system message and a user prompt, which break no tool unit.
@@ -242,4 +238,4 @@ def _transcript(
             check_integrity(transcript)
     except TranscriptIntegrityError as exc:
         raise InvalidRequestError(f"the history cannot be sent as it is: {exc}") from None
-    return tuple(transcript), prompt_index
+    return transcript, prompt_index

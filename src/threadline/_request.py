@@ -128,9 +128,10 @@ class Request:
     def _with_checked_history(self, history: CheckedHistory) -> Self:
         """``with_messages(history.messages)``, which a conversation vouches for: checked
         as its turns joined, so neither planning nor limiting walks it again."""
-        self.with_messages(history.messages)
-        if self._history is history.messages:
-            self._checked_history = history
+        # Seed messages all, as the conversation made them: nothing to check or copy.
+        self._problems.pop("messages", None)
+        self._history = history.messages
+        self._checked_history = history
         return self
 
     def with_prompt(self, prompt: str | Message) -> Self:

@@ -8,6 +8,7 @@ turn touches only the new events; the window start is a bisection.
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections.abc import Iterable, Sequence
 
 import attrs
@@ -283,7 +284,7 @@ class Transcript:
         """The messages of the events from index ``start`` on."""
         return self._messages[start:]
 
-    def seed_from(self, start: int) -> list[Message]:
+    def seed_from(self, start: int) -> tuple[Message, ...]:
         """The messages from event ``start`` on as a turn sends them: origin ``seed``.
 
         Each copy is made once and kept, so sending the history again costs
@@ -292,14 +293,18 @@ class Transcript:
         seed = self._seed
         if len(seed) < len(self._messages):
             seed.extend(m.with_origin(Origin.SEED) for m in self._messages[len(seed) :])
-        return seed[start:]
+        return tuple(seed) if start == 0 else tuple(itertools.islice(seed, start, None))
 
     def checked(self, head: Sequence[Message], window: Sequence[Message]) -> CheckedHistory | None:
         """The transcript's word for ``(*head, *window)``, a window of its seed messages
         after ``head``: whole, since every turn was checked as it joined, and free of
         system messages. ``None`` when it cannot say so: a system event (which
-        ``replace_events`` allows), or a head with a system message or tool calls.
+        ``replace_events`` allows), or a head with a system message, tool calls or
+        another origin than seed.
         """
-        if self._system_events or any(m.role is Role.SYSTEM or m.tool_calls for m in head):
+        if self._system_events or any(
+            m.role is Role.SYSTEM or m.tool_calls or m.origin is not Origin.SEED for m in head
+        ):
             return None
-        return CheckedHistory(messages=(*head, *window), call_ids=self._call_ids)
+        messages = tuple(window) if not head else (*head, *window)
+        return CheckedHistory(messages=messages, call_ids=self._call_ids)

@@ -48,7 +48,9 @@ class CheckedHistory:
     ``messages`` is the history exactly as the request sends it (origin
     ``seed``); ``call_ids`` holds at least every tool call id among them;
     ``offset`` is where it starts in the run's transcript (1 after a system
-    message, else 0), which the plan fills in.
+    message, else 0), which the plan fills in. The run hands it to limiting
+    only while no handler has rewritten the transcript, so the history is still
+    ``transcript[offset:offset + len(messages)]``.
     """
 
     messages: tuple[Message, ...]
@@ -78,20 +80,22 @@ def quick_outcome(
     end = start + len(history.messages)
     if prompt_index < end or prompt_index >= len(messages) or len(messages) < end:
         return None
-    if tuple(messages[start:end]) != history.messages:
-        return None  # a handler changed it in an earlier round
+    vouched = history.messages
+    if vouched and (messages[start] is not vouched[0] or messages[end - 1] is not vouched[-1]):
+        return None  # not where the caller said (the run stops vouching once a handler ran)
     head, tail = messages[:start], messages[end:]
     pinned = _pinned(head, tail, end, prompt_index, history.call_ids)
     if pinned is None:
         return None
-    # Counted as the history, then what stands after it: the counter remembers
-    # the history it counted last, so next turn's (this one, grown at its end)
-    # costs only its new messages.
+    # The history is counted on its own, the messages around it one by one: the
+    # counter remembers the history it counted last, so next turn's (this one,
+    # grown at its end) costs only its new messages.
     total = (
-        counter.count(messages[:end], ())
-        - counter.overhead_tokens(())
+        counter.count(vouched, ())
+        + sum(map(counter.message_tokens, head))
         + sum(map(counter.message_tokens, tail))
         + counter.overhead_tokens(tools)
+        - counter.overhead_tokens(())
     )
     if budget is not None:
         threshold: float = budget.prompt_tokens
