@@ -42,7 +42,7 @@ from threadline.counting._calibration import calibrated_estimate
 from threadline.counting._protocol import TokenCounter
 from threadline.counting._resolution import ExactCounter
 from threadline.limiting._budget import Budget, budget_report
-from threadline.limiting._drop_oldest import drop_oldest_units
+from threadline.limiting._drop_oldest import drop_oldest_units, slides_by_one
 from threadline.limiting._event import (
     TokenLimitEvent,
     TokenLimitHandler,
@@ -118,6 +118,7 @@ async def apply_limits(
             prompt_index=prompt_index,
             history=history,
             exact_margin=exact_margin if exact_counter is not None else None,
+            slides_by_one=post is None and slides_by_one(pre),
         )
         if quick is not None:
             return quick

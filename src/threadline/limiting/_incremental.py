@@ -28,12 +28,13 @@ from threadline._messages import Message, Origin, Role
 from threadline.counting._calibration import calibrated_estimate
 from threadline.counting._protocol import TokenCounter, is_incremental
 from threadline.limiting._budget import Budget, BudgetReport
-from threadline.limiting._ledger import LimitingOutcome, LimitingRecord
+from threadline.limiting._ledger import DroppedUnit, HandlerRun, LimitingOutcome, LimitingRecord
 from threadline.limiting._units import (
     PinReason,
     check_integrity,
     pinned_messages,
     pinned_units,
+    unit_kind,
     unit_starts,
 )
 from threadline.tools._tools import Tool
@@ -68,11 +69,14 @@ def quick_outcome(
     prompt_index: int | None,
     history: CheckedHistory,
     exact_margin: float | None,
+    slides_by_one: bool = False,
 ) -> LimitingOutcome | None:
     """The outcome of a limiting step that runs no handler, or ``None`` for the full step.
 
     ``exact_margin`` is the margin the exact counter would be asked at
-    (``None``: it is not asked).
+    (``None``: it is not asked). ``slides_by_one`` says the step's only handler
+    is ``drop_oldest_units(None)``: over budget, its cut is then made here too
+    (see :func:`_cut`).
     """
     if prompt_index is None or not is_incremental(counter):
         return None
@@ -102,7 +106,9 @@ def quick_outcome(
         if exact_margin is not None:
             threshold = min(threshold, budget.prompt_tokens * (1 - exact_margin))
         if total > threshold:
-            return None
+            if not slides_by_one or exact_margin is not None or len(tail) != 1:
+                return None
+            return _cut(messages, start, end, pinned, tools, counter, budget, round, total)
     record = LimitingRecord(
         round=round,
         budget_tokens=budget.prompt_tokens if budget is not None else None,
@@ -183,4 +189,101 @@ def _report(
         total_tokens=total,
         reserve_tokens=budget.reserve if budget is not None else None,
         prompt_budget=budget.prompt_tokens if budget is not None else None,
+    )
+
+
+_OPENING = "dropped so that the transcript opens with a user message"
+
+
+def _cut(
+    messages: Sequence[Message],
+    start: int,
+    end: int,
+    pinned: dict[int, PinReason],
+    tools: Sequence[Tool],
+    counter: TokenCounter,
+    budget: Budget,
+    round: int,
+    total: int,
+) -> LimitingOutcome | None:
+    """``drop_oldest_units(None)``'s cut of an over-budget transcript whose history is
+    vouched for and whose only message after it is the prompt; ``None`` when the cut
+    would take the whole history (the full step then warns as it should).
+
+    Everything in the history is droppable, so the handler drops its oldest
+    units until they free the excess, then those before the first user
+    message left. Walking from the history's start finds exactly those: the
+    step costs what it drops, and the ledger lists the same units, for the
+    same reasons.
+    """
+    assert is_incremental(counter)
+    prompt_tokens = budget.prompt_tokens
+    excess = total - prompt_tokens
+    over_budget = f"oldest droppable unit while {total} > {prompt_tokens} tokens"
+    dropped: list[DroppedUnit] = []
+    freed = 0
+    at = start
+    while at < end and (freed < excess or messages[at].role is not Role.USER):
+        reason = over_budget if freed < excess else _OPENING
+        unit_end = at + 1
+        while unit_end < end and messages[unit_end].role is Role.TOOL:
+            unit_end += 1
+        unit = messages[at:unit_end]
+        freed += sum(map(counter.message_tokens, unit))
+        dropped.append(
+            DroppedUnit(
+                handler="drop_oldest_units",
+                phase="pre",
+                kind=unit_kind(unit[0]),
+                start=at,
+                end=unit_end,
+                roles=tuple(m.role for m in unit),
+                reason=reason,
+            )
+        )
+        at = unit_end
+    if at >= end:
+        return None
+    kept = (*messages[:start], *messages[at:])
+    tokens = total - freed
+    shift = at - start
+    kept_pinned = {index if index < start else index - shift: why for index, why in pinned.items()}
+    prompt_index = len(kept) - 1
+    record = LimitingRecord(
+        round=round,
+        budget_tokens=prompt_tokens,
+        tokens_before=total,
+        tokens_after=tokens,
+        handlers=(
+            HandlerRun(
+                handler="drop_oldest_units",
+                phase="pre",
+                tokens_before=total,
+                tokens_after=tokens,
+                dropped_messages=shift,
+                added_messages=0,
+            ),
+        ),
+        dropped=tuple(dropped),
+        sent_over_budget=tokens > prompt_tokens,
+        report=_report(
+            kept[:start],
+            kept[prompt_index:],
+            prompt_index,
+            kept_pinned,
+            tools,
+            counter,
+            budget,
+            tokens,
+        ),
+        counted_by="estimate" if calibrated_estimate(counter) is None else "calibrated estimate",
+        estimated_tokens=total,
+    )
+    if record.sent_over_budget:
+        return None  # the full step says why in its warning
+    return LimitingOutcome(
+        messages=kept,
+        record=record,
+        sources=(*range(start), *range(at, len(messages))),
+        prompt_index=prompt_index,
     )
