@@ -3,12 +3,16 @@
 Run it with ``python benchmarks/bench_conversation.py`` (``--turns``,
 ``--conversations`` and ``--turns-each`` shrink it for a quick look). It prints:
 
-- **long conversation**: one conversation of 2,000 turns on ``ScriptedDriver``,
-  with a window of 40 messages and a token budget the window always exceeds,
-  so limiting drops units on every turn. The per-turn SDK time (the whole
-  ``conv.run``, the scripted model included, which only prices what it is
-  sent) of the last 100 turns over the first 100 (target: at most 1.5). A
-  turn must cost what its window costs, not what the transcript costs.
+- **long conversation**: one conversation of 2,000 turns with no history
+  window (``history_limit=0``), in three configurations (no budget; a budget
+  of 600 tokens with the conversation's default ``cache_stable_units``; the
+  same budget with ``drop_oldest_units``, which cuts on every turn once over
+  it), each on ``MemoryStore`` and on ``SQLiteStore``. The model is a driver
+  that costs nothing of its own (``ReplyingModel``). The mean CPU time per
+  turn (the whole ``conv.run``, the store's worker thread included) of the
+  last 100 turns over the first 100 (target: at most 1.5 in every
+  configuration): a turn must cost what its new messages cost, not what the
+  transcript costs. ``--profile`` adds a cProfile of the last 100 turns.
 - **concurrent conversations**: 1,000 conversations, each running a few
   turns, all at once on one event loop, through ``OpenAIChatDriver`` against a
   minimal OpenAI-compatible server started here on 127.0.0.1 in a separate
@@ -18,10 +22,11 @@ Run it with ``python benchmarks/bench_conversation.py`` (``--turns``,
   queued requests would time httpcore rather than threadline. Turns per
   second and CPU per turn, then, in a second run under ``tracemalloc``, the
   memory the conversations keep (and the peak) per conversation, over a
-  floor: the same messages as plain ``{"role", "content"}`` dicts (target:
-  at most 1.3 times the floor).
+  floor: the messages' own size, each message object and what only it holds
+  (its text, parts, tool calls) by ``sys.getsizeof`` (target: at most 1.3
+  times the floor).
 
-Times are CPU time of this thread (``time.thread_time``) for the long
+Times are CPU time of the process (``time.process_time``) for the long
 conversation, with the cycle collector off while a turn is timed, as
 ``timeit`` does; wall time for the concurrent run, which waits on sockets.
 """
@@ -323,17 +328,28 @@ async def many_conversations(
     return threads
 
 
-def plain_copies(threads: list[Conversation]) -> list[list[dict[str, str]]]:
-    """The floor: the same messages as the plainest program keeps them, text copied.
+def message_size(message: Message) -> int:
+    """What a message itself takes: the object and everything only it holds, by
+    ``sys.getsizeof`` (its text, parts, tool calls and reasoning); shared constants
+    (roles, origins, ``None``) are not counted."""
+    size = sys.getsizeof(message) + sys.getsizeof(message.content)
+    if not isinstance(message.content, str):
+        size += sum(sys.getsizeof(part) + sys.getsizeof(part.text) for part in message.content)
+    for call in message.tool_calls:
+        size += sys.getsizeof(call) + sum(map(sys.getsizeof, (call.id, call.name, call.arguments)))
+    for text in (message.tool_call_id, message.name):
+        if text is not None:
+            size += sys.getsizeof(text)
+    if message.reasoning is not None:
+        reasoning = message.reasoning
+        size += sys.getsizeof(reasoning) + sys.getsizeof(reasoning.text)
+        size += sys.getsizeof(reasoning.provider_reasoning)
+    return size
 
-    One ``{"role": ..., "content": ...}`` dict per message, as a hand-written
-    Chat Completions client holds its history; the role strings are shared
-    constants there too.
-    """
-    return [
-        [{"role": m.role.value, "content": m.text.encode().decode()} for m in conv.messages]
-        for conv in threads
-    ]
+
+def messages_floor(threads: list[Conversation]) -> int:
+    """The floor: the conversations' messages' own size, each message once."""
+    return sum(message_size(event.message) for conv in threads for event in conv.events)
 
 
 def report_many(conversations: int, turns_each: int, in_flight: int) -> None:
@@ -357,11 +373,8 @@ def report_many(conversations: int, turns_each: int, in_flight: int) -> None:
         threads = anyio.run(many_conversations, base_url, conversations, turns_each, in_flight)
         gc.collect()
         retained, peak = (value - baseline for value in tracemalloc.get_traced_memory())
-        before_floor = tracemalloc.get_traced_memory()[0]
-        plain = plain_copies(threads)
-        floor = tracemalloc.get_traced_memory()[0] - before_floor
         tracemalloc.stop()
-        del plain
+        floor = messages_floor(threads)
     finally:
         server.terminate()
         server.wait()
@@ -376,8 +389,8 @@ def report_many(conversations: int, turns_each: int, in_flight: int) -> None:
     print(
         f"  traced memory per conversation, kept after the run (conversations alive): "
         f"{retained / per_conversation:.1f} KiB (peak during it {peak / per_conversation:.1f}"
-        f" KiB; client, driver, caches and pool included); floor, the same messages as plain "
-        f"dicts: {floor / per_conversation:.1f} KiB; ratio {ratio:.2f} (target <= "
+        f" KiB; client, driver, caches and pool included); floor, the messages' own size "
+        f"(sys.getsizeof): {floor / per_conversation:.1f} KiB; ratio {ratio:.2f} (target <= "
         f"{MEMORY_TARGET}: {'met' if ratio <= MEMORY_TARGET else 'MISSED'})"
     )
 
@@ -390,12 +403,14 @@ def main() -> None:
     parser.add_argument("--in-flight", type=int, default=32)
     parser.add_argument("--profile", action="store_true", help="profile the last 100 turns")
     parser.add_argument("--skip-many", action="store_true", help="only the long conversation")
+    parser.add_argument("--skip-long", action="store_true", help="only the many conversations")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
         asyncio.run(_serve())
         return
-    report_long(args.turns, args.profile)
+    if not args.skip_long:
+        report_long(args.turns, args.profile)
     if not args.skip_many:
         report_many(args.conversations, args.turns_each, args.in_flight)
 
