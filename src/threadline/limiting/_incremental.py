@@ -218,30 +218,7 @@ def _cut(
     """
     assert is_incremental(counter)
     prompt_tokens = budget.prompt_tokens
-    excess = total - prompt_tokens
-    over_budget = f"oldest droppable unit while {total} > {prompt_tokens} tokens"
-    dropped: list[DroppedUnit] = []
-    freed = 0
-    at = start
-    while at < end and (freed < excess or messages[at].role is not Role.USER):
-        reason = over_budget if freed < excess else _OPENING
-        unit_end = at + 1
-        while unit_end < end and messages[unit_end].role is Role.TOOL:
-            unit_end += 1
-        unit = messages[at:unit_end]
-        freed += sum(map(counter.message_tokens, unit))
-        dropped.append(
-            DroppedUnit(
-                handler="drop_oldest_units",
-                phase="pre",
-                kind=unit_kind(unit[0]),
-                start=at,
-                end=unit_end,
-                roles=tuple(m.role for m in unit),
-                reason=reason,
-            )
-        )
-        at = unit_end
+    dropped, freed, at = _oldest_units(messages, start, end, counter, total, prompt_tokens)
     if at >= end:
         return None
     kept = (*messages[:start], *messages[at:])
@@ -287,3 +264,41 @@ def _cut(
         sources=(*range(start), *range(at, len(messages))),
         prompt_index=prompt_index,
     )
+
+
+def _oldest_units(
+    messages: Sequence[Message],
+    start: int,
+    end: int,
+    counter: TokenCounter,
+    total: int,
+    prompt_tokens: int,
+) -> tuple[list[DroppedUnit], int, int]:
+    """The units ``drop_oldest_units`` drops from ``messages[start:end]`` (all droppable),
+    the tokens they free, and where what is kept begins."""
+    assert is_incremental(counter)
+    excess = total - prompt_tokens
+    over_budget = f"oldest droppable unit while {total} > {prompt_tokens} tokens"
+    dropped: list[DroppedUnit] = []
+    freed = 0
+    at = start
+    while at < end and (freed < excess or messages[at].role is not Role.USER):
+        reason = over_budget if freed < excess else _OPENING
+        unit_end = at + 1
+        while unit_end < end and messages[unit_end].role is Role.TOOL:
+            unit_end += 1
+        unit = messages[at:unit_end]
+        freed += sum(map(counter.message_tokens, unit))
+        dropped.append(
+            DroppedUnit(
+                handler="drop_oldest_units",
+                phase="pre",
+                kind=unit_kind(unit[0]),
+                start=at,
+                end=unit_end,
+                roles=tuple(m.role for m in unit),
+                reason=reason,
+            )
+        )
+        at = unit_end
+    return dropped, freed, at
