@@ -18,6 +18,15 @@ quarter of its count:
 
 Time per message should stay flat from 1,000 to 100,000 messages: limiting is
 linear in the transcript's length.
+
+Last, a conversation turn's limiting (``report_incremental``): a
+``Conversation`` holding the 10,000-message transcript, ``drop_oldest_units``
+as Pre and a budget of a quarter of it, runs 41 turns; the engine step of each
+turn is timed where the run calls it. The first turn cuts the whole
+transcript; after it a turn sends what the last cut left and costs what its
+new messages and its drops cost. Printed beside ``trim_messages`` over the
+same transcript with the same cached counts, as a ratio (target: at least
+10 times faster). ``--incremental-only`` runs only this case.
 """
 
 from __future__ import annotations
