@@ -5,7 +5,9 @@ only those, so a raw U+2028 inside JSON stays inside its line, which a
 ``str.splitlines``-based reader such as ``httpx.Response.aiter_lines`` would
 break); ``:`` starts a comment; ``data`` lines accumulate, joined by newlines;
 a blank line dispatches the event. Events, lines and even UTF-8 characters may
-be split across reads in any way.
+be split across reads in any way. A UTF-8 byte order mark is dropped at the
+start of the stream only (arriving alone, or split across reads); anywhere else
+it is part of the line it stands in.
 
 One leniency: when the stream ends, a pending event with data is dispatched
 even without its closing blank line, since some servers close the connection
@@ -73,6 +75,9 @@ class SSEDecoder:
                 return []
             self._at_start = False
             buffer = buffer.removeprefix(_BOM)
+            if not buffer:  # the mark alone: nothing of the stream yet
+                self._partial = b""
+                return []
         # bytes.splitlines breaks on exactly CR LF, LF and CR: the SSE line endings.
         lines = buffer.splitlines()
         last = buffer[-1:]
@@ -102,9 +107,10 @@ class SSEDecoder:
     def flush(self) -> list[ServerSentEvent]:
         """End of stream: process an unterminated last line and any pending event."""
         events: list[ServerSentEvent] = []
-        if self._partial:
-            self._field(self._partial.removeprefix(_BOM).decode("utf-8", "replace"))
-            self._partial = b""
+        if self._partial and not self._at_start:
+            self._field(self._partial.decode("utf-8", "replace"))
+        # At the start, what is kept can only be part of a byte order mark: dropped.
+        self._partial = b""
         if self._data:
             events.append(self._dispatch())
         return events
