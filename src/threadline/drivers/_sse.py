@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, AsyncIterable
 from typing import NamedTuple
 
-__all__ = ["SSEDecoder", "ServerSentEvent", "aiter_sse"]
+__all__ = ["SSEDecoder", "ServerSentEvent", "StreamProgress", "aiter_sse"]
 
 _BOM = b"\xef\xbb\xbf"
 
@@ -36,6 +36,42 @@ class ServerSentEvent(NamedTuple):
     event: str = "message"
     id: str | None = None
     retry: int | None = None
+
+
+class StreamProgress:
+    """How much of a stream's body arrived: bytes, events and its first bytes.
+
+    :func:`aiter_sse` keeps it up to date, so that a stream that breaks off or
+    ends short can say how far it got, and a body that was never an event
+    stream (an HTML page from a proxy) can be shown by its start.
+    """
+
+    __slots__ = ("bytes", "content_type", "events", "head")
+
+    HEAD_BYTES = 1024
+    """How much of the body's start is kept."""
+
+    def __init__(self, content_type: str = "") -> None:
+        self.content_type = content_type
+        self.bytes = 0
+        self.events = 0
+        self.head = b""
+
+    @property
+    def is_event_stream(self) -> bool:
+        """Whether the response said it is ``text/event-stream``."""
+        return self.content_type.split(";")[0].strip().lower() == "text/event-stream"
+
+    def describe(self) -> str:
+        """``"3 events (1,204 bytes)"``."""
+        events = "1 event" if self.events == 1 else f"{self.events:,} events"
+        return f"{events} ({self.bytes:,} bytes)"
+
+    def add(self, chunk: bytes) -> None:
+        """Count ``chunk``, a read of the body."""
+        self.bytes += len(chunk)
+        if len(self.head) < self.HEAD_BYTES:
+            self.head += chunk[: self.HEAD_BYTES - len(self.head)]
 
 
 class SSEDecoder:
@@ -145,9 +181,12 @@ class SSEDecoder:
         return event
 
 
-async def aiter_sse(chunks: AsyncIterable[bytes]) -> AsyncGenerator[ServerSentEvent, None]:
+async def aiter_sse(
+    chunks: AsyncIterable[bytes], progress: StreamProgress | None = None
+) -> AsyncGenerator[ServerSentEvent, None]:
     """The events of a byte stream (e.g. ``response.aiter_bytes()``), in order.
 
+    ``progress``, when given, counts the bytes and events as they come.
     Closing this generator (``contextlib.aclosing``) closes ``chunks`` too, so
     a reader that stops at ``[DONE]`` leaves no generator for the garbage
     collector to finalize (which trio warns about).
@@ -156,9 +195,15 @@ async def aiter_sse(chunks: AsyncIterable[bytes]) -> AsyncGenerator[ServerSentEv
     source = aiter(chunks)
     try:
         async for chunk in source:
-            for event in decoder.feed(chunk):
+            events = decoder.feed(chunk)
+            if progress is not None:
+                progress.add(chunk)
+                progress.events += len(events)
+            for event in events:
                 yield event
         for event in decoder.flush():
+            if progress is not None:
+                progress.events += 1
             yield event
     finally:
         aclose = getattr(source, "aclose", None)

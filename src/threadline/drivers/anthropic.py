@@ -10,12 +10,12 @@ speaks to servers that implement the same API, such as llama.cpp's
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from typing import Final
 
 import httpx
 
+from threadline._errors import ProviderError
 from threadline._messages import Message
 from threadline._models import Model
 from threadline._provider import (
@@ -36,16 +36,22 @@ from threadline.drivers._anthropic_request import (
     new_message_cache,
 )
 from threadline.drivers._anthropic_response import StreamAssembler, parse_message
-from threadline.drivers._http import Clock, RetryPolicy, Transport, finish_reading, request_id_of
+from threadline.drivers._http import (
+    Clock,
+    RetryPolicy,
+    Transport,
+    finish_reading,
+    read_body,
+    request_id_of,
+)
 from threadline.drivers._http_endpoint import (
     HTTPDriver,
     HTTPEndpoint,
     check_bool,
     resolve_base_url,
 )
-from threadline.drivers._http_errors import snippet
-from threadline.drivers._sse import aiter_sse
-from threadline.drivers._wire import MalformedResponse
+from threadline.drivers._sse import StreamProgress, aiter_sse
+from threadline.drivers._wire import NOT_JSON, MalformedResponse, loads_or_not
 from threadline.tools._tools import Tool
 
 __all__ = ["AnthropicDriver", "AnthropicTokenCounter", "RetryPolicy", "Thinking"]
@@ -203,21 +209,25 @@ class AnthropicDriver(HTTPDriver):
         )
         return self._http.request(self._url, encoded.body, stream=stream)
 
+    # Errors are raised past their except blocks: no __context__ may keep the raw body.
+
     def _decode(
-        self, content: bytes | str, request_id: str | None, *, event: str | None = None
+        self,
+        content: bytes | str,
+        request_id: str | None,
+        *,
+        event: str | None = None,
+        content_type: str | None = None,
     ) -> object:
-        try:
-            payload = json.loads(content)
-        except ValueError:
-            text = content.decode("utf-8", "replace") if isinstance(content, bytes) else content
+        payload = loads_or_not(content)
+        if payload is NOT_JSON:
             if event == "error":
-                raise self._errors.from_payload(
-                    {"error": {"message": text}}, request_id=request_id
-                ) from None
+                text = content.decode("utf-8", "replace") if isinstance(content, bytes) else content
+                raise self._errors.from_payload({"error": {"message": text}}, request_id=request_id)
             what = "the response body" if event is None else "a stream event"
-            raise self._errors.malformed(
-                f"{what} is not JSON: {snippet(text)!r}", request_id=request_id
-            ) from None
+            raise self._errors.not_json(
+                what, content, content_type=content_type, request_id=request_id
+            )
         if isinstance(payload, dict) and (
             payload.get("type") == "error" or payload.get("error") is not None
         ):
@@ -225,9 +235,11 @@ class AnthropicDriver(HTTPDriver):
         return payload
 
     def _parse(
-        self, content: bytes, call: ProviderCall, request_id: str | None
+        self, response: httpx.Response, content: bytes, call: ProviderCall
     ) -> ProviderResponse:
-        payload = self._decode(content, request_id)
+        request_id = request_id_of(response.headers)
+        content_type = response.headers.get("content-type", "")
+        payload = self._decode(content, request_id, content_type=content_type)
         try:
             return parse_message(
                 payload,
@@ -236,7 +248,8 @@ class AnthropicDriver(HTTPDriver):
                 request_id=request_id,
             )
         except MalformedResponse as exc:
-            raise self._errors.malformed(str(exc), request_id=request_id) from None
+            reason = str(exc)
+        raise self._errors.malformed(reason, request_id=request_id)
 
     async def complete(self, call: ProviderCall) -> ProviderResponse:
         """Send ``call`` and return the whole answer.
@@ -248,7 +261,7 @@ class AnthropicDriver(HTTPDriver):
             ProviderError: the mapped failure, after retries where they apply.
         """
         response = await self._http.send(self._request(call, stream=False))
-        return self._parse(response.content, call, request_id_of(response.headers))
+        return self._parse(response, response.content, call)
 
     async def count_tokens(self, call: ProviderCall) -> int:
         """The input tokens of ``call`` as the server counts them (``count_tokens``).
@@ -261,7 +274,8 @@ class AnthropicDriver(HTTPDriver):
         )
         response = await self._http.send(self._http.request(self._count_url, body, stream=False))
         request_id = request_id_of(response.headers)
-        payload = self._decode(response.content, request_id)
+        content_type = response.headers.get("content-type", "")
+        payload = self._decode(response.content, request_id, content_type=content_type)
         tokens = payload.get("input_tokens") if isinstance(payload, dict) else None
         if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
             raise self._errors.malformed(
@@ -294,17 +308,16 @@ class AnthropicDriver(HTTPDriver):
         self, response: httpx.Response, call: ProviderCall
     ) -> AsyncGenerator[StreamChunk, None]:
         request_id = request_id_of(response.headers)
-        if response.headers.get("content-type", "").startswith("application/json"):
+        progress = StreamProgress(response.headers.get("content-type", ""))
+        if progress.content_type.startswith("application/json"):
             # A server that ignored "stream": true and answered in one piece.
-            try:
-                content = await response.aread()
-            except httpx.TransportError as exc:
-                raise self._errors.from_transport(exc) from exc
-            for chunk in chunks_of(self._parse(content, call, request_id)):
+            content = await read_body(response, self._errors, progress)
+            for chunk in chunks_of(self._parse(response, content, call)):
                 yield chunk
             return
         assembler = StreamAssembler(requested_model=call.model.name, provider=self._label(call))
-        events = aiter_sse(response.aiter_bytes())
+        events = aiter_sse(response.aiter_bytes(), progress)
+        failure: ProviderError | None = None
         try:
             async for event in events:
                 if event.event == "ping":
@@ -314,18 +327,20 @@ class AnthropicDriver(HTTPDriver):
                     yield chunk
                 if assembler.finished:
                     break
-            if not assembler.complete:
-                raise self._errors.malformed(
-                    "the stream ended before the message was complete (no message_stop)",
-                    request_id=request_id,
+            if assembler.complete:
+                yield ResponseDone(response=assembler.finish(request_id=request_id))
+            else:
+                failure = self._errors.stream_ended(
+                    progress, "no message_stop", request_id=request_id
                 )
-            yield ResponseDone(response=assembler.finish(request_id=request_id))
         except MalformedResponse as exc:
-            raise self._errors.malformed(str(exc), request_id=request_id) from None
+            failure = self._errors.malformed(str(exc), request_id=request_id)
         except httpx.TransportError as exc:
-            raise self._errors.from_transport(exc) from exc
+            failure = self._errors.from_transport(exc, progress=progress)
         finally:
             await finish_reading(events, drain=assembler.finished)
+        if failure is not None:
+            raise failure
 
 
 class AnthropicTokenCounter:

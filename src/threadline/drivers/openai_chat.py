@@ -10,13 +10,13 @@ answers and never sent back, as Chat Completions has no way to replay it.
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Literal
 
 import attrs
 import httpx
 
+from threadline._errors import ProviderError
 from threadline._models import Model
 from threadline._provider import (
     ProviderCall,
@@ -29,7 +29,7 @@ from threadline._sentinel import NOT_GIVEN, NotGiven
 from threadline._validate import fail
 from threadline.counting._projection import NO_REPLAY
 from threadline.counting._protocol import AsyncTokenCounter, ReplayProjection, TokenCounter
-from threadline.drivers._http import Clock, RetryPolicy, Transport, finish_reading
+from threadline.drivers._http import Clock, RetryPolicy, Transport, finish_reading, read_body
 from threadline.drivers._http_endpoint import (
     HTTPDriver,
     HTTPEndpoint,
@@ -37,7 +37,6 @@ from threadline.drivers._http_endpoint import (
     check_optional_str,
     resolve_base_url,
 )
-from threadline.drivers._http_errors import snippet
 from threadline.drivers._llama_cpp_counting import LlamaCppTokenCounter, server_root
 from threadline.drivers._openai_chat_wire import (
     MalformedResponse,
@@ -46,7 +45,8 @@ from threadline.drivers._openai_chat_wire import (
     encode_request,
     parse_completion,
 )
-from threadline.drivers._sse import ServerSentEvent, aiter_sse
+from threadline.drivers._sse import ServerSentEvent, StreamProgress, aiter_sse
+from threadline.drivers._wire import NOT_JSON, loads_or_not
 
 # RetryPolicy is re-exported: it is how this driver's retrying is configured.
 __all__ = ["OpenAIChatDriver", "RetryPolicy"]
@@ -214,16 +214,18 @@ class OpenAIChatDriver(HTTPDriver):
         return f"{_NAME}:{call.model.name}"
 
     def _parse(
-        self, content: bytes, call: ProviderCall, request_id: str | None
+        self, response: httpx.Response, content: bytes, call: ProviderCall
     ) -> ProviderResponse:
-        try:
-            payload = json.loads(content)
-        except ValueError:
-            raise self._errors.malformed(
-                "the response body is not JSON: "
-                f"{snippet(content.decode('utf-8', errors='replace'))!r}",
+        # Errors are raised past their except blocks: no __context__ may keep the raw body.
+        request_id = response.headers.get("x-request-id")
+        payload = loads_or_not(content)
+        if payload is NOT_JSON:
+            raise self._errors.not_json(
+                "the response body",
+                content,
+                content_type=response.headers.get("content-type", ""),
                 request_id=request_id,
-            ) from None
+            )
         if isinstance(payload, dict) and payload.get("error") is not None:
             raise self._errors.from_payload(payload, request_id=request_id)
         try:
@@ -234,7 +236,8 @@ class OpenAIChatDriver(HTTPDriver):
                 request_id=request_id,
             )
         except MalformedResponse as exc:
-            raise self._errors.malformed(str(exc), request_id=request_id) from None
+            reason = str(exc)
+        raise self._errors.malformed(reason, request_id=request_id)
 
     async def complete(self, call: ProviderCall) -> ProviderResponse:
         """Send ``call`` and return the whole answer.
@@ -245,7 +248,7 @@ class OpenAIChatDriver(HTTPDriver):
             ProviderError: the mapped failure, after retries where they apply.
         """
         response = await self._http.send(self._request(call, stream=False))
-        return self._parse(response.content, call, response.headers.get("x-request-id"))
+        return self._parse(response, response.content, call)
 
     @contextlib.asynccontextmanager
     async def stream(self, call: ProviderCall) -> AsyncIterator[AsyncIterator[StreamChunk]]:
@@ -274,9 +277,10 @@ class OpenAIChatDriver(HTTPDriver):
         self, response: httpx.Response, call: ProviderCall
     ) -> AsyncGenerator[StreamChunk, None]:
         request_id = response.headers.get("x-request-id")
-        if response.headers.get("content-type", "").startswith("application/json"):
+        progress = StreamProgress(response.headers.get("content-type", ""))
+        if progress.content_type.startswith("application/json"):
             # A server that ignored "stream": true and answered in one piece.
-            whole = self._parse(await self._read(response), call, request_id)
+            whole = self._parse(response, await read_body(response, self._errors, progress), call)
             # Stream consumers still see the text: as one delta of each kind.
             for chunk in chunks_of(whole):
                 yield chunk
@@ -284,8 +288,9 @@ class OpenAIChatDriver(HTTPDriver):
         assembler = StreamAssembler(
             requested_model=call.model.name, provider=self._reasoning_label(call)
         )
-        events = aiter_sse(response.aiter_bytes())
+        events = aiter_sse(response.aiter_bytes(), progress)
         done = False
+        failure: ProviderError | None = None
         try:
             async for event in events:
                 if event.data == "[DONE]":
@@ -293,40 +298,32 @@ class OpenAIChatDriver(HTTPDriver):
                     break
                 for chunk in assembler.add(self._event_payload(event, request_id)):
                     yield chunk
-            if not done and assembler.finish_reason is None:
-                raise self._errors.malformed(
-                    "the stream ended before the response was complete "
-                    "(no finish_reason and no [DONE])",
-                    request_id=request_id,
+            if done or assembler.finish_reason is not None:
+                yield ResponseDone(response=assembler.finish(request_id=request_id))
+            else:
+                failure = self._errors.stream_ended(
+                    progress, "no finish_reason and no [DONE]", request_id=request_id
                 )
-            yield ResponseDone(response=assembler.finish(request_id=request_id))
         except MalformedResponse as exc:
-            raise self._errors.malformed(str(exc), request_id=request_id) from None
+            failure = self._errors.malformed(str(exc), request_id=request_id)
         except httpx.TransportError as exc:
-            raise self._errors.from_transport(exc) from exc
+            failure = self._errors.from_transport(exc, progress=progress)
         finally:
             await finish_reading(events, drain=done)
+        if failure is not None:
+            raise failure  # past the except blocks: see _parse
 
     def _event_payload(self, event: ServerSentEvent, request_id: str | None) -> object:
         """The decoded JSON of a data event; an error event raises its mapped error."""
-        try:
-            payload = json.loads(event.data)
-        except ValueError:
+        payload = loads_or_not(event.data)
+        if payload is NOT_JSON:
             if event.event == "error":
                 raise self._errors.from_payload(
                     {"error": {"message": event.data}}, request_id=request_id
-                ) from None
-            raise self._errors.malformed(
-                f"a stream event is not JSON: {snippet(event.data)!r}", request_id=request_id
-            ) from None
+                )
+            raise self._errors.not_json("a stream event", event.data, request_id=request_id)
         if event.event == "error" or (
             isinstance(payload, dict) and payload.get("error") is not None
         ):
             raise self._errors.from_payload(payload, request_id=request_id)
         return payload
-
-    async def _read(self, response: httpx.Response) -> bytes:
-        try:
-            return await response.aread()
-        except httpx.TransportError as exc:
-            raise self._errors.from_transport(exc) from exc
