@@ -70,6 +70,8 @@ def test_the_refusal_of_a_base_url_never_shows_its_password_or_query(
     assert "hunter2-password" not in message
     assert "sk-query" not in message
     assert "***@example.com" in message
+    without_scheme = refused(make, base_url="user:hunter2-password@localhost:8080/v1")
+    assert "hunter2-password" not in without_scheme
 
 
 @pytest.mark.parametrize(

@@ -27,7 +27,7 @@ import math
 import random
 import time
 from collections.abc import AsyncGenerator, Callable, Mapping
-from typing import Any, Literal, Protocol, get_args
+from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
 import anyio
 import attrs
@@ -195,6 +195,7 @@ def check_transport(transport: Transport, http_client: httpx.AsyncClient | None)
         )
 
 
+@runtime_checkable
 class Clock(Protocol):
     """What retrying needs of time: the wall clock, and a way to wait."""
 

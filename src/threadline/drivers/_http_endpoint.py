@@ -53,7 +53,7 @@ __all__ = [
 TimeoutArg = float | httpx.Timeout | NotGiven | None
 """A driver's ``timeout=``: seconds, an ``httpx.Timeout``, ``None`` (no time-out) or not given."""
 
-_USER_INFO = re.compile(r"//.*@")
+_USER_INFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)?.*@")
 _FORBIDDEN_IN_HEADERS = ("\r", "\n", "\0")
 
 
@@ -63,7 +63,7 @@ def _refuse(message: str) -> NoReturn:
 
 def _shown_url(text: str) -> str:
     """``text`` without user-info (a password), query or fragment: safe to print."""
-    return _USER_INFO.sub("//***@", text).partition("?")[0].partition("#")[0]
+    return _USER_INFO.sub(r"\1***@", text).partition("?")[0].partition("#")[0]
 
 
 def resolve_base_url(base_url: object, *, env: str, default: str) -> str:
@@ -124,10 +124,11 @@ def _check_api_key(value: object) -> str | None:
     return value
 
 
-def _seconds_ok(value: object) -> bool:
+def _seconds(value: object) -> float | None:
+    """``value`` as seconds when it is a finite number above 0, else ``None``."""
     if isinstance(value, bool) or not isinstance(value, int | float):
-        return False
-    return math.isfinite(value) and value > 0
+        return None
+    return float(value) if math.isfinite(value) and value > 0 else None
 
 
 def _check_timeout(value: object) -> TimeoutArg:
@@ -135,12 +136,13 @@ def _check_timeout(value: object) -> TimeoutArg:
         return value
     if isinstance(value, httpx.Timeout):
         parts = (value.connect, value.read, value.write, value.pool)
-        if not all(part is None or _seconds_ok(part) for part in parts):
+        if not all(part is None or _seconds(part) is not None for part in parts):
             fail("timeout", "an httpx.Timeout whose parts are None or positive seconds", value)
         return value
-    if not _seconds_ok(value):
+    seconds = _seconds(value)
+    if seconds is None:
         fail("timeout", "a positive number of seconds, an httpx.Timeout or None", value)
-    return float(value)  # type: ignore[arg-type]
+    return seconds
 
 
 def _check_policy(retry_policy: object, max_retries: object) -> RetryPolicy:
@@ -160,10 +162,9 @@ def _check_policy(retry_policy: object, max_retries: object) -> RetryPolicy:
 def _check_clock(clock: object) -> Clock:
     if clock is None:
         return SystemClock()
-    if not (callable(getattr(clock, "now", None)) and callable(getattr(clock, "sleep", None))):
+    if not isinstance(clock, Clock):
         fail("clock", "None or an object with now() and async sleep(seconds)", clock)
-    checked: Clock = clock  # type: ignore[assignment]
-    return checked
+    return clock
 
 
 def _check_headers(default_headers: object) -> dict[str, str]:
@@ -248,10 +249,10 @@ class HTTPEndpoint:
         # The driver's own client carries the time-out; a given one keeps its
         # own unless the caller set one here, which then goes on each request.
         self._timeout: TimeoutArg = NOT_GIVEN if given is None else checked_timeout
-        self.client = given or build_http_client(
-            timeout=DEFAULT_TIMEOUT if isinstance(checked_timeout, NotGiven) else checked_timeout,
-            transport=transport,
-        )
+        if given is None:
+            own = DEFAULT_TIMEOUT if isinstance(checked_timeout, NotGiven) else checked_timeout
+            given = build_http_client(timeout=own, transport=transport)
+        self.client = given
 
     def describe(self, driver: str) -> str:
         """``Driver(base_url='scheme://host:port/path', api_key=<set>)``: no secret, no query."""

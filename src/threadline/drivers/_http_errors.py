@@ -384,7 +384,7 @@ class ErrorMapper:
         timed_out = isinstance(exc, httpx.TimeoutException)
         status: int | None = None
         if progress is not None:
-            status = 200
+            status = progress.status
             if progress.bytes == 0:
                 what = "the response broke off while its body was read"
             else:

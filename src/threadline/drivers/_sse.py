@@ -46,13 +46,14 @@ class StreamProgress:
     stream (an HTML page from a proxy) can be shown by its start.
     """
 
-    __slots__ = ("bytes", "content_type", "events", "head")
+    __slots__ = ("bytes", "content_type", "events", "head", "status")
 
     HEAD_BYTES = 1024
     """How much of the body's start is kept."""
 
-    def __init__(self, content_type: str = "") -> None:
+    def __init__(self, content_type: str = "", status: int = 200) -> None:
         self.content_type = content_type
+        self.status = status
         self.bytes = 0
         self.events = 0
         self.head = b""

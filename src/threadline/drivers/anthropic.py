@@ -308,7 +308,7 @@ class AnthropicDriver(HTTPDriver):
         self, response: httpx.Response, call: ProviderCall
     ) -> AsyncGenerator[StreamChunk, None]:
         request_id = request_id_of(response.headers)
-        progress = StreamProgress(response.headers.get("content-type", ""))
+        progress = StreamProgress(response.headers.get("content-type", ""), response.status_code)
         if progress.content_type.startswith("application/json"):
             # A server that ignored "stream": true and answered in one piece.
             content = await read_body(response, self._errors, progress)

@@ -277,7 +277,7 @@ class OpenAIChatDriver(HTTPDriver):
         self, response: httpx.Response, call: ProviderCall
     ) -> AsyncGenerator[StreamChunk, None]:
         request_id = response.headers.get("x-request-id")
-        progress = StreamProgress(response.headers.get("content-type", ""))
+        progress = StreamProgress(response.headers.get("content-type", ""), response.status_code)
         if progress.content_type.startswith("application/json"):
             # A server that ignored "stream": true and answered in one piece.
             whole = self._parse(response, await read_body(response, self._errors, progress), call)
