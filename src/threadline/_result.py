@@ -11,7 +11,7 @@ from threadline._provider import ProviderResponse
 
 if TYPE_CHECKING:
     from threadline.limiting._budget import Budget
-    from threadline.limiting._ledger import LimitingRecord
+    from threadline.limiting._ledger import DroppedReasoning, LimitingRecord
 
 __all__ = ["RoundRecord", "RunResult"]
 
@@ -51,6 +51,9 @@ class RoundRecord:
     was limited to (a reserve shrunk to fit the provider's limit is said here)."""
     calibrated_input_tokens: int | None = None
     exact_input_tokens: int | None = None
+    reasoning_dropped: tuple[DroppedReasoning, ...] = ()
+    """Reasoning replay state left out of this round's call because another
+    provider or model produced it (the messages themselves were sent)."""
 
     @property
     def decided_input_tokens(self) -> int:
@@ -118,6 +121,13 @@ class RunResult:
         a context-length refusal); a round without a budget has one that only counted."""
         steps = (step for r in self.rounds for step in (r.limiting, r.retry_limiting))
         return tuple(step for step in steps if step is not None)
+
+    @property
+    def reasoning_dropped(self) -> tuple[DroppedReasoning, ...]:
+        """Reasoning left out of the first call that left it out: produced by
+        another provider or model (later rounds leave out the same; see
+        ``RoundRecord.reasoning_dropped``)."""
+        return next((r.reasoning_dropped for r in self.rounds if r.reasoning_dropped), ())
 
     def new_messages(self) -> list[Message]:
         """The messages this run added (origin ``TURN``): the prompt, replies, tool results.

@@ -21,7 +21,7 @@ from threadline.limiting._cache_stable import (
 )
 from threadline.limiting._drop_oldest import drop_oldest_units
 from threadline.limiting._event import TokenLimitEvent, TokenLimitHandler
-from threadline.limiting._ledger import DroppedUnit, HandlerRun, LimitingRecord
+from threadline.limiting._ledger import DroppedReasoning, DroppedUnit, HandlerRun, LimitingRecord
 from threadline.limiting._summarize import (
     DEFAULT_SUMMARY_INSTRUCTIONS,
     SUMMARY_HEADING,
@@ -44,6 +44,7 @@ __all__ = [
     "BudgetReport",
     "BudgetResolution",
     "CacheStableUnits",
+    "DroppedReasoning",
     "DroppedUnit",
     "HandlerRun",
     "LimitingRecord",

@@ -19,6 +19,7 @@ from threadline.limiting._units import UnitKind
 
 __all__ = [
     "CountedBy",
+    "DroppedReasoning",
     "DroppedUnit",
     "HandlerRun",
     "LimitingOutcome",
@@ -49,6 +50,26 @@ class DroppedUnit:
     end: int
     roles: tuple[Role, ...]
     reason: str
+
+
+@attrs.frozen(kw_only=True)
+class DroppedReasoning:
+    """Reasoning replay state left out of a call: another provider or model made it.
+
+    ``index`` is the message's position in what the round sent; ``provider``
+    is the ``Reasoning.provider`` it carried (``None``: unnamed); ``sent_to``
+    the driver and model the call went to. The message itself was sent.
+    """
+
+    index: int
+    provider: str | None
+    sent_to: str
+
+    def __str__(self) -> str:
+        return (
+            f"message {self.index}: reasoning from {self.provider or 'an unnamed provider'} "
+            f"left out of the call to {self.sent_to}"
+        )
 
 
 @attrs.frozen(kw_only=True)
