@@ -36,9 +36,7 @@ async def test_the_test_double_is_never_sent_refused_replay_state(
         await request.run()
     assert complaint in str(info.value)
     with pytest.raises(InvalidRequestError, match="message 1"):
-        async with request.stream() as events:
-            async for _ in events:
-                pass
+        await request.stream().__aenter__()  # refused on entry, before any event
     assert driver.calls == []
 
 

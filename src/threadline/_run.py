@@ -33,7 +33,6 @@ from threadline._events import (
 )
 from threadline._messages import Message, Origin
 from threadline._plan import RunPlan
-from threadline._replay import ReplayGuard, label_of
 from threadline._provider import (
     ProviderResponse,
     ReasoningChunk,
@@ -41,6 +40,7 @@ from threadline._provider import (
     StreamChunk,
     TextChunk,
 )
+from threadline._replay import ReplayGuard, label_of
 from threadline._result import RoundRecord, RunResult
 from threadline._telemetry import for_run
 from threadline.counting._calibration import calibrated_estimate
