@@ -24,6 +24,7 @@ from threadline.limiting._event import TokenLimitEvent, TokenLimitHandler
 from threadline.limiting._ledger import DroppedReasoning, DroppedUnit, HandlerRun, LimitingRecord
 from threadline.limiting._summarize import (
     DEFAULT_SUMMARY_INSTRUCTIONS,
+    SUMMARY_ACKNOWLEDGEMENT,
     SUMMARY_HEADING,
     summarize_oldest,
 )
@@ -39,6 +40,7 @@ from threadline.limiting._units import (
 __all__ = [
     "DEFAULT_LOW_WATER",
     "DEFAULT_SUMMARY_INSTRUCTIONS",
+    "SUMMARY_ACKNOWLEDGEMENT",
     "SUMMARY_HEADING",
     "Budget",
     "BudgetReport",
