@@ -143,7 +143,7 @@ class LimitingRecord:
             return f"{head}no budget, nothing limited; {self.tokens_after} tokens sent"
         counts = f"{self.tokens_before} → {self.tokens_after} tokens, budget {self.budget_tokens}"
         if self.counted_by != "estimate":
-            counts += f" ({self.counted_by} count)"
+            counts += f", counted by {self.counted_by}"
         if self.sent_over_budget:
             counts += ", still over budget (only pinned messages left)"
         if not self.handlers:
