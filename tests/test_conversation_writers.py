@@ -341,3 +341,27 @@ async def test_open_creates_a_missing_conversation_and_loads_a_stored_one(
 
     narrower = await Conversation.open(agent_on(driver), store, "t", history_limit=2)
     assert narrower.history_limit == 2
+
+
+async def test_a_failed_first_turn_takes_back_only_the_conversation_it_created(
+    store: SQLiteStore,
+) -> None:
+    driver = GatedDriver(ProviderUnavailableError("down"))
+    conv = Conversation(agent_on(driver), id="t", store=store)
+    async with anyio.create_task_group() as group:
+
+        async def first_turn() -> None:
+            with pytest.raises(ProviderUnavailableError):
+                await conv.run("mine")
+
+        group.start_soon(first_turn)
+        await driver.called.wait()
+        # Meanwhile another writer deletes "t" and creates it again: version 1 once more.
+        await store.delete("t")
+        other = ConversationDocument(id="t", metadata={"who": "other"})
+        await store.save(other, expected_version=0)
+        driver.go.set()
+
+    stored = await store.load("t")
+    assert (stored.version, stored.document.metadata) == (1, {"who": "other"})
+    assert stored.document.events == ()

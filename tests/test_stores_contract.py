@@ -702,6 +702,49 @@ async def test_a_writer_from_before_a_delete_cannot_match_the_new_conversation(
     assert after.document.metadata == {"who": "new"}
 
 
+async def test_a_delete_with_the_version_and_generation_held_deletes(
+    store: ConversationStore,
+) -> None:
+    await store.save(header("c1"), expected_version=0, generation="mine")
+    assert await store.delete("c1", expected_version=1, generation="mine") is True
+    with pytest.raises(ConversationNotFoundError):
+        await store.load("c1")
+    assert await store.delete("c1", expected_version=1, generation="mine") is False
+
+
+async def test_a_delete_with_a_stale_version_deletes_nothing(store: ConversationStore) -> None:
+    version = await run_turn(store, "c1", "hi", "hello", version=0)
+    await run_turn(store, "c1", "more", "sure", version=version)  # another writer
+
+    with pytest.raises(ConcurrentModificationError, match="expected version 2"):
+        await store.delete("c1", expected_version=version)
+    stored = await store.load("c1")
+    assert stored.version == version + 2
+    assert len(stored.document.events) == 4
+
+
+async def test_a_delete_of_another_generation_deletes_nothing(store: ConversationStore) -> None:
+    await store.save(header("c1"), expected_version=0, generation="first")
+    await store.delete("c1")
+    await store.save(header("c1", metadata={"who": "new"}), expected_version=0)
+
+    with pytest.raises(ConcurrentModificationError, match="deleted and created again"):
+        await store.delete("c1", expected_version=1, generation="first")
+    assert (await store.load("c1")).document.metadata == {"who": "new"}
+
+
+@pytest.mark.parametrize(
+    "arguments", [{"expected_version": 0}, {"expected_version": -1}, {"generation": "no spaces"}]
+)
+async def test_a_delete_refuses_a_check_that_cannot_hold(
+    store: ConversationStore, arguments: dict[str, Any]
+) -> None:
+    await store.save(header("c1"), expected_version=0)
+    with pytest.raises(InvalidRequestError):
+        await store.delete("c1", **arguments)
+    assert (await store.load("c1")).version == 1
+
+
 async def test_a_writer_may_choose_the_generation_it_creates(store: ConversationStore) -> None:
     version = await store.append_events(
         "c1", [prompt("hi", 0)], header=header("c1"), expected_version=0, generation="gen-a"

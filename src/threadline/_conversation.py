@@ -219,6 +219,7 @@ class Conversation(ConversationState):
                     header=header,
                     expected_version=self._version,
                     pending_marker=None if turn.adopted else turn.marker,
+                    generation=turn.marker if turn.created_store_entry else None,
                 )
             except ConcurrentModificationError as exc:
                 raise self._refusal(exc) from None
@@ -309,7 +310,7 @@ class Conversation(ConversationState):
             return
         with anyio.CancelScope(shield=True):
             try:
-                if turn.created_store_entry and await self._delete_own_entry(store):
+                if turn.created_store_entry and await self._delete_own_entry(store, turn):
                     return
                 try:
                     # Versioned, so the header goes back to what it was too.
@@ -319,6 +320,7 @@ class Conversation(ConversationState):
                         header=self._header(),
                         expected_version=self._version,
                         drop_pending=turn.marker,
+                        generation=turn.marker if turn.created_store_entry else None,
                     )
                 except ConcurrentModificationError:
                     # Another writer got in: take back exactly this turn's prompt.
@@ -331,13 +333,13 @@ class Conversation(ConversationState):
                     exc_info=True,
                 )
 
-    async def _delete_own_entry(self, store: ConversationStore) -> bool:
-        """Remove the stored conversation a failed first turn created, when no one
-        else has written it since; ``True`` when it is gone."""
-        stored = await store.load(self._id)
-        if stored.version != self._version:
+    async def _delete_own_entry(self, store: ConversationStore, turn: _TurnInProgress) -> bool:
+        """Remove the stored conversation a failed first turn created (with its marker
+        as generation), when no one else has written it since; ``True`` when it is gone."""
+        try:
+            await store.delete(self._id, expected_version=self._version, generation=turn.marker)
+        except ConcurrentModificationError:
             return False
-        await store.delete(self._id)
         self._version = 0
         return True
 

@@ -26,6 +26,7 @@ from threadline.serialization._converter import dumps_conversation_header, dumps
 from threadline.serialization._documents import ConversationDocument, ConversationEvent
 
 __all__ = [
+    "DeleteCheck",
     "EventRecord",
     "StoreBase",
     "Write",
@@ -113,6 +114,33 @@ class Write:
         return ConcurrentModificationError(
             self.conversation_id, expected=self.expected_version, actual=actual
         )
+
+
+@attrs.frozen
+class DeleteCheck:
+    """One checked delete: the conversation and what it must still be at."""
+
+    conversation_id: str
+    expected_version: int | None = None
+    generation: str | None = None
+
+    def refusal(self, version: int, generation: str) -> ConcurrentModificationError | None:
+        """The error when the stored ``version``/``generation`` do not match, else ``None``."""
+        if self.generation is not None and generation != self.generation:
+            return ConcurrentModificationError(
+                self.conversation_id,
+                expected=self.expected_version or version,
+                actual=version,
+                reason=(
+                    f"it was deleted and created again since it was loaded (generation "
+                    f"{generation!r}, not {self.generation!r}); nothing was deleted"
+                ),
+            )
+        if self.expected_version is not None and version != self.expected_version:
+            return ConcurrentModificationError(
+                self.conversation_id, expected=self.expected_version, actual=version
+            )
+        return None
 
 
 def new_generation() -> str:
@@ -262,10 +290,35 @@ class StoreBase(AsyncClosing, ABC):
             conversations=[info for info, _ in rows], next_cursor=str(rows[-1][1])
         )
 
-    async def delete(self, conversation_id: str) -> bool:
-        """Delete the conversation; ``False`` when there was none."""
+    async def delete(
+        self,
+        conversation_id: str,
+        *,
+        expected_version: int | None = None,
+        generation: str | None = None,
+    ) -> bool:
+        """Delete the conversation; ``False`` when there was none.
+
+        ``expected_version`` (1 or more) and ``generation``, when given, must
+        be what is stored, or nothing is deleted: a writer that created a
+        conversation can take it back without removing what another writer
+        made of it since.
+
+        Raises:
+            ConcurrentModificationError: the stored version or generation differs.
+            InvalidRequestError: an ``expected_version`` below 1, or a malformed
+                ``generation``.
+        """
         self._check_open()
-        return await self._delete(check_conversation_id(conversation_id))
+        conversation_id = check_conversation_id(conversation_id)
+        if expected_version is not None and check_expected_version(expected_version) < 1:
+            raise InvalidRequestError(
+                "expected_version of a delete is the version held (1 or more), or None"
+            )
+        if generation is not None:
+            check_marker(generation, "generation")
+        check = DeleteCheck(conversation_id, expected_version, generation)
+        return await self._delete(check)
 
     async def aclose(self) -> None:
         """Release the store's connections. Closing twice is fine; any other call
@@ -302,7 +355,10 @@ class StoreBase(AsyncClosing, ABC):
     async def _remove_pending(self, conversation_id: str, marker: str) -> bool: ...
 
     @abstractmethod
-    async def _delete(self, conversation_id: str) -> bool: ...
+    async def _delete(self, check: DeleteCheck) -> bool:
+        """Delete ``check.conversation_id`` when ``check.refusal`` finds nothing
+        against what is stored (raise it otherwise), in one step; ``False``
+        when there is no such conversation."""
 
     @abstractmethod
     async def _close(self) -> None:

@@ -216,4 +216,22 @@ LIST_PAGE: Final = (
 
 REMOVE_PENDING: Final = "SELECT threadline_remove_pending(%s, %s)"
 
-DELETE: Final = "SELECT threadline_delete(%s)"
+# One statement, so no migration: the row is locked, then deleted only when its
+# version and generation are the ones given (NULL: not checked). Returns whether
+# it was deleted and, for the error when it was not, what is stored.
+DELETE: Final = """
+WITH target AS (
+    SELECT c.id, c.version, c.generation FROM threadline_conversations c
+    WHERE c.id = %s FOR UPDATE
+), gone AS (
+    DELETE FROM threadline_conversations c USING target t
+    WHERE c.id = t.id
+      AND (%s::bigint IS NULL OR t.version = %s::bigint)
+      AND (%s::text IS NULL OR t.generation = %s::text)
+    RETURNING c.id
+), events AS (
+    DELETE FROM threadline_events e USING gone g WHERE e.conversation_id = g.id
+)
+SELECT (SELECT count(*) FROM gone) > 0, (SELECT version FROM target),
+    (SELECT generation FROM target)
+"""

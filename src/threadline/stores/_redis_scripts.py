@@ -202,10 +202,20 @@ end
 return removed
 """
 
-# KEYS: c, e, p, index. ARGV: id. Returns 1 when there was a conversation.
+# KEYS: c, e, p, index. ARGV: id, expected version ('' none), generation ('' none).
+# Returns {status, version, generation}: status 1 deleted, 0 none, -1 not deleted
+# (the version or generation differs).
 DELETE: Final = """
-local existed = redis.call('DEL', KEYS[1])
-redis.call('DEL', KEYS[2], KEYS[3])
+local state = redis.call('HMGET', KEYS[1], 'version', 'generation')
+if not state[1] then
+    return {0, 0, ''}
+end
+local version, generation = tonumber(state[1]), state[2] or ''
+local stale = ARGV[2] ~= '' and tonumber(ARGV[2]) ~= version
+if stale or (ARGV[3] ~= '' and ARGV[3] ~= generation) then
+    return {-1, version, generation}
+end
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
 redis.call('ZREM', KEYS[4], ARGV[1])
-return existed
+return {1, version, generation}
 """

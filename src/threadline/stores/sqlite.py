@@ -45,7 +45,14 @@ from threadline.serialization._converter import (
     FORMAT_VERSION,
     dumps_event,
 )
-from threadline.stores._base import EventRecord, StoreBase, Write, check_turn_ids_below, utc_now
+from threadline.stores._base import (
+    DeleteCheck,
+    EventRecord,
+    StoreBase,
+    Write,
+    check_turn_ids_below,
+    utc_now,
+)
 from threadline.stores._parts import assemble, read_metadata, read_time
 from threadline.stores._sqlite_read_only import connect_read_only
 
@@ -176,8 +183,8 @@ class SQLiteStore(StoreBase):
             lambda connection: _remove_pending(connection, conversation_id, marker)
         )
 
-    async def _delete(self, conversation_id: str) -> bool:
-        return await self._run(lambda connection: _delete(connection, conversation_id))
+    async def _delete(self, check: DeleteCheck) -> bool:
+        return await self._run(lambda connection: _delete(connection, check))
 
     async def _close(self) -> None:
         async with self._lock:
@@ -555,12 +562,20 @@ def _remove_pending(connection: sqlite3.Connection, conversation_id: str, marker
     return removed > 0
 
 
-def _delete(connection: sqlite3.Connection, conversation_id: str) -> bool:
+def _delete(connection: sqlite3.Connection, check: DeleteCheck) -> bool:
+    conversation_id = check.conversation_id
     with _transaction(connection, "IMMEDIATE"):
+        row = connection.execute(
+            "SELECT version, generation FROM threadline_conversations WHERE id = ?",
+            (conversation_id,),
+        ).fetchone()
+        if row is None:
+            return False
+        refusal = check.refusal(row[0], row[1])
+        if refusal is not None:
+            raise refusal
         connection.execute(
             "DELETE FROM threadline_events WHERE conversation_id = ?", (conversation_id,)
         )
-        deleted = connection.execute(
-            "DELETE FROM threadline_conversations WHERE id = ?", (conversation_id,)
-        ).rowcount
-    return deleted > 0
+        connection.execute("DELETE FROM threadline_conversations WHERE id = ?", (conversation_id,))
+    return True
