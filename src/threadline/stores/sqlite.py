@@ -153,6 +153,8 @@ class SQLiteStore(StoreBase):
         self._timeout = timeout
         self._read_only = read_only
         self._connection: sqlite3.Connection | None = None
+        self._opened_file: tuple[int, int] | None = None
+        """The (device, inode) of the file the connection opened."""
         # The anyio lock queues tasks without holding worker threads; the thread
         # lock keeps the one connection to one thread even if the store is
         # shared between event loops.
@@ -208,6 +210,9 @@ class SQLiteStore(StoreBase):
                         )
                     else:
                         self._connection = _connect(self._path, self._timeout)
+                    self._opened_file = _identity(self._path)
+                else:
+                    self._check_same_file()
                 return work(self._connection)
             except sqlite3.OperationalError as exc:
                 # Locked past the time-out, a read-only or vanished file: the
@@ -220,11 +225,36 @@ class SQLiteStore(StoreBase):
                     f"from a backup or move it away to start a new one"
                 ) from exc
 
+    def _check_same_file(self) -> None:
+        """Refuse to go on when the file was deleted or replaced since it was opened:
+        SQLite would go on writing to the unlinked file, and the writes would be lost."""
+        if self._opened_file is None or self._opened_file == _identity(self._path):
+            return
+        assert self._connection is not None
+        self._connection.close()
+        self._connection = None  # the next call opens what is at the path now
+        raise StoreError(
+            f"SQLite store {self._path}: the file was deleted or replaced while the store "
+            "had it open; nothing was written (the next call opens the file now at that path)"
+        )
+
     def _close_connection(self) -> None:
         with self._thread_lock:
             if self._connection is not None:
                 self._connection.close()
                 self._connection = None
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    """The file at ``path`` as (device, inode); ``None`` for ``:memory:``, and
+    ``(-1, -1)`` for a missing file, which is never the one opened."""
+    if path == ":memory:":
+        return None
+    try:
+        found = os.stat(path)
+    except FileNotFoundError:
+        return (-1, -1)
+    return (found.st_dev, found.st_ino)
 
 
 def _connect(path: str, timeout: float) -> sqlite3.Connection:
