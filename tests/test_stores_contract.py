@@ -702,6 +702,32 @@ async def test_a_writer_from_before_a_delete_cannot_match_the_new_conversation(
     assert after.document.metadata == {"who": "new"}
 
 
+async def test_a_whole_save_keeps_each_pending_prompts_marker(store: ConversationStore) -> None:
+    document = header(
+        "c1",
+        next_turn_id=3,
+        events=(prompt("hi", 0), answer("hello", 0), prompt("w1", 1, pending=True)),
+    )
+    document = attrs.evolve(document, events=(*document.events, prompt("old", 2, pending=True)))
+    version = await store.save(document, expected_version=0, pending_markers=["writer-1", None])
+    assert (await store.load("c1")).pending_markers == ("writer-1", None)
+
+    # The writer that owns "w1" commits it, or takes it back, exactly.
+    assert await store.remove_pending("c1", "writer-1") is True
+    stored = await store.load("c1")
+    assert [e.message.text for e in stored.document.events if e.pending] == ["old"]
+    assert stored.version == version
+
+
+async def test_a_save_needs_one_marker_per_pending_event(store: ConversationStore) -> None:
+    document = header("c1", next_turn_id=1, events=(prompt("w1", 0, pending=True),))
+    for markers in ([], ["a", "b"], ["no spaces"]):
+        with pytest.raises(InvalidRequestError):
+            await store.save(document, expected_version=0, pending_markers=markers)
+    with pytest.raises(ConversationNotFoundError):
+        await store.load("c1")
+
+
 async def test_a_delete_with_the_version_and_generation_held_deletes(
     store: ConversationStore,
 ) -> None:

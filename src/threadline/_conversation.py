@@ -411,6 +411,8 @@ class Conversation(ConversationState):
     async def _rewrite(self, transcript: Transcript, *, window: KeptWindow | None = None) -> None:
         """Install ``transcript`` (and ``window``; ``None`` keeps the kept window)."""
         window = self._window if window is None else window
+        kept = transcript.pending == self._transcript.pending  # their writers' markers stay
+        markers = self._pending_markers if kept else (None,) * len(transcript.pending)
         # Shielded, so a cancel cannot leave the store rewritten and the memory not.
         with anyio.CancelScope(shield=True):
             if self._store is not None:
@@ -422,13 +424,15 @@ class Conversation(ConversationState):
                 )
                 document = attrs.evolve(header, events=(*transcript.events, *transcript.pending))
                 try:
-                    self._version = await self._store.save(document, expected_version=self._version)
+                    self._version = await self._store.save(
+                        document, expected_version=self._version, pending_markers=markers
+                    )
                 except ConcurrentModificationError as exc:
                     raise self._refusal(exc) from None
                 self._updated_at = header.updated_at
             self._transcript = transcript
             self._window = window
-            self._pending_markers = (None,) * len(transcript.pending)  # save() writes none
+            self._pending_markers = markers
 
     @classmethod
     def from_document(

@@ -27,7 +27,9 @@ How a conversation uses a store for one turn:
    with), which deletes nothing once another writer has written.
 
 ``drop_pending=True`` removes every pending event (the form for a writer
-that knows no marker).
+that knows no marker). A whole-conversation ``save`` passes each pending
+event's marker (``pending_markers=``), so a rewrite (compaction, a settings
+save) never takes another writer's prompt out of its hands.
 """
 
 from __future__ import annotations
@@ -107,13 +109,16 @@ class ConversationStore(Protocol):
         *,
         expected_version: int,
         generation: str | None = None,
+        pending_markers: Sequence[str | None] | None = None,
     ) -> int:
         """Replace the whole conversation (create it when ``expected_version`` is 0).
 
         ``generation``: when creating, the generation the new conversation
         gets (a fresh random one when ``None``); otherwise, when given, the
         write is refused unless the stored conversation has that generation.
-        Returns the new version.
+        ``pending_markers``: one per pending event of ``document``, in order
+        (``None`` for one without), stored with them so other writers' pending
+        prompts stay theirs to commit or take back. Returns the new version.
         """
         ...
 

@@ -47,6 +47,8 @@ class EventRecord:
 
     event: ConversationEvent
     text: str
+    marker: str | None = None
+    """The writer's marker of a pending event (``None`` for others, or none given)."""
 
     @property
     def turn_id(self) -> int:
@@ -175,27 +177,33 @@ class StoreBase(AsyncClosing, ABC):
         *,
         expected_version: int,
         generation: str | None = None,
+        pending_markers: Sequence[str | None] | None = None,
     ) -> int:
         """Replace the whole conversation (create it when ``expected_version`` is 0).
 
         ``generation``: when creating, the generation the new conversation
         gets (a fresh random one when ``None``); otherwise, when given, the
         write is refused unless the stored conversation has that generation.
-        Returns the new version.
+        ``pending_markers``: the marker of each pending event of the document,
+        in order (``None`` for one without), so the writers that own them can
+        still commit or take back exactly their own. Returns the new version.
 
         Raises:
             ConcurrentModificationError: the conversation is not at
                 ``expected_version`` (or not of ``generation``).
             ConversationFormatError: a message the saved format cannot hold.
+            InvalidRequestError: ``pending_markers`` not one per pending event,
+                or a marker that is not a short printable string.
         """
         self._check_open()
         document = check_document(document)
         check_expected_version(expected_version)
+        markers = _pending_markers(document.events, pending_markers)
         write = Write(
             conversation_id=document.id,
             header=document,
             header_text=dumps_conversation_header(document),
-            records=_records(document.events),
+            records=_records(document.events, markers),
             expected_version=expected_version,
             replace=True,
             generation=_generation_for(expected_version, generation),
@@ -239,7 +247,7 @@ class StoreBase(AsyncClosing, ABC):
             conversation_id=conversation_id,
             header=header,
             header_text=dumps_conversation_header(header),
-            records=_records(new_events),
+            records=_records(new_events, [pending_marker] * sum(e.pending for e in new_events)),
             expected_version=expected_version,
             replace=False,
             drop_all=drop_pending is True,
@@ -389,10 +397,35 @@ def _generation_for(expected_version: int, generation: object) -> str | None:
     return generation
 
 
-def _records(events: Sequence[ConversationEvent]) -> tuple[EventRecord, ...]:
+def _records(
+    events: Sequence[ConversationEvent], markers: Sequence[str | None]
+) -> tuple[EventRecord, ...]:
+    """The events to write, each pending one with its marker (``markers`` in order)."""
     # Serializing here refuses a message the saved format cannot hold before
     # any backend is touched.
-    return tuple(EventRecord(event, dumps_event(event)) for event in events)
+    left = iter(markers)
+    return tuple(
+        EventRecord(event, dumps_event(event), next(left) if event.pending else None)
+        for event in events
+    )
+
+
+def _pending_markers(
+    events: Sequence[ConversationEvent], markers: Sequence[str | None] | None
+) -> list[str | None]:
+    pending = sum(event.pending for event in events)
+    if markers is None:
+        return [None] * pending
+    checked = list(markers)
+    if len(checked) != pending:
+        raise InvalidRequestError(
+            f"pending_markers holds {len(checked)} markers for {pending} pending events; "
+            "give one per pending event, in order (None for one without)"
+        )
+    for marker in checked:
+        if marker is not None:
+            check_marker(marker, "a pending marker")
+    return checked
 
 
 # --- argument checks ----------------------------------------------------------------------

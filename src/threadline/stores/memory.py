@@ -120,7 +120,7 @@ class MemoryStore(StoreBase):
             pending = entry.pending if events is entry.events else sum(e.pending for e in events)
             for record in write.records:
                 events.append(record.event)
-                markers.append(write.pending_marker if record.pending else None)
+                markers.append(record.marker)
             entry.max_turn_id = max(max_turn_id, write.max_turn_id)
             self._writes += 1
             entry.header = attrs.evolve(write.header, events=())

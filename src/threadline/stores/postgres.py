@@ -141,6 +141,7 @@ class PostgresStore(StoreBase):
             [record.turn_id for record in records],
             [record.pending for record in records],
             [record.text for record in records],
+            [record.marker for record in records],
         )
         status, version, detail = (await self._call(schema.WRITE, params))[0]
         if status == "ok":

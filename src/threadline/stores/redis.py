@@ -169,7 +169,7 @@ class RedisStore(StoreBase):
             len(write.records),
         ]
         for record in write.records:
-            args += [record.turn_id, int(record.pending), record.text]
+            args += [record.turn_id, int(record.pending), record.marker or "", record.text]
         keys = [*self._keys(write.conversation_id), *self._shared_keys()]
         status, version, detail = await self._call("write", keys, args)
         if status == "ok":

@@ -54,6 +54,7 @@ from threadline.stores._base import (
     utc_now,
 )
 from threadline.stores._parts import assemble, read_metadata, read_time
+from threadline.stores._sqlite_file import file_identity, vanished
 from threadline.stores._sqlite_read_only import connect_read_only
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
@@ -210,7 +211,7 @@ class SQLiteStore(StoreBase):
                         )
                     else:
                         self._connection = _connect(self._path, self._timeout)
-                    self._opened_file = _identity(self._path)
+                    self._opened_file = file_identity(self._path)
                 else:
                     self._check_same_file()
                 return work(self._connection)
@@ -226,35 +227,19 @@ class SQLiteStore(StoreBase):
                 ) from exc
 
     def _check_same_file(self) -> None:
-        """Refuse to go on when the file was deleted or replaced since it was opened:
-        SQLite would go on writing to the unlinked file, and the writes would be lost."""
-        if self._opened_file is None or self._opened_file == _identity(self._path):
-            return
-        assert self._connection is not None
-        self._connection.close()
-        self._connection = None  # the next call opens what is at the path now
-        raise StoreError(
-            f"SQLite store {self._path}: the file was deleted or replaced while the store "
-            "had it open; nothing was written (the next call opens the file now at that path)"
-        )
+        """Refuse to go on with a file deleted or replaced since it was opened (see
+        ``_sqlite_file``); the next call opens what is at the path then."""
+        if self._opened_file is not None and self._opened_file != file_identity(self._path):
+            assert self._connection is not None
+            self._connection.close()
+            self._connection = None
+            raise vanished(self._path)
 
     def _close_connection(self) -> None:
         with self._thread_lock:
             if self._connection is not None:
                 self._connection.close()
                 self._connection = None
-
-
-def _identity(path: str) -> tuple[int, int] | None:
-    """The file at ``path`` as (device, inode); ``None`` for ``:memory:``, and
-    ``(-1, -1)`` for a missing file, which is never the one opened."""
-    if path == ":memory:":
-        return None
-    try:
-        found = os.stat(path)
-    except FileNotFoundError:
-        return (-1, -1)
-    return (found.st_dev, found.st_ino)
 
 
 def _connect(path: str, timeout: float) -> sqlite3.Connection:
@@ -443,7 +428,7 @@ def _append_rows(connection: sqlite3.Connection, write: Write, found: _Found | N
         "SELECT coalesce(max(seq) + 1, 0) FROM threadline_events WHERE conversation_id = ?",
         (conversation_id,),
     ).fetchone()[0]
-    _insert_rows(connection, conversation_id, first_seq, write.records, write.pending_marker)
+    _insert_rows(connection, conversation_id, first_seq, write.records)
     highest = connection.execute(
         "SELECT max(turn_id) FROM threadline_events WHERE conversation_id = ?",
         (conversation_id,),
@@ -458,7 +443,6 @@ def _insert_rows(
     conversation_id: str,
     first_seq: int,
     records: Sequence[EventRecord],
-    marker: str | None = None,
 ) -> None:
     connection.executemany(
         "INSERT INTO threadline_events (conversation_id, seq, turn_id, pending, event, marker) "
@@ -470,7 +454,7 @@ def _insert_rows(
                 record.turn_id,
                 record.pending,
                 record.text,
-                marker if record.pending else None,
+                record.marker,
             )
             for offset, record in enumerate(records)
         ],
@@ -545,9 +529,8 @@ def _rewrite_in_current_format(connection: sqlite3.Connection, conversation_id: 
         "DELETE FROM threadline_events WHERE conversation_id = ?", (conversation_id,)
     )
     for seq, (event, (_, _, marker)) in enumerate(zip(document.events, rows, strict=True)):
-        _insert_rows(
-            connection, conversation_id, seq, [EventRecord(event, dumps_event(event))], marker
-        )
+        record = EventRecord(event, dumps_event(event), marker if event.pending else None)
+        _insert_rows(connection, conversation_id, seq, [record])
     return len(rows)
 
 
