@@ -10,6 +10,7 @@ import pytest
 import respx
 
 from threadline import (
+    Client,
     ImagePart,
     InvalidRequestError,
     Message,
@@ -237,12 +238,16 @@ async def test_reasoning_of_another_provider_or_model_is_never_sent_and_is_noted
     assert any("message 1: reasoning from" in record.message for record in caplog.records)
 
 
-async def test_refused_replay_state_fails_before_sending() -> None:
+async def test_refused_replay_state_fails_before_sending(respx_mock: respx.MockRouter) -> None:
+    # The run loop checks replay state for every driver (threadline._replay).
+    route = respx_mock.post(URL).mock(return_value=httpx.Response(200, json=OK))
     bad = Reasoning(text="t", provider_reasoning=b'{"type": "text", "text": "x"}', provider=LABEL)
-    messages = (Message.user("q"), *exchange(bad))
     async with AnthropicDriver(base_url=BASE, api_key="k") as driver:
+        request = Client(driver, default_model=MODEL).request()
+        request = request.with_messages([Message.user("q"), *exchange(bad)])
         with pytest.raises(InvalidRequestError, match='"type": "text"'):
-            await driver.complete(ProviderCall(model=MODEL, messages=messages))
+            await request.run()
+    assert not route.called
 
 
 async def test_thinking_config_from_the_driver_or_the_request_and_its_budget_checked() -> None:

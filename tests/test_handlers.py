@@ -18,6 +18,7 @@ from threadline import (
 )
 from threadline.counting import ApproximateCounter
 from threadline.limiting import (
+    SUMMARY_ACKNOWLEDGEMENT,
     SUMMARY_HEADING,
     TokenLimitEvent,
     drop_oldest_units,
@@ -62,6 +63,9 @@ def summary(text: str) -> Message:
     return Message.user(f"{SUMMARY_HEADING}\n{text}")
 
 
+ACK = Message.assistant(SUMMARY_ACKNOWLEDGEMENT)
+
+
 async def test_the_oldest_turns_become_one_summary_and_the_last_turns_stay() -> None:
     client, driver = summarizer("Ada asked about Oslo; it rains.")
     handler = summarize_oldest(client, keep_last_turns=1)
@@ -73,6 +77,7 @@ async def test_the_oldest_turns_become_one_summary_and_the_last_turns_stay() -> 
     assert event.messages == [
         messages[0],
         summary("Ada asked about Oslo; it rains."),
+        ACK,
         *messages[7:],
     ]
     (call,) = driver.calls
@@ -98,6 +103,7 @@ async def test_keep_last_turns_zero_summarizes_everything_before_the_prompt() ->
     assert [m.text for m in event.messages] == [
         "Be terse.",
         f"{SUMMARY_HEADING}\nAll of it.",
+        SUMMARY_ACKNOWLEDGEMENT,
         "What is my name?",
     ]
 
@@ -116,7 +122,7 @@ async def test_the_prompt_and_the_live_tool_exchange_are_never_summarized() -> N
 
     await summarize_oldest(client, keep_last_turns=0)(event)
 
-    assert event.messages == [summary("Earlier: greetings."), *messages[2:]]
+    assert event.messages == [summary("Earlier: greetings."), ACK, *messages[2:]]
     assert "Look it up." not in driver.calls[0].messages[1].text
 
 
@@ -150,7 +156,7 @@ async def test_a_summary_is_reused_while_it_fits_and_extended_when_it_does_not()
     roomy = event_for(grown, budget=10_000)
     await handler(roomy)
     assert len(driver.calls) == 1
-    assert roomy.messages == [grown[0], summary("S1"), *grown[7:]]
+    assert roomy.messages == [grown[0], summary("S1"), ACK, *grown[7:]]
 
     # A tight budget: the summary is extended with the turn after it, not redone.
     tight = event_for(grown, budget=10)
@@ -162,7 +168,7 @@ async def test_a_summary_is_reused_while_it_fits_and_extended_when_it_does_not()
         "user: Thanks.",
         "assistant: You're welcome.",
     ]
-    assert tight.messages == [grown[0], summary("S2"), *grown[9:]]
+    assert tight.messages == [grown[0], summary("S2"), ACK, *grown[9:]]
 
 
 async def test_a_summary_at_the_front_is_recognised_in_a_later_round() -> None:

@@ -10,6 +10,7 @@ import pytest
 import respx
 
 from threadline import (
+    Client,
     ImagePart,
     InvalidRequestError,
     Message,
@@ -258,16 +259,15 @@ async def test_display_reasoning_is_never_sent_back(
 async def test_refused_replay_state_fails_before_anything_is_sent(
     driver: OpenAIChatDriver, respx_mock: respx.MockRouter, state: bytes, complaint: str
 ) -> None:
+    # The run loop checks replay state for every driver (threadline._replay).
     route = respx_mock.post(URL).mock(return_value=httpx.Response(200, json=REPLY))
-    call = ProviderCall(
-        model=MODEL,
-        messages=(
-            Message.user("q"),
-            Message.assistant("a", reasoning=Reasoning(provider_reasoning=state)),
-        ),
-    )
+    history = [
+        Message.user("q"),
+        Message.assistant("a", reasoning=Reasoning(provider_reasoning=state)),
+    ]
+    request = Client(driver, default_model=MODEL).request().with_messages(history)
     with pytest.raises(InvalidRequestError, match="message 1") as info:
-        await driver.complete(call)
+        await request.with_prompt("again").run()
     assert complaint in str(info.value)
     assert not route.called
 

@@ -702,6 +702,75 @@ async def test_a_writer_from_before_a_delete_cannot_match_the_new_conversation(
     assert after.document.metadata == {"who": "new"}
 
 
+async def test_a_whole_save_keeps_each_pending_prompts_marker(store: ConversationStore) -> None:
+    document = header(
+        "c1",
+        next_turn_id=3,
+        events=(prompt("hi", 0), answer("hello", 0), prompt("w1", 1, pending=True)),
+    )
+    document = attrs.evolve(document, events=(*document.events, prompt("old", 2, pending=True)))
+    version = await store.save(document, expected_version=0, pending_markers=["writer-1", None])
+    assert (await store.load("c1")).pending_markers == ("writer-1", None)
+
+    # The writer that owns "w1" commits it, or takes it back, exactly.
+    assert await store.remove_pending("c1", "writer-1") is True
+    stored = await store.load("c1")
+    assert [e.message.text for e in stored.document.events if e.pending] == ["old"]
+    assert stored.version == version
+
+
+async def test_a_save_needs_one_marker_per_pending_event(store: ConversationStore) -> None:
+    document = header("c1", next_turn_id=1, events=(prompt("w1", 0, pending=True),))
+    for markers in ([], ["a", "b"], ["no spaces"]):
+        with pytest.raises(InvalidRequestError):
+            await store.save(document, expected_version=0, pending_markers=markers)
+    with pytest.raises(ConversationNotFoundError):
+        await store.load("c1")
+
+
+async def test_a_delete_with_the_version_and_generation_held_deletes(
+    store: ConversationStore,
+) -> None:
+    await store.save(header("c1"), expected_version=0, generation="mine")
+    assert await store.delete("c1", expected_version=1, generation="mine") is True
+    with pytest.raises(ConversationNotFoundError):
+        await store.load("c1")
+    assert await store.delete("c1", expected_version=1, generation="mine") is False
+
+
+async def test_a_delete_with_a_stale_version_deletes_nothing(store: ConversationStore) -> None:
+    version = await run_turn(store, "c1", "hi", "hello", version=0)
+    await run_turn(store, "c1", "more", "sure", version=version)  # another writer
+
+    with pytest.raises(ConcurrentModificationError, match="expected version 2"):
+        await store.delete("c1", expected_version=version)
+    stored = await store.load("c1")
+    assert stored.version == version + 2
+    assert len(stored.document.events) == 4
+
+
+async def test_a_delete_of_another_generation_deletes_nothing(store: ConversationStore) -> None:
+    await store.save(header("c1"), expected_version=0, generation="first")
+    await store.delete("c1")
+    await store.save(header("c1", metadata={"who": "new"}), expected_version=0)
+
+    with pytest.raises(ConcurrentModificationError, match="deleted and created again"):
+        await store.delete("c1", expected_version=1, generation="first")
+    assert (await store.load("c1")).document.metadata == {"who": "new"}
+
+
+@pytest.mark.parametrize(
+    "arguments", [{"expected_version": 0}, {"expected_version": -1}, {"generation": "no spaces"}]
+)
+async def test_a_delete_refuses_a_check_that_cannot_hold(
+    store: ConversationStore, arguments: dict[str, Any]
+) -> None:
+    await store.save(header("c1"), expected_version=0)
+    with pytest.raises(InvalidRequestError):
+        await store.delete("c1", **arguments)
+    assert (await store.load("c1")).version == 1
+
+
 async def test_a_writer_may_choose_the_generation_it_creates(store: ConversationStore) -> None:
     version = await store.append_events(
         "c1", [prompt("hi", 0)], header=header("c1"), expected_version=0, generation="gen-a"

@@ -219,6 +219,7 @@ class Conversation(ConversationState):
                     header=header,
                     expected_version=self._version,
                     pending_marker=None if turn.adopted else turn.marker,
+                    generation=turn.marker if turn.created_store_entry else None,
                 )
             except ConcurrentModificationError as exc:
                 raise self._refusal(exc) from None
@@ -255,8 +256,7 @@ class Conversation(ConversationState):
         # A copy without a marker (written by save() or an older version) goes only
         # with every pending event; the others are written back, without markers.
         rewrite = any(markers[i] is None for i in copies)
-        window = self._window_after(turn.sent, result)
-        slide = self._slide_after(turn.sent, result)
+        window, slide = self._window_after(turn.sent, result), self._slide_after(turn.sent, result)
         with anyio.CancelScope(shield=True):
             if self._store is not None:
                 header = self._header(
@@ -284,8 +284,7 @@ class Conversation(ConversationState):
             self._transcript.pending = tuple(pending[i] for i in kept)
             self._pending_markers = tuple(None if rewrite else markers[i] for i in kept)
             self._transcript.append_turn(events, result.response, result.usage)
-            self._window = window
-            self._slide = slide
+            self._window, self._slide = window, slide
             turn.committed = True
 
     async def _remove_copies(self, markers: Iterable[str | None]) -> None:
@@ -311,7 +310,7 @@ class Conversation(ConversationState):
             return
         with anyio.CancelScope(shield=True):
             try:
-                if turn.created_store_entry and await self._delete_own_entry(store):
+                if turn.created_store_entry and await self._delete_own_entry(store, turn):
                     return
                 try:
                     # Versioned, so the header goes back to what it was too.
@@ -321,6 +320,7 @@ class Conversation(ConversationState):
                         header=self._header(),
                         expected_version=self._version,
                         drop_pending=turn.marker,
+                        generation=turn.marker if turn.created_store_entry else None,
                     )
                 except ConcurrentModificationError:
                     # Another writer got in: take back exactly this turn's prompt.
@@ -333,13 +333,13 @@ class Conversation(ConversationState):
                     exc_info=True,
                 )
 
-    async def _delete_own_entry(self, store: ConversationStore) -> bool:
-        """Remove the stored conversation a failed first turn created, when no one
-        else has written it since; ``True`` when it is gone."""
-        stored = await store.load(self._id)
-        if stored.version != self._version:
+    async def _delete_own_entry(self, store: ConversationStore, turn: _TurnInProgress) -> bool:
+        """Remove the stored conversation a failed first turn created (with its marker
+        as generation), when no one else has written it since; ``True`` when it is gone."""
+        try:
+            await store.delete(self._id, expected_version=self._version, generation=turn.marker)
+        except ConcurrentModificationError:
             return False
-        await store.delete(self._id)
         self._version = 0
         return True
 
@@ -411,6 +411,8 @@ class Conversation(ConversationState):
     async def _rewrite(self, transcript: Transcript, *, window: KeptWindow | None = None) -> None:
         """Install ``transcript`` (and ``window``; ``None`` keeps the kept window)."""
         window = self._window if window is None else window
+        kept = transcript.pending == self._transcript.pending  # their writers' markers stay
+        markers = self._pending_markers if kept else (None,) * len(transcript.pending)
         # Shielded, so a cancel cannot leave the store rewritten and the memory not.
         with anyio.CancelScope(shield=True):
             if self._store is not None:
@@ -422,14 +424,15 @@ class Conversation(ConversationState):
                 )
                 document = attrs.evolve(header, events=(*transcript.events, *transcript.pending))
                 try:
-                    self._version = await self._store.save(document, expected_version=self._version)
+                    self._version = await self._store.save(
+                        document, expected_version=self._version, pending_markers=markers
+                    )
                 except ConcurrentModificationError as exc:
                     raise self._refusal(exc) from None
                 self._updated_at = header.updated_at
             self._transcript = transcript
-            self._window = window
-            self._slide = None
-            self._pending_markers = (None,) * len(transcript.pending)  # save() writes none
+            self._window, self._slide = window, None  # the slide's indices no longer hold
+            self._pending_markers = markers
 
     @classmethod
     def from_document(

@@ -67,10 +67,17 @@ class ToolResultEvent:
 
 @attrs.frozen(kw_only=True)
 class LimitApplied:
-    """The transcript was over budget and the limiting handlers ran."""
+    """The transcript was over budget and the limiting handlers ran.
+
+    ``str(event)`` is the record's one-line summary (``LimitingRecord.summary``).
+    """
 
     record: LimitingRecord
     round: int
+    """The round of the run, from 1."""
+
+    def __str__(self) -> str:
+        return self.record.summary()
 
 
 @attrs.frozen(kw_only=True)

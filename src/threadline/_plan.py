@@ -18,6 +18,7 @@ from threadline._errors import InvalidRequestError, TranscriptIntegrityError
 from threadline._messages import Message
 from threadline._models import Model
 from threadline._provider import Driver, ProviderCall
+from threadline._replay import check_transcript_reasoning
 from threadline._settings import RequestSettings
 from threadline._validate import problem
 from threadline.counting import resolve_token_counter
@@ -111,7 +112,8 @@ def plan_run(
     Raises:
         InvalidRequestError: every problem at once (no model, tools that cannot
             be used, a tool choice naming no tool, a history whose tool units are
-            broken), or a reserve that fills an explicit limit.
+            broken), a message whose reasoning replay state is refused (see
+            ``threadline._replay``), or a reserve that fills an explicit limit.
     """
     found = list(problems)
     if model is None:
@@ -238,4 +240,6 @@ def _transcript(
             check_integrity(transcript)
     except TranscriptIntegrityError as exc:
         raise InvalidRequestError(f"the history cannot be sent as it is: {exc}") from None
+    # Refused replay state fails the request here, before limiting or any driver sees it.
+    check_transcript_reasoning(transcript)
     return transcript, prompt_index

@@ -11,7 +11,7 @@ from threadline._provider import ProviderResponse
 
 if TYPE_CHECKING:
     from threadline.limiting._budget import Budget
-    from threadline.limiting._ledger import LimitingRecord
+    from threadline.limiting._ledger import DroppedReasoning, LimitingRecord
 
 __all__ = ["RoundRecord", "RunResult"]
 
@@ -30,6 +30,7 @@ class RoundRecord:
     """
 
     round: int
+    """The round of the run, from 1 (the first provider call)."""
     usage: Usage
     estimated_input_tokens: int
     reported_input_tokens: int | None
@@ -51,6 +52,9 @@ class RoundRecord:
     was limited to (a reserve shrunk to fit the provider's limit is said here)."""
     calibrated_input_tokens: int | None = None
     exact_input_tokens: int | None = None
+    reasoning_dropped: tuple[DroppedReasoning, ...] = ()
+    """Reasoning replay state left out of this round's call because another
+    provider or model produced it (the messages themselves were sent)."""
 
     @property
     def decided_input_tokens(self) -> int:
@@ -118,6 +122,40 @@ class RunResult:
         a context-length refusal); a round without a budget has one that only counted."""
         steps = (step for r in self.rounds for step in (r.limiting, r.retry_limiting))
         return tuple(step for step in steps if step is not None)
+
+    @property
+    def reasoning_dropped(self) -> tuple[DroppedReasoning, ...]:
+        """Reasoning left out of the first call that left it out: produced by
+        another provider or model (later rounds leave out the same; see
+        ``RoundRecord.reasoning_dropped``)."""
+        return next((r.reasoning_dropped for r in self.rounds if r.reasoning_dropped), ())
+
+    def limiting_summary(self) -> str:
+        """One line for a person about the whole run's ledger: the budget (or why
+        there was none), and what each limiting step that ran dropped.
+
+        Example: ``2 rounds, prompt budget 8000: round 1: drop_oldest_units (pre)
+        dropped 2 units (1 user, 1 assistant; 2 messages); 9120 → 7900 tokens,
+        budget 8000``. Each step's own line is ``str(record)``.
+        """
+        count = len(self.rounds)
+        line = f"{count} round{'s' if count != 1 else ''}"
+        if self.budget is None:
+            reason = self.budget_reason or "none resolved"
+            line += f", no budget ({reason}), nothing limited"
+        else:
+            steps = [str(step) for step in self.limiting if step.limited]
+            line += f", prompt budget {self.budget.prompt_tokens}: "
+            line += "; ".join(steps) if steps else "nothing dropped"
+        retried = sum(record.context_retry for record in self.rounds)
+        if retried:
+            line += f"; {retried} round{'s' if retried != 1 else ''} retried as too long"
+        if self.reasoning_dropped:
+            line += (
+                f"; reasoning of {len(self.reasoning_dropped)} message(s) left out "
+                "(another provider or model made it)"
+            )
+        return line
 
     def new_messages(self) -> list[Message]:
         """The messages this run added (origin ``TURN``): the prompt, replies, tool results.

@@ -40,13 +40,14 @@ from threadline._provider import (
     StreamChunk,
     TextChunk,
 )
+from threadline._replay import ReplayGuard, label_of
 from threadline._result import RoundRecord, RunResult
 from threadline._telemetry import for_run
 from threadline.counting._calibration import calibrated_estimate
 from threadline.counting._protocol import TokenCounter
 from threadline.limiting._budget import Budget
 from threadline.limiting._engine import apply_limits
-from threadline.limiting._ledger import LimitingOutcome, LimitingRecord
+from threadline.limiting._ledger import DroppedReasoning, LimitingOutcome, LimitingRecord
 from threadline.limiting._units import split_units
 
 __all__ = ["Run"]
@@ -79,6 +80,7 @@ class _Round:
     """Whether this send already yielded reply text (then it is never retried)."""
     response: ProviderResponse | None = None
     runnable: bool = False
+    reasoning_dropped: tuple[DroppedReasoning, ...] = ()
 
 
 class Run:
@@ -97,6 +99,7 @@ class Run:
         self.rounds: list[RoundRecord] = []
         self.checked_history = plan.checked_history
         self.telemetry = for_run(plan, streaming=streaming)
+        self.replay = ReplayGuard(label_of(plan.driver.name, plan.model.name))
 
     async def events(self) -> AsyncGenerator[StreamEvent, None]:
         """Every event of the run, ending with ``FinalResult``.
@@ -194,7 +197,8 @@ class Run:
 
     async def _send(self, current: _Round) -> AsyncGenerator[StreamEvent, None]:
         driver = self.plan.driver
-        call = self.plan.call(self.transcript, current.number)
+        messages, current.reasoning_dropped = self.replay.prepare(self.transcript)
+        call = self.plan.call(messages, current.number)
         deadline = self.plan.deadline(streaming=self.streaming)
         if not self.streaming:
             with deadline.bound(), self.telemetry.provider_call(call):
@@ -296,6 +300,7 @@ class Run:
             finish_reason=response.finish_reason,
             tool_calls=len(response.message.tool_calls),
             context_retry=current.context_retry,
+            reasoning_dropped=current.reasoning_dropped,
         )
         self.rounds.append(record)
         return record

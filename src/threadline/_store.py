@@ -21,10 +21,15 @@ How a conversation uses a store for one turn:
    writers' pending prompts stay);
 3. on failure, cancellation or a refused commit, ``remove_pending(id, m)``
    removes exactly its own pending copy, whatever other writers did since:
-   it needs no version and does not change it.
+   it needs no version and does not change it. A failed first turn that
+   created the conversation takes it back with ``delete(id,
+   expected_version=1, generation=g)`` (``g`` the generation it created it
+   with), which deletes nothing once another writer has written.
 
 ``drop_pending=True`` removes every pending event (the form for a writer
-that knows no marker).
+that knows no marker). A whole-conversation ``save`` passes each pending
+event's marker (``pending_markers=``), so a rewrite (compaction, a settings
+save) never takes another writer's prompt out of its hands.
 """
 
 from __future__ import annotations
@@ -104,13 +109,16 @@ class ConversationStore(Protocol):
         *,
         expected_version: int,
         generation: str | None = None,
+        pending_markers: Sequence[str | None] | None = None,
     ) -> int:
         """Replace the whole conversation (create it when ``expected_version`` is 0).
 
         ``generation``: when creating, the generation the new conversation
         gets (a fresh random one when ``None``); otherwise, when given, the
         write is refused unless the stored conversation has that generation.
-        Returns the new version.
+        ``pending_markers``: one per pending event of ``document``, in order
+        (``None`` for one without), stored with them so other writers' pending
+        prompts stay theirs to commit or take back. Returns the new version.
         """
         ...
 
@@ -153,8 +161,19 @@ class ConversationStore(Protocol):
         """Up to ``limit`` conversations, most recently updated first, from ``cursor`` on."""
         ...
 
-    async def delete(self, conversation_id: str) -> bool:
-        """Delete the conversation; ``False`` when there was none."""
+    async def delete(
+        self,
+        conversation_id: str,
+        *,
+        expected_version: int | None = None,
+        generation: str | None = None,
+    ) -> bool:
+        """Delete the conversation; ``False`` when there was none.
+
+        ``expected_version`` and ``generation``, when given, must be what is
+        stored, or nothing is deleted and ``ConcurrentModificationError`` is
+        raised: a writer takes back only what it made.
+        """
         ...
 
     async def aclose(self) -> None:

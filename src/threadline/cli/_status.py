@@ -94,6 +94,8 @@ def budget_words(conversation: Conversation, last: RunResult | None = None) -> s
     taken = f"history and instructions: {estimate:,} tokens"
     gap = gap_words(last.rounds[-1]) if last is not None and last.rounds else None
     after = "" if gap is None else f"\n{gap}"
+    if last is not None and any(step.limited for step in last.limiting):
+        after += f"\nlast turn's limiting: {last.limiting_summary()}"
     if budget is None:
         return f"{taken}; no budget: the window is unknown, set --max-context-tokens{after}"
     left = budget.prompt_tokens - estimate

@@ -29,7 +29,6 @@ import attrs
 from threadline._errors import InvalidRequestError
 from threadline._messages import ImagePart, Message, Origin, Role, TextPart, ToolCall
 from threadline._provider import ProviderCall
-from threadline.drivers._replay import check_transcript_reasoning
 from threadline.drivers._wire import JSONCache, encode_body
 from threadline.tools._tools import Tool
 
@@ -267,7 +266,6 @@ def _encode_transcript(
     With ``breakpoints``, the last system block and the stable prefix carry
     ``cache_control`` (see :func:`_place_breakpoints`).
     """
-    check_transcript_reasoning(messages)
     cycle = current_cycle(messages)
     system: list[bytes] = []
     left_out: list[str] = []

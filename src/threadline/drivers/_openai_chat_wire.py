@@ -37,7 +37,6 @@ from threadline._provider import (
     TextChunk,
     ToolCallChunk,
 )
-from threadline.drivers._replay import check_transcript_reasoning
 from threadline.drivers._tool_calls import tool_call_dicts
 from threadline.drivers._wire import (
     DEFAULT_CACHE_BYTES,
@@ -165,10 +164,9 @@ def request_body(
     """The JSON body (as a dict) of ``call``; ``extra_body`` is merged last.
 
     Raises:
-        InvalidRequestError: a message's reasoning replay state is refused
-            (see ``drivers._replay``), or ``tool_choice`` names no tool sent.
+        InvalidRequestError: ``tool_choice`` names no tool sent. (Reasoning
+            replay state is checked by the run loop, ``threadline._replay``.)
     """
-    check_transcript_reasoning(call.messages)
     body: dict[str, Any] = {
         "model": call.model.name,
         "messages": [_encode_message(message) for message in call.messages],
@@ -216,7 +214,6 @@ def encode_request(
         )
         _force_stream(body, stream)
         return encode_body(body)
-    check_transcript_reasoning(call.messages)
     head: dict[str, Any] = {"model": call.model.name}
     head.update(
         _fields(call, stream=stream, max_tokens_field=max_tokens_field, stream_usage=stream_usage)

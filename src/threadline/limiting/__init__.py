@@ -21,9 +21,10 @@ from threadline.limiting._cache_stable import (
 )
 from threadline.limiting._drop_oldest import drop_oldest_units
 from threadline.limiting._event import TokenLimitEvent, TokenLimitHandler
-from threadline.limiting._ledger import DroppedUnit, HandlerRun, LimitingRecord
+from threadline.limiting._ledger import DroppedReasoning, DroppedUnit, HandlerRun, LimitingRecord
 from threadline.limiting._summarize import (
     DEFAULT_SUMMARY_INSTRUCTIONS,
+    SUMMARY_ACKNOWLEDGEMENT,
     SUMMARY_HEADING,
     summarize_oldest,
 )
@@ -39,11 +40,13 @@ from threadline.limiting._units import (
 __all__ = [
     "DEFAULT_LOW_WATER",
     "DEFAULT_SUMMARY_INSTRUCTIONS",
+    "SUMMARY_ACKNOWLEDGEMENT",
     "SUMMARY_HEADING",
     "Budget",
     "BudgetReport",
     "BudgetResolution",
     "CacheStableUnits",
+    "DroppedReasoning",
     "DroppedUnit",
     "HandlerRun",
     "LimitingRecord",

@@ -84,7 +84,7 @@ async def apply_limits(
     budget: Budget | None,
     pre: TokenLimitHandler | None = None,
     post: TokenLimitHandler | None = None,
-    round: int = 0,
+    round: int = 1,
     prompt_index: int | None = None,
     exact_counter: ExactCounter | None = None,
     exact_margin: float | None = None,

@@ -48,7 +48,8 @@ class TokenLimitEvent:
 
     ``messages`` is a copy of the transcript: rewrite it in place or assign a
     new list; whatever is left is what is sent. ``tools``, ``budget_tokens``
-    (the prompt budget), ``round`` and ``counter`` are read-only.
+    (the prompt budget), ``round`` (from 1: the run's first provider call) and
+    ``counter`` are read-only.
     ``estimated_tokens`` is the count when the handler was called;
     :meth:`is_over_budget` recounts and refreshes it. :meth:`units` lists the
     units of ``messages`` as they are now, and :meth:`drop_units` drops some
@@ -86,7 +87,7 @@ class TokenLimitEvent:
         budget_tokens: int,
         counter: TokenCounter,
         tools: Iterable[Tool] = (),
-        round: int = 0,
+        round: int = 1,
         estimated_tokens: int | None = None,
         prompt_index: int | None = None,
         pinned: Mapping[int, PinReason] | None = None,

@@ -19,6 +19,7 @@ from threadline.limiting._units import UnitKind
 
 __all__ = [
     "CountedBy",
+    "DroppedReasoning",
     "DroppedUnit",
     "HandlerRun",
     "LimitingOutcome",
@@ -49,6 +50,26 @@ class DroppedUnit:
     end: int
     roles: tuple[Role, ...]
     reason: str
+
+
+@attrs.frozen(kw_only=True)
+class DroppedReasoning:
+    """Reasoning replay state left out of a call: another provider or model made it.
+
+    ``index`` is the message's position in what the round sent; ``provider``
+    is the ``Reasoning.provider`` it carried (``None``: unnamed); ``sent_to``
+    the driver and model the call went to. The message itself was sent.
+    """
+
+    index: int
+    provider: str | None
+    sent_to: str
+
+    def __str__(self) -> str:
+        return (
+            f"message {self.index}: reasoning from {self.provider or 'an unnamed provider'} "
+            f"left out of the call to {self.sent_to}"
+        )
 
 
 @attrs.frozen(kw_only=True)
@@ -88,6 +109,7 @@ class LimitingRecord:
     """
 
     round: int
+    """The round of the run, from 1 (the first provider call)."""
     budget_tokens: int | None
     tokens_before: int
     tokens_after: int
@@ -108,6 +130,52 @@ class LimitingRecord:
     def limited(self) -> bool:
         """True when any handler ran."""
         return bool(self.handlers)
+
+    def summary(self) -> str:
+        """One line for a person: what was dropped, by which handler, and the
+        tokens before → after against the budget.
+
+        Example: ``round 2: drop_oldest_units (pre) dropped 3 units (2 user,
+        1 tool_exchange; 5 messages); 9120 → 7900 tokens, budget 8000``.
+        """
+        head = f"round {self.round}: "
+        if self.budget_tokens is None:
+            return f"{head}no budget, nothing limited; {self.tokens_after} tokens sent"
+        counts = f"{self.tokens_before} → {self.tokens_after} tokens, budget {self.budget_tokens}"
+        if self.counted_by != "estimate":
+            counts += f", counted by {self.counted_by}"
+        if self.sent_over_budget:
+            counts += ", still over budget (only pinned messages left)"
+        if not self.handlers:
+            return f"{head}nothing dropped; {counts}"
+        return f"{head}{'; '.join(self._handler_summary(run) for run in self.handlers)}; {counts}"
+
+    def _handler_summary(self, run: HandlerRun) -> str:
+        units = [u for u in self.dropped if u.handler == run.handler and u.phase == run.phase]
+        did = f"{run.handler} ({run.phase})"
+        if not units and not run.dropped_messages and not run.added_messages:
+            return f"{did} changed nothing"
+        kinds: dict[str, int] = {}
+        for unit in units:
+            kinds[unit.kind.value] = kinds.get(unit.kind.value, 0) + 1
+        detail = ", ".join(f"{n} {kind}" for kind, n in kinds.items())
+        said = f"{did} dropped {len(units)} unit{'s' if len(units) != 1 else ''}"
+        said += f" ({detail}; {run.dropped_messages} messages)" if units else ""
+        if run.added_messages:
+            said += f", added {run.added_messages} message{'s' if run.added_messages != 1 else ''}"
+        return said
+
+    def __str__(self) -> str:
+        return self.summary()
+
+    def __repr__(self) -> str:
+        # The messages stay out: the full record is in the fields.
+        return (
+            f"LimitingRecord(round={self.round}, budget_tokens={self.budget_tokens}, "
+            f"tokens_before={self.tokens_before}, tokens_after={self.tokens_after}, "
+            f"handlers={[f'{h.handler}:{h.phase}' for h in self.handlers]}, "
+            f"dropped={len(self.dropped)}, counted_by={self.counted_by!r})"
+        )
 
     @property
     def estimate_error(self) -> float | None:

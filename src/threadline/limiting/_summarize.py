@@ -32,7 +32,12 @@ if TYPE_CHECKING:
     from threadline._client import Client
     from threadline._request import Request
 
-__all__ = ["DEFAULT_SUMMARY_INSTRUCTIONS", "SUMMARY_HEADING", "summarize_oldest"]
+__all__ = [
+    "DEFAULT_SUMMARY_INSTRUCTIONS",
+    "SUMMARY_ACKNOWLEDGEMENT",
+    "SUMMARY_HEADING",
+    "summarize_oldest",
+]
 
 logger = logging.getLogger("threadline.limiting")
 
@@ -47,6 +52,17 @@ DEFAULT_SUMMARY_INSTRUCTIONS = (
 SUMMARY_HEADING = "Summary of the earlier conversation:"
 """The first line of every summary message, so the model reads it as a summary."""
 
+SUMMARY_ACKNOWLEDGEMENT = "Understood: I have the summary and will continue from it."
+"""The assistant's reply placed after a summary when a user message follows it.
+
+A summary is a user message; put straight before the next user message it
+would make two user turns in a row, which Anthropic's Messages API refuses
+and strict chat templates (many OpenAI-compatible servers) reject as roles
+that do not alternate. Merging the summary into that next message instead
+would rewrite a message the caller (or the current prompt) owns, so the
+summary stays a turn of its own and this short answer closes it."""
+
+_ACK = Message.assistant(SUMMARY_ACKNOWLEDGEMENT)
 _MEMORY_SIZE = 128
 _K = TypeVar("_K", bound=Hashable)
 _V = TypeVar("_V")
@@ -73,7 +89,10 @@ class _SummaryMemory:
         first = messages[start]
         covered = self._covered.get(first)
         if covered is not None:
-            return first, start + 1, covered
+            end = start + 1
+            if end < len(messages) and messages[end] == _ACK:
+                end += 1  # the acknowledgement belongs to the summary
+            return first, end, covered
         entry = self._by_first.get(first)
         if entry is None:
             return None
@@ -156,7 +175,9 @@ def summarize_oldest(
     ``default_model``) or an ``Agent`` (its client and model; ``model``
     overrides). Each time the transcript is over budget, the droppable turns
     before the last ``keep_last_turns`` turns are replaced by one user
-    message starting with :data:`SUMMARY_HEADING`. Cuts fall only at user
+    message starting with :data:`SUMMARY_HEADING`; when a user message
+    follows it, an assistant message (:data:`SUMMARY_ACKNOWLEDGEMENT`) comes
+    between them, so roles still alternate for every provider. Cuts fall only at user
     messages; the first system message, the current prompt and this run's
     live tool exchange are never summarized. A summary already written is
     reused while it still fits, and extended with the turns that follow it
@@ -272,7 +293,7 @@ async def _fold_oldest(
         covered = tuple(messages[start:cut])
     else:
         summary, end, earlier = known
-        reused = [*messages[:start], summary, *messages[end:]]
+        reused = _folded(messages, start, end, summary)
         if end == cut or event.counter.count(reused, event.tools) <= event.budget_tokens:
             _replace(event, start, end, summary)
             return
@@ -287,7 +308,15 @@ async def _fold_oldest(
     _replace(event, start, cut, summary)
 
 
+def _folded(messages: Sequence[Message], start: int, end: int, summary: Message) -> list[Message]:
+    """``messages`` with ``[start:end]`` replaced by ``summary``, and by the
+    acknowledgement after it when a user message follows (roles alternate)."""
+    after = messages[end:]
+    closing = [_ACK] if after and after[0].role is Role.USER else []
+    return [*messages[:start], summary, *closing, *after]
+
+
 def _replace(event: TokenLimitEvent, start: int, end: int, summary: Message) -> None:
     for index in range(start, end):
         event.note_drop(index, "summarized into one message by summarize_oldest")
-    event.messages = [*event.messages[:start], summary, *event.messages[end:]]
+    event.messages = _folded(event.messages, start, end, summary)

@@ -26,6 +26,7 @@ from threadline.serialization._converter import dumps_conversation_header, dumps
 from threadline.serialization._documents import ConversationDocument, ConversationEvent
 
 __all__ = [
+    "DeleteCheck",
     "EventRecord",
     "StoreBase",
     "Write",
@@ -46,6 +47,8 @@ class EventRecord:
 
     event: ConversationEvent
     text: str
+    marker: str | None = None
+    """The writer's marker of a pending event (``None`` for others, or none given)."""
 
     @property
     def turn_id(self) -> int:
@@ -115,6 +118,33 @@ class Write:
         )
 
 
+@attrs.frozen
+class DeleteCheck:
+    """One checked delete: the conversation and what it must still be at."""
+
+    conversation_id: str
+    expected_version: int | None = None
+    generation: str | None = None
+
+    def refusal(self, version: int, generation: str) -> ConcurrentModificationError | None:
+        """The error when the stored ``version``/``generation`` do not match, else ``None``."""
+        if self.generation is not None and generation != self.generation:
+            return ConcurrentModificationError(
+                self.conversation_id,
+                expected=self.expected_version or version,
+                actual=version,
+                reason=(
+                    f"it was deleted and created again since it was loaded (generation "
+                    f"{generation!r}, not {self.generation!r}); nothing was deleted"
+                ),
+            )
+        if self.expected_version is not None and version != self.expected_version:
+            return ConcurrentModificationError(
+                self.conversation_id, expected=self.expected_version, actual=version
+            )
+        return None
+
+
 def new_generation() -> str:
     """A fresh generation id for a conversation being created."""
     return uuid.uuid4().hex
@@ -147,27 +177,33 @@ class StoreBase(AsyncClosing, ABC):
         *,
         expected_version: int,
         generation: str | None = None,
+        pending_markers: Sequence[str | None] | None = None,
     ) -> int:
         """Replace the whole conversation (create it when ``expected_version`` is 0).
 
         ``generation``: when creating, the generation the new conversation
         gets (a fresh random one when ``None``); otherwise, when given, the
         write is refused unless the stored conversation has that generation.
-        Returns the new version.
+        ``pending_markers``: the marker of each pending event of the document,
+        in order (``None`` for one without), so the writers that own them can
+        still commit or take back exactly their own. Returns the new version.
 
         Raises:
             ConcurrentModificationError: the conversation is not at
                 ``expected_version`` (or not of ``generation``).
             ConversationFormatError: a message the saved format cannot hold.
+            InvalidRequestError: ``pending_markers`` not one per pending event,
+                or a marker that is not a short printable string.
         """
         self._check_open()
         document = check_document(document)
         check_expected_version(expected_version)
+        markers = _pending_markers(document.events, pending_markers)
         write = Write(
             conversation_id=document.id,
             header=document,
             header_text=dumps_conversation_header(document),
-            records=_records(document.events),
+            records=_records(document.events, markers),
             expected_version=expected_version,
             replace=True,
             generation=_generation_for(expected_version, generation),
@@ -211,7 +247,7 @@ class StoreBase(AsyncClosing, ABC):
             conversation_id=conversation_id,
             header=header,
             header_text=dumps_conversation_header(header),
-            records=_records(new_events),
+            records=_records(new_events, [pending_marker] * sum(e.pending for e in new_events)),
             expected_version=expected_version,
             replace=False,
             drop_all=drop_pending is True,
@@ -262,10 +298,35 @@ class StoreBase(AsyncClosing, ABC):
             conversations=[info for info, _ in rows], next_cursor=str(rows[-1][1])
         )
 
-    async def delete(self, conversation_id: str) -> bool:
-        """Delete the conversation; ``False`` when there was none."""
+    async def delete(
+        self,
+        conversation_id: str,
+        *,
+        expected_version: int | None = None,
+        generation: str | None = None,
+    ) -> bool:
+        """Delete the conversation; ``False`` when there was none.
+
+        ``expected_version`` (1 or more) and ``generation``, when given, must
+        be what is stored, or nothing is deleted: a writer that created a
+        conversation can take it back without removing what another writer
+        made of it since.
+
+        Raises:
+            ConcurrentModificationError: the stored version or generation differs.
+            InvalidRequestError: an ``expected_version`` below 1, or a malformed
+                ``generation``.
+        """
         self._check_open()
-        return await self._delete(check_conversation_id(conversation_id))
+        conversation_id = check_conversation_id(conversation_id)
+        if expected_version is not None and check_expected_version(expected_version) < 1:
+            raise InvalidRequestError(
+                "expected_version of a delete is the version held (1 or more), or None"
+            )
+        if generation is not None:
+            check_marker(generation, "generation")
+        check = DeleteCheck(conversation_id, expected_version, generation)
+        return await self._delete(check)
 
     async def aclose(self) -> None:
         """Release the store's connections. Closing twice is fine; any other call
@@ -302,7 +363,10 @@ class StoreBase(AsyncClosing, ABC):
     async def _remove_pending(self, conversation_id: str, marker: str) -> bool: ...
 
     @abstractmethod
-    async def _delete(self, conversation_id: str) -> bool: ...
+    async def _delete(self, check: DeleteCheck) -> bool:
+        """Delete ``check.conversation_id`` when ``check.refusal`` finds nothing
+        against what is stored (raise it otherwise), in one step; ``False``
+        when there is no such conversation."""
 
     @abstractmethod
     async def _close(self) -> None:
@@ -333,10 +397,35 @@ def _generation_for(expected_version: int, generation: object) -> str | None:
     return generation
 
 
-def _records(events: Sequence[ConversationEvent]) -> tuple[EventRecord, ...]:
+def _records(
+    events: Sequence[ConversationEvent], markers: Sequence[str | None]
+) -> tuple[EventRecord, ...]:
+    """The events to write, each pending one with its marker (``markers`` in order)."""
     # Serializing here refuses a message the saved format cannot hold before
     # any backend is touched.
-    return tuple(EventRecord(event, dumps_event(event)) for event in events)
+    left = iter(markers)
+    return tuple(
+        EventRecord(event, dumps_event(event), next(left) if event.pending else None)
+        for event in events
+    )
+
+
+def _pending_markers(
+    events: Sequence[ConversationEvent], markers: Sequence[str | None] | None
+) -> list[str | None]:
+    pending = sum(event.pending for event in events)
+    if markers is None:
+        return [None] * pending
+    checked = list(markers)
+    if len(checked) != pending:
+        raise InvalidRequestError(
+            f"pending_markers holds {len(checked)} markers for {pending} pending events; "
+            "give one per pending event, in order (None for one without)"
+        )
+    for marker in checked:
+        if marker is not None:
+            check_marker(marker, "a pending marker")
+    return checked
 
 
 # --- argument checks ----------------------------------------------------------------------

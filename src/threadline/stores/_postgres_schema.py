@@ -31,8 +31,9 @@ __all__ = [
     "WRITE",
 ]
 
-SCHEMA_VERSION: Final = 1
-"""The layout this threadline writes, and the newest it reads."""
+SCHEMA_VERSION: Final = 2
+"""The layout this threadline writes, and the newest it reads (2: each pending
+event written gets its own marker, so a whole-conversation save keeps them)."""
 
 # An arbitrary constant: the advisory lock that serializes migrations.
 MIGRATION_LOCK: Final = 7_362_295_155
@@ -191,12 +192,40 @@ END
 $fn$;
 """
 
-MIGRATIONS: Final = {0: _VERSION_1}
+
+def _per_event_markers(version_1: str) -> str:
+    """Schema 2: ``threadline_write`` takes one marker per event (``p_markers``)."""
+    start = version_1.index("CREATE FUNCTION threadline_write(")
+    function = version_1[start : version_1.index("$fn$;", start) + len("$fn$;")]
+    changed = (
+        function.replace(
+            "p_turn_ids integer[], p_pending boolean[], p_events text[]",
+            "p_turn_ids integer[], p_pending boolean[], p_events text[], p_markers text[]",
+        )
+        .replace("CASE WHEN x.pending THEN p_marker END, x.event", "x.marker, x.event")
+        .replace(
+            "FROM unnest(p_turn_ids, p_pending, p_events) WITH ORDINALITY "
+            "AS x(turn_id, pending, event, ord);",
+            "FROM unnest(p_turn_ids, p_pending, p_events, p_markers) WITH ORDINALITY "
+            "AS x(turn_id, pending, event, marker, ord);",
+        )
+    )
+    assert changed.count("p_markers") == 2
+    assert "x.marker, x.event" in changed
+    return (
+        "DROP FUNCTION threadline_write(text, bigint, text, text, boolean, boolean, text, "
+        "text, text, text, integer, integer, integer[], boolean[], text[]);\n" + changed
+    )
+
+
+_VERSION_2: Final = _per_event_markers(_VERSION_1)
+
+MIGRATIONS: Final = {0: _VERSION_1, 1: _VERSION_2}
 """The script that brings a database from each schema version to the next (0: empty)."""
 
 WRITE: Final = (
     "SELECT status, version, detail FROM threadline_write(%s, %s, %s, %s, %s, %s, %s, %s, "
-    "%s, %s, %s, %s, %s::integer[], %s::boolean[], %s::text[])"
+    "%s, %s, %s, %s, %s::integer[], %s::boolean[], %s::text[], %s::text[])"
 )
 
 # One statement, so the header and the events are of one snapshot.
@@ -216,4 +245,22 @@ LIST_PAGE: Final = (
 
 REMOVE_PENDING: Final = "SELECT threadline_remove_pending(%s, %s)"
 
-DELETE: Final = "SELECT threadline_delete(%s)"
+# One statement, so no migration: the row is locked, then deleted only when its
+# version and generation are the ones given (NULL: not checked). Returns whether
+# it was deleted and, for the error when it was not, what is stored.
+DELETE: Final = """
+WITH target AS (
+    SELECT c.id, c.version, c.generation FROM threadline_conversations c
+    WHERE c.id = %s FOR UPDATE
+), gone AS (
+    DELETE FROM threadline_conversations c USING target t
+    WHERE c.id = t.id
+      AND (%s::bigint IS NULL OR t.version = %s::bigint)
+      AND (%s::text IS NULL OR t.generation = %s::text)
+    RETURNING c.id
+), events AS (
+    DELETE FROM threadline_events e USING gone g WHERE e.conversation_id = g.id
+)
+SELECT (SELECT count(*) FROM gone) > 0, (SELECT version FROM target),
+    (SELECT generation FROM target)
+"""

@@ -40,15 +40,16 @@ return tonumber(stored) or -1
 
 # KEYS: c, e, p, index, touched.
 # ARGV: id, expected, generation ('' none), write_id, replace, drop_all, drop_marker ('' none),
-#       marker, header, metadata, format, next_turn_id, ttl_ms (0 none), n,
-#       then n triples: turn_id, pending (1/0), event JSON.
+#       marker (unused: each event has its own), header, metadata, format, next_turn_id,
+#       ttl_ms (0 none), n, then n quadruples: turn_id, pending (1/0), marker ('' none),
+#       event JSON.
 # Returns {status, version, detail}.
 WRITE: Final = """
 local c, e, p, index, touched = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local expected = tonumber(ARGV[2])
 local generation, write_id = ARGV[3], ARGV[4]
 local replace, drop_all, drop_marker = ARGV[5] == '1', ARGV[6] == '1', ARGV[7]
-local marker, format = ARGV[8], ARGV[11]
+local format = ARGV[11]
 local next_turn, ttl, n = tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14])
 
 local state = redis.call('HMGET', c, 'version', 'generation', 'last_write', 'format',
@@ -107,7 +108,8 @@ end
 count = count - #dropping
 local items = {}
 for i = 0, n - 1 do
-    local turn, pending, text = ARGV[15 + 3 * i], ARGV[16 + 3 * i] == '1', ARGV[17 + 3 * i]
+    local turn, pending = ARGV[15 + 4 * i], ARGV[16 + 4 * i] == '1'
+    local marker, text = ARGV[17 + 4 * i], ARGV[18 + 4 * i]
     if pending then
         seq = seq + 1
         local item = 'p' .. seq .. '\\t' .. marker .. '\\t' .. text
@@ -202,10 +204,20 @@ end
 return removed
 """
 
-# KEYS: c, e, p, index. ARGV: id. Returns 1 when there was a conversation.
+# KEYS: c, e, p, index. ARGV: id, expected version ('' none), generation ('' none).
+# Returns {status, version, generation}: status 1 deleted, 0 none, -1 not deleted
+# (the version or generation differs).
 DELETE: Final = """
-local existed = redis.call('DEL', KEYS[1])
-redis.call('DEL', KEYS[2], KEYS[3])
+local state = redis.call('HMGET', KEYS[1], 'version', 'generation')
+if not state[1] then
+    return {0, 0, ''}
+end
+local version, generation = tonumber(state[1]), state[2] or ''
+local stale = ARGV[2] ~= '' and tonumber(ARGV[2]) ~= version
+if stale or (ARGV[3] ~= '' and ARGV[3] ~= generation) then
+    return {-1, version, generation}
+end
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
 redis.call('ZREM', KEYS[4], ARGV[1])
-return existed
+return {1, version, generation}
 """

@@ -12,6 +12,7 @@ from threadline._errors import ConversationNotFoundError
 from threadline._store import ConversationInfo, StoredConversation
 from threadline.serialization._documents import ConversationDocument, ConversationEvent
 from threadline.stores._base import (
+    DeleteCheck,
     StoreBase,
     Write,
     check_turn_ids_below,
@@ -119,7 +120,7 @@ class MemoryStore(StoreBase):
             # Every check has passed: from here on the entry may change in place.
             for record in write.records:
                 events.append(record.event)
-                markers.append(write.pending_marker if record.pending else None)
+                markers.append(record.marker)
             entry.max_turn_id = max(max_turn_id, write.max_turn_id)
             self._writes += 1
             entry.header = attrs.evolve(write.header, events=())
@@ -174,9 +175,16 @@ class MemoryStore(StoreBase):
                 for entry in entries
             ]
 
-    async def _delete(self, conversation_id: str) -> bool:
+    async def _delete(self, check: DeleteCheck) -> bool:
         async with self._lock:
-            return self._entries.pop(conversation_id, None) is not None
+            entry = self._entries.get(check.conversation_id)
+            if entry is None:
+                return False
+            refusal = check.refusal(entry.version, entry.generation)
+            if refusal is not None:
+                raise refusal
+            del self._entries[check.conversation_id]
+            return True
 
     async def _close(self) -> None:
         """Nothing to release; the conversations go with the store."""

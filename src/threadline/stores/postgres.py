@@ -26,7 +26,7 @@ from threadline._errors import (
 from threadline._store import ConversationInfo, StoredConversation
 from threadline.serialization._converter import FORMAT_VERSION
 from threadline.stores import _postgres_schema as schema
-from threadline.stores._base import StoreBase, Write, check_turn_ids_below
+from threadline.stores._base import DeleteCheck, StoreBase, Write, check_turn_ids_below
 from threadline.stores._parts import assemble, read_metadata
 from threadline.stores._remote import RemoteTarget, on_asyncio
 
@@ -141,6 +141,7 @@ class PostgresStore(StoreBase):
             [record.turn_id for record in records],
             [record.pending for record in records],
             [record.text for record in records],
+            [record.marker for record in records],
         )
         status, version, detail = (await self._call(schema.WRITE, params))[0]
         if status == "ok":
@@ -180,9 +181,17 @@ class PostgresStore(StoreBase):
         rows = await self._call(schema.REMOVE_PENDING, (conversation_id, marker))
         return bool(rows[0][0])
 
-    async def _delete(self, conversation_id: str) -> bool:
-        rows = await self._call(schema.DELETE, (conversation_id,))
-        return bool(rows[0][0])
+    async def _delete(self, check: DeleteCheck) -> bool:
+        expected, generation = check.expected_version, check.generation
+        rows = await self._call(
+            schema.DELETE, (check.conversation_id, expected, expected, generation, generation)
+        )
+        deleted, version, stored_generation = rows[0]
+        if deleted or version is None:
+            return bool(deleted)
+        refusal = check.refusal(version, stored_generation)
+        assert refusal is not None  # the only reason a found row stays
+        raise refusal
 
     async def _close(self) -> None:
         async with self._ready_lock:

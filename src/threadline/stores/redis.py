@@ -26,7 +26,7 @@ from threadline._errors import (
 from threadline._store import ConversationInfo, StoredConversation
 from threadline.serialization._converter import FORMAT_VERSION
 from threadline.stores import _redis_scripts as scripts
-from threadline.stores._base import StoreBase, Write, check_turn_ids_below
+from threadline.stores._base import DeleteCheck, StoreBase, Write, check_turn_ids_below
 from threadline.stores._parts import assemble, read_metadata
 from threadline.stores._remote import RemoteTarget, on_asyncio
 
@@ -169,7 +169,7 @@ class RedisStore(StoreBase):
             len(write.records),
         ]
         for record in write.records:
-            args += [record.turn_id, int(record.pending), record.text]
+            args += [record.turn_id, int(record.pending), record.marker or "", record.text]
         keys = [*self._keys(write.conversation_id), *self._shared_keys()]
         status, version, detail = await self._call("write", keys, args)
         if status == "ok":
@@ -212,9 +212,17 @@ class RedisStore(StoreBase):
     async def _remove_pending(self, conversation_id: str, marker: str) -> bool:
         return bool(await self._call("remove_pending", self._keys(conversation_id), [marker]))
 
-    async def _delete(self, conversation_id: str) -> bool:
-        keys = [*self._keys(conversation_id), self._shared_keys()[0]]
-        return bool(await self._call("delete", keys, [conversation_id]))
+    async def _delete(self, check: DeleteCheck) -> bool:
+        keys = [*self._keys(check.conversation_id), self._shared_keys()[0]]
+        expected = "" if check.expected_version is None else str(check.expected_version)
+        status, version, generation = await self._call(
+            "delete", keys, [check.conversation_id, expected, check.generation or ""]
+        )
+        if int(status) >= 0:
+            return int(status) == 1
+        refusal = check.refusal(int(version), str(generation))
+        assert refusal is not None  # the script found a difference
+        raise refusal
 
     async def _close(self) -> None:
         async with self._ready_lock:

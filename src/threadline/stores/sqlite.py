@@ -45,8 +45,16 @@ from threadline.serialization._converter import (
     FORMAT_VERSION,
     dumps_event,
 )
-from threadline.stores._base import EventRecord, StoreBase, Write, check_turn_ids_below, utc_now
+from threadline.stores._base import (
+    DeleteCheck,
+    EventRecord,
+    StoreBase,
+    Write,
+    check_turn_ids_below,
+    utc_now,
+)
 from threadline.stores._parts import assemble, read_metadata, read_time
+from threadline.stores._sqlite_file import file_identity, vanished
 from threadline.stores._sqlite_read_only import connect_read_only
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
@@ -146,6 +154,8 @@ class SQLiteStore(StoreBase):
         self._timeout = timeout
         self._read_only = read_only
         self._connection: sqlite3.Connection | None = None
+        self._opened_file: tuple[int, int] | None = None
+        """The (device, inode) of the file the connection opened."""
         # The anyio lock queues tasks without holding worker threads; the thread
         # lock keeps the one connection to one thread even if the store is
         # shared between event loops.
@@ -176,8 +186,8 @@ class SQLiteStore(StoreBase):
             lambda connection: _remove_pending(connection, conversation_id, marker)
         )
 
-    async def _delete(self, conversation_id: str) -> bool:
-        return await self._run(lambda connection: _delete(connection, conversation_id))
+    async def _delete(self, check: DeleteCheck) -> bool:
+        return await self._run(lambda connection: _delete(connection, check))
 
     async def _close(self) -> None:
         async with self._lock:
@@ -201,6 +211,9 @@ class SQLiteStore(StoreBase):
                         )
                     else:
                         self._connection = _connect(self._path, self._timeout)
+                    self._opened_file = file_identity(self._path)
+                else:
+                    self._check_same_file()
                 return work(self._connection)
             except sqlite3.OperationalError as exc:
                 # Locked past the time-out, a read-only or vanished file: the
@@ -212,6 +225,15 @@ class SQLiteStore(StoreBase):
                     f"SQLite store {self._path}: {exc}; the file is damaged: restore it "
                     f"from a backup or move it away to start a new one"
                 ) from exc
+
+    def _check_same_file(self) -> None:
+        """Refuse to go on with a file deleted or replaced since it was opened (see
+        ``_sqlite_file``); the next call opens what is at the path then."""
+        if self._opened_file is not None and self._opened_file != file_identity(self._path):
+            assert self._connection is not None
+            self._connection.close()
+            self._connection = None
+            raise vanished(self._path)
 
     def _close_connection(self) -> None:
         with self._thread_lock:
@@ -406,7 +428,7 @@ def _append_rows(connection: sqlite3.Connection, write: Write, found: _Found | N
         "SELECT coalesce(max(seq) + 1, 0) FROM threadline_events WHERE conversation_id = ?",
         (conversation_id,),
     ).fetchone()[0]
-    _insert_rows(connection, conversation_id, first_seq, write.records, write.pending_marker)
+    _insert_rows(connection, conversation_id, first_seq, write.records)
     highest = connection.execute(
         "SELECT max(turn_id) FROM threadline_events WHERE conversation_id = ?",
         (conversation_id,),
@@ -421,7 +443,6 @@ def _insert_rows(
     conversation_id: str,
     first_seq: int,
     records: Sequence[EventRecord],
-    marker: str | None = None,
 ) -> None:
     connection.executemany(
         "INSERT INTO threadline_events (conversation_id, seq, turn_id, pending, event, marker) "
@@ -433,7 +454,7 @@ def _insert_rows(
                 record.turn_id,
                 record.pending,
                 record.text,
-                marker if record.pending else None,
+                record.marker,
             )
             for offset, record in enumerate(records)
         ],
@@ -508,9 +529,8 @@ def _rewrite_in_current_format(connection: sqlite3.Connection, conversation_id: 
         "DELETE FROM threadline_events WHERE conversation_id = ?", (conversation_id,)
     )
     for seq, (event, (_, _, marker)) in enumerate(zip(document.events, rows, strict=True)):
-        _insert_rows(
-            connection, conversation_id, seq, [EventRecord(event, dumps_event(event))], marker
-        )
+        record = EventRecord(event, dumps_event(event), marker if event.pending else None)
+        _insert_rows(connection, conversation_id, seq, [record])
     return len(rows)
 
 
@@ -555,12 +575,20 @@ def _remove_pending(connection: sqlite3.Connection, conversation_id: str, marker
     return removed > 0
 
 
-def _delete(connection: sqlite3.Connection, conversation_id: str) -> bool:
+def _delete(connection: sqlite3.Connection, check: DeleteCheck) -> bool:
+    conversation_id = check.conversation_id
     with _transaction(connection, "IMMEDIATE"):
+        row = connection.execute(
+            "SELECT version, generation FROM threadline_conversations WHERE id = ?",
+            (conversation_id,),
+        ).fetchone()
+        if row is None:
+            return False
+        refusal = check.refusal(row[0], row[1])
+        if refusal is not None:
+            raise refusal
         connection.execute(
             "DELETE FROM threadline_events WHERE conversation_id = ?", (conversation_id,)
         )
-        deleted = connection.execute(
-            "DELETE FROM threadline_conversations WHERE id = ?", (conversation_id,)
-        ).rowcount
-    return deleted > 0
+        connection.execute("DELETE FROM threadline_conversations WHERE id = ?", (conversation_id,))
+    return True
