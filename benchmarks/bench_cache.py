@@ -46,7 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import mean
@@ -147,7 +147,12 @@ def history_turns(history: Sequence[Message]) -> int:
 
 
 async def run_conversation(
-    name: str, handler: Callable[..., Any], client: Client, log: ServerLog, settings: Settings
+    name: str,
+    handler: Callable[..., Any],
+    client: Client,
+    log: ServerLog,
+    settings: Settings,
+    turns: int | None = None,
 ) -> PolicyRun:
     agent = Agent(
         client,
@@ -162,7 +167,7 @@ async def run_conversation(
     conv = Conversation(agent)
     run = PolicyRun(name)
     started = time.perf_counter()
-    for text in settings.texts:
+    for text in settings.texts[:turns]:
         result = await conv.run(text)
         history = result.messages[1:-2]  # neither the instructions, nor the prompt and reply
         run.turns.append(
@@ -177,7 +182,9 @@ async def run_conversation(
     return run
 
 
-async def run_langchain(client: Client, log: ServerLog, settings: Settings) -> PolicyRun:
+async def run_langchain(
+    client: Client, log: ServerLog, settings: Settings, turns: int | None = None
+) -> PolicyRun:
     from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
     from langchain_core.messages import trim_messages as trim
 
@@ -198,7 +205,7 @@ async def run_langchain(client: Client, log: ServerLog, settings: Settings) -> P
     run = PolicyRun("LangChain trim_messages")
     model = settings.model  # its window is never reached: trim_messages did the limiting
     started = time.perf_counter()
-    for text in settings.texts:
+    for text in settings.texts[:turns]:
         whole = [SystemMessage(INSTRUCTIONS), *transcript, HumanMessage(text)]
         kept = trim(
             whole,
@@ -352,6 +359,7 @@ class Report:
                     / self.settings.budget,
                     "history_turns": mean(t.history_turns for t in pressure),
                     "cuts": sum(t.cut for t in run.turns),
+                    "turns_held": len(run.turns),
                     "pressure_turns": len(pressure),
                     "seconds": run.seconds,
                 }
@@ -375,13 +383,14 @@ class Report:
             f"{s.reply_tokens} tokens; averages over the turns under pressure (from the "
             "first cut on)",
             "",
-            "| policy | prompt tokens from cache (all turns) | under pressure | "
+            "| policy | turns held | prompt tokens from cache (all turns) | under pressure | "
             "prompt ms / turn | history kept: tokens (of budget) | turns | cuts |",
-            "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         ]
         for row in self.rows():
             lines.append(
-                f"| {row['policy']} | {row['cached_all']:.0%} | {row['cached_pressure']:.0%} | "
+                f"| {row['policy']} | {row['turns_held']} | {row['cached_all']:.0%} | "
+                f"{row['cached_pressure']:.0%} | "
                 f"{row['prompt_ms']:.0f} | {row['history_tokens']:.0f} "
                 f"({row['history_share']:.0%}) | {row['history_turns']:.1f} | {row['cuts']} |"
             )
@@ -406,8 +415,17 @@ async def measure(
     low_water: float = DEFAULT_LOW_WATER,
     policies: Sequence[str] = ("slide-by-one", "cache-stable", "langchain"),
     progress: Callable[[str], None] | None = None,
+    stop_after: Mapping[str, int] | None = None,
 ) -> Report:
-    """Hold the conversation once per policy against the llama.cpp server at ``root``."""
+    """Hold the conversation once per policy against the llama.cpp server at ``root``.
+
+    ``stop_after`` ends a policy's run after that many turns of the same
+    conversation, under the same budget (the whole conversation's): for the
+    policies whose every turn under pressure is processed afresh, which a busy
+    machine cannot hold for 200 turns. Their shares are the same on every such
+    turn, so the first few dozen under pressure measure them.
+    """
+    held = dict(stop_after or {})
     counter = default_token_counter()
     texts = prompts(turns)
     settings = Settings(
@@ -434,13 +452,14 @@ async def measure(
                     client,
                     log,
                     settings,
+                    held.get(policy),
                 )
             elif policy == "cache-stable":
                 handler = cache_stable_units(low_water)
                 name = f"cache-stable (cache_stable_units, {low_water:.0%})"
-                run = await run_conversation(name, handler, client, log, settings)
+                run = await run_conversation(name, handler, client, log, settings, held.get(policy))
             else:
-                run = await run_langchain(client, log, settings)
+                run = await run_langchain(client, log, settings, held.get(policy))
             runs.append(run)
             if progress is not None:
                 row = Report(settings=settings, runs=[run]).rows()[0]
@@ -460,8 +479,16 @@ def main() -> None:
         default="slide-by-one,cache-stable,langchain",
         help="which to run, comma-separated (each runs on its own server state)",
     )
+    parser.add_argument(
+        "--stop-after",
+        action="append",
+        default=[],
+        metavar="POLICY=TURNS",
+        help="end that policy's run after TURNS turns (same conversation, same budget)",
+    )
     parser.add_argument("--json", type=Path, help="also write the rows here")
     args = parser.parse_args()
+    stop_after = {k: int(v) for k, v in (item.split("=", 1) for item in args.stop_after)}
 
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
@@ -476,6 +503,7 @@ def main() -> None:
                 low_water=args.low_water,
                 policies=args.policies.split(","),
                 progress=progress,
+                stop_after=stop_after,
             )
         )
     print(report.table())

@@ -9,10 +9,16 @@ process (``LocalDriver``). Against each it holds the conversation of
 non-English text; the answers are scripted, so every run and every target
 sees the same conversation) with the prompt budget within 2% of the window:
 the window less 40 tokens kept for the answer. Every request offers the same
-three tools, as an agent's do, and asks for one token of answer. The whole
-conversation is sent every turn and limited, as ``Conversation`` does. The
-client calibrates, and where the provider can count, limiting asks it near
-the budget (exact near the boundary).
+three tools, as an agent's do, and asks for one token of answer. Every
+request is limited as a ``Conversation`` limits by default
+(``--policy cache-stable``): ``cache_stable_units()`` on the window the last
+request kept plus what is new, so a cut goes down to 60% of the budget and
+the turns after it fill the window again up to its edge. ``--policy
+slide-by-one`` sends the whole conversation every turn under
+``drop_oldest_units`` instead: once over the budget every turn is at its
+edge, and every turn's prompt is processed afresh (slow on a busy machine).
+The client calibrates, and where the provider can count, limiting asks it
+near the budget (exact near the boundary).
 
 For every provider call it compares with the prompt tokens the provider
 reported:
@@ -76,6 +82,7 @@ from threadline.counting import (
     TokenCounter,
 )
 from threadline.drivers import Driver, ProviderCall, ProviderResponse
+from threadline.limiting import cache_stable_units
 
 WINDOW = 2048
 RESERVE = 40  # the prompt budget, 2,008 tokens, is within 2% of the window
@@ -177,13 +184,21 @@ async def _maybe_await(value: Any) -> int:
     return count
 
 
+POLICIES = ("cache-stable", "slide-by-one")
+"""How limiting drops, as ``--policy`` names it: ``cache_stable_units()`` on the window the
+last request kept (what a ``Conversation`` does), or ``drop_oldest_units`` on the whole
+conversation every turn (a sliding window: every turn over the budget is at its edge)."""
+
+
 @attrs.frozen(kw_only=True)
 class Send:
     """One request of a turn: its history and prompt (``None``: the history ends on a
-    tool result). Every request offers the three tools, as an agent's do."""
+    tool result), and how limiting drops. Every request offers the three tools, as an
+    agent's do."""
 
     messages: tuple[Message, ...]
     prompt: str | None
+    policy: str = POLICIES[0]
     tools: tuple[Tool, ...] = tuple(TOOLS.values())
 
 
@@ -200,6 +215,8 @@ def turn_request(client: Client, send: Send) -> Any:
         .with_temperature(0)
         .with_max_rounds(1)
     )
+    if send.policy == "cache-stable":
+        request.pre_max_tokens_reached(cache_stable_units())
     if send.prompt is not None:
         request.with_prompt(send.prompt)
     return request
@@ -277,10 +294,16 @@ class Measure:
 
 
 class Dialogue:
-    """The benchmark's conversation with one target: every turn resent, limited each time."""
+    """The benchmark's conversation with one target, limited every request.
 
-    def __init__(self, target: Target) -> None:
+    With ``"cache-stable"`` each request sends the window the last one kept,
+    plus what is new, as a ``Conversation`` does; with ``"slide-by-one"`` it
+    sends the whole conversation.
+    """
+
+    def __init__(self, target: Target, policy: str = POLICIES[0]) -> None:
         self.target = target
+        self.policy = policy
         self.measure = Measure(target.driver, target.model, target.exact)
         self.recorder = Recorder(target.driver, self.measure)
         engine_exact = target.engine_exact and target.exact is not None
@@ -296,28 +319,40 @@ class Dialogue:
             default_model=target.model,
         )
         self.history: list[Message] = []
+        """What the next request sends before its prompt."""
+
+    async def send(self, send: Send) -> tuple[Message, ...]:
+        """Send one request; return what it sent after the system message (all of
+        ``send`` when the provider refused it even after the run's retry)."""
+        sent = (*send.messages, *([Message.user(send.prompt)] if send.prompt else []))
+        # A refusal the run's own retry could not recover from ends the send.
+        with contextlib.suppress(ContextLengthExceededError):
+            result = await turn_request(self.client, send).run()
+            self.recorder.calls[-1].calibrated = result.rounds[0].calibrated_input_tokens
+            sent = tuple(result.messages[1:-1])
+        return sent
 
     async def turn(self, number: int, turn: Turn) -> TurnRow:
         self.recorder.turn, self.recorder.kind = number, turn.kind
         before = len(self.recorder.calls), self.exact.calls if self.exact else 0
-        prompt = Message.user(turn.prompt)
-        sends = [Send(messages=tuple(self.history), prompt=turn.prompt)]
-        said: list[Message] = [prompt]
-        if turn.tool is not None:
-            call = ToolCall(id=f"call-{number}", name=turn.tool, arguments=turn.arguments)
-            said += [Message.assistant(tool_calls=[call]), Message.tool(call.id, turn.result)]
-            sends.append(Send(messages=(*self.history, *said), prompt=None))
-        said.append(Message.assistant(turn.answer))
+        keeps_window = self.policy == "cache-stable"
+        send = Send(messages=tuple(self.history), prompt=turn.prompt, policy=self.policy)
+        said: list[Message] = [Message.user(turn.prompt)]
         alone = calibrated_alone = False
-        for send in sends:
+        while True:
             alone = bool(await self.measure.would_be_refused(send, calibrated=False)) or alone
             calibrated = await self.measure.would_be_refused(send, calibrated=True)
             calibrated_alone = bool(calibrated) or calibrated_alone
-            # A refusal the run's own retry could not recover from ends the send.
-            with contextlib.suppress(ContextLengthExceededError):
-                record = (await turn_request(self.client, send).run()).rounds[0]
-                self.recorder.calls[-1].calibrated = record.calibrated_input_tokens
-        self.history.extend(said)
+            sent = await self.send(send)
+            if turn.tool is None or send.prompt is None:
+                break
+            call = ToolCall(id=f"call-{number}", name=turn.tool, arguments=turn.arguments)
+            exchange = [Message.assistant(tool_calls=[call]), Message.tool(call.id, turn.result)]
+            said += exchange
+            kept = sent if keeps_window else (*self.history, said[0])
+            send = Send(messages=(*kept, *exchange), prompt=None, policy=self.policy)
+        said.append(Message.assistant(turn.answer))
+        self.history = [*sent, said[-1]] if keeps_window else [*self.history, *said]
         calls = self.recorder.calls[before[0] :]
         exact_known = self.measure.exact is not None
         return TurnRow(
@@ -331,12 +366,13 @@ class Dialogue:
         )
 
 
-async def converse(target: Target, turns: int = 50, *, progress: bool = False) -> list[TurnRow]:
-    """Hold the conversation's first ``turns`` turns with ``target``; a row per turn.
-
-    ``progress`` writes a line to stderr as each turn ends.
+async def converse(
+    target: Target, turns: int = 50, *, policy: str = POLICIES[0], progress: bool = False
+) -> list[TurnRow]:
+    """Hold the conversation's first ``turns`` turns with ``target``, limited by ``policy``;
+    a row per turn. ``progress`` writes a line to stderr as each turn ends.
     """
-    dialogue = Dialogue(target)
+    dialogue = Dialogue(target, policy)
     rows = []
     for number, turn in enumerate(TURNS[:turns], start=1):
         rows.append(await dialogue.turn(number, turn))
@@ -535,10 +571,10 @@ async def targets(
 
 
 async def measure_all(
-    found: Sequence[Target], turns: int, *, progress: bool = False
+    found: Sequence[Target], turns: int, *, policy: str = POLICIES[0], progress: bool = False
 ) -> list[tuple[Target, list[TurnRow]]]:
     """Hold the conversation with every target in turn."""
-    return [(t, await converse(t, turns, progress=progress)) for t in found]
+    return [(t, await converse(t, turns, policy=policy, progress=progress)) for t in found]
 
 
 def report(results: Sequence[tuple[Target, list[TurnRow]]], *, per_turn: bool = True) -> str:
@@ -646,7 +682,7 @@ async def _main(args: argparse.Namespace, python_url: str, upstream_root: str) -
         chosen in (None, "local"),
     ) as found:
         started = time.monotonic()
-        results = await measure_all(found, args.turns, progress=True)
+        results = await measure_all(found, args.turns, policy=args.policy, progress=True)
         print(report(results))
         print(f"\n({time.monotonic() - started:.0f} s)")
     failures = [
@@ -663,6 +699,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=len(TURNS))
     parser.add_argument("--only", choices=("llama-cpp-python", "llama-server", "local"))
+    parser.add_argument("--policy", choices=POLICIES, default=POLICIES[0])
     parser.add_argument("--llama-cpp-python", help="a running server's /v1 URL (else started)")
     parser.add_argument("--llama-server", help="a running llama-server's root URL (else started)")
     args = parser.parse_args()

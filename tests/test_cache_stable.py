@@ -192,3 +192,30 @@ def test_a_low_water_mark_outside_the_budget_is_refused(low_water: object) -> No
 def test_a_counter_that_is_not_a_counter_is_refused() -> None:
     with pytest.raises(InvalidRequestError, match="TokenCounter"):
         cache_stable_units(0.5, counter="words")  # type: ignore[arg-type]
+
+
+class ServerCount:
+    """A provider's exact count: 30% more than the word counter's, on every message."""
+
+    def count(self, messages: Sequence[Message], tools: Sequence[Tool] = ()) -> int:
+        return 13 * WordCounter().count(messages, tools) // 10
+
+
+async def test_near_the_budget_the_mark_is_reached_on_the_exact_count_not_overshot() -> None:
+    messages = transcript(30)  # 553 tokens by the estimate, within 10% of the budget
+    server = ServerCount()  # 718 by the server's count: over the budget of 600
+    outcome = await apply_limits(
+        messages,
+        counter=WordCounter(),
+        budget=Budget(limit=610, reserve=10),
+        pre=cache_stable_units(0.6),
+        prompt_index=len(messages) - 1,
+        exact_counter=server,
+        exact_margin=0.1,
+    )
+    assert outcome.record.counted_by == "exact"
+    sent = server.count(outcome.messages)
+    # Down to the mark of 360 on the server's count, give or take a turn (24 tokens),
+    # not to the third of the budget that pricing each drop at 90% of its estimate
+    # (where the server counts 130%) would leave.
+    assert 360 - 24 <= sent <= 360

@@ -14,9 +14,11 @@ import respx
 # The helpers and fixtures of test_cli.py and test_cli_servers.py.
 from test_cli import invoke, no_provider_in_the_environment  # noqa: F401
 from test_cli_servers import URL, answer, llama_cpp_models
-from threadline import Model
+from threadline import Model, Usage
 from threadline.cli._setup import build_driver  # the driver chat builds, not a public API
+from threadline.cli._status import count_words  # the status line's wording, not a public API
 from threadline.drivers import OpenAIChatDriver
+from threadline.limiting import RoundRecord
 
 
 @pytest.fixture
@@ -34,6 +36,33 @@ def test_the_status_line_shows_estimate_and_server_when_they_differ(db: Path) ->
     assert found, run.err
     estimate = int(found.group(1))
     assert float(found.group(2)) == round((41 - estimate) / estimate * 100, 1)
+
+
+def round_of(decided: int, reported: int | None) -> RoundRecord:
+    return RoundRecord(
+        round=1,
+        usage=Usage(input_tokens=reported or 0),
+        estimated_input_tokens=decided,
+        reported_input_tokens=reported,
+        limiting=None,
+        finish_reason="stop",
+        tool_calls=0,
+    )
+
+
+@pytest.mark.parametrize(
+    ("decided", "reported", "words"),
+    [
+        (1210, 1264, "estimate 1,210 · server 1,264 (+4.5%)"),
+        (1264, 1210, "estimate 1,264 · server 1,210 (-4.3%)"),
+        (1264, 1264, "sent 1,264"),
+        (1264, None, "sent 1,264"),
+    ],
+)
+def test_the_gap_is_worded_with_thousands_and_its_sign(
+    decided: int, reported: int | None, words: str
+) -> None:
+    assert count_words(round_of(decided, reported)) == words
 
 
 def test_the_status_line_says_sent_when_the_counts_agree(db: Path) -> None:

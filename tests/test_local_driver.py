@@ -25,7 +25,7 @@ from threadline.drivers._local_chat import (
     to_llama_messages,
     to_llama_tools,
 )
-from threadline.drivers._local_generation import held_back
+from threadline.drivers._local_generation import held_back, reused_prefix
 from threadline.drivers._local_llama import import_bindings, without_extra_buffers
 from threadline.drivers.local import default_model_path
 
@@ -262,6 +262,33 @@ def test_text_that_may_begin_a_stop_sequence_is_held_back(
     text: str, stops: list[str], held: int
 ) -> None:
     assert held_back(text, stops) == held
+
+
+class Evaluated:
+    """What llama-cpp-python's Llama shows of its KV cache: the tokens it evaluated last."""
+
+    def __init__(self, *tokens: int, capacity: int = 16) -> None:
+        self.n_tokens = len(tokens)
+        # Like llama-cpp-python's buffer, longer than what was evaluated.
+        self.input_ids = [*tokens, *([0] * (capacity - len(tokens)))]
+
+
+@pytest.mark.parametrize(
+    ("model", "prompt", "reused"),
+    [
+        (Evaluated(), [1, 2, 3], 0),
+        (Evaluated(1, 2, 3, 9, 9), [1, 2, 3, 4, 5], 3),
+        (Evaluated(1, 2, 3), [1, 2, 3, 4], 3),
+        (Evaluated(1, 2, 3, 4), [1, 2, 3, 4], 3),  # its last token is evaluated again
+        (Evaluated(7, 2, 3), [1, 2, 3], 0),
+        (Evaluated(0, 0), [0, 0, 0], 2),  # the buffer's padding is not evaluated
+        (object(), [1, 2], 0),
+    ],
+)
+def test_the_kv_cache_serves_the_prefix_shared_with_what_was_evaluated(
+    model: object, prompt: list[int], reused: int
+) -> None:
+    assert reused_prefix(model, prompt) == reused
 
 
 # --- installation errors ------------------------------------------------------

@@ -91,6 +91,21 @@ async def test_complete_answers_with_usage_and_a_turn_message(driver: LocalDrive
 
 
 @BACKENDS
+async def test_a_prompt_that_repeats_the_last_reports_the_tokens_its_kv_cache_served(
+    driver: LocalDriver,
+) -> None:
+    question = Message.user("Name three rivers in Europe, please.")
+    first = await driver.complete(call_for(driver, question, max_output_tokens=4))
+    follow_up = (question, first.message, Message.user("And one in Africa?"))
+    second = await driver.complete(call_for(driver, *follow_up, max_output_tokens=4))
+
+    # The first prompt is a prefix of the second, and the model still holds it.
+    assert first.usage.input_tokens <= second.usage.cached_input_tokens
+    assert second.usage.cached_input_tokens < second.usage.input_tokens
+    other = await driver.complete(call_for(driver, Message.user("Hi."), max_output_tokens=2))
+    assert other.usage.cached_input_tokens < first.usage.input_tokens
+
+
 async def test_stream_yields_text_as_it_is_sampled_then_the_response(
     driver: LocalDriver,
 ) -> None:

@@ -31,7 +31,7 @@ from threadline._provider import (
 from threadline.drivers._local_chat import MESSAGE_PREFIX, choice_grammar, from_llama_message
 from threadline.drivers._local_llama import Bindings, Llama
 
-__all__ = ["ConsumerGone", "Generation", "GenerationHost", "Prepared", "held_back"]
+__all__ = ["ConsumerGone", "Generation", "GenerationHost", "Prepared", "held_back", "reused_prefix"]
 
 _LOCK_POLL_SECONDS: Final = 0.05
 
@@ -102,6 +102,8 @@ class Generation:
         self.response: ProviderResponse | None = None
         self.error: Exception | None = None
         self._completion_tokens = 0
+        self._cached_tokens: int | None = None
+        """Prompt tokens the model's KV cache served, taken at the reply's first phase."""
 
     def stop(self) -> None:
         self._stop.set()
@@ -186,6 +188,7 @@ class Generation:
             usage=Usage(
                 input_tokens=self._prepared.prompt_tokens,
                 output_tokens=self._completion_tokens,
+                cached_input_tokens=min(self._cached_tokens or 0, self._prepared.prompt_tokens),
             ),
             model=self._driver.model.name,
         )
@@ -223,6 +226,8 @@ class _Sampler:
             settings["temp"] = 0.0
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         produced = 0
+        if generation._cached_tokens is None:
+            generation._cached_tokens = reused_prefix(self._model, tokens)
         generator = self._model.generate(tokens, grammar=grammar, **settings)
         try:
             for token in generator:
@@ -294,6 +299,25 @@ class _Sampler:
             if text.rstrip().endswith("}") and _is_json_object(text):
                 return text, "stop"
         return text, "stop" if _is_json_object(text) else "length"
+
+
+def reused_prefix(model: object, tokens: Sequence[int]) -> int:
+    """How many of ``tokens`` llama-cpp-python's ``Llama.generate`` takes from its KV cache.
+
+    It keeps the prefix the prompt shares with what the model evaluated last
+    (``input_ids[:n_tokens]``) and evaluates the rest; a prompt it holds whole
+    has its last token evaluated again, so at most all but one are reused.
+    """
+    evaluated = int(getattr(model, "n_tokens", 0) or 0)
+    previous = getattr(model, "input_ids", None)
+    if evaluated <= 0 or previous is None:
+        return 0
+    shared = 0
+    for old, new in zip(previous[:evaluated], tokens, strict=False):
+        if old != new:
+            break
+        shared += 1
+    return max(0, min(shared, len(tokens) - 1))
 
 
 def held_back(text: str, stop: Sequence[str]) -> int:

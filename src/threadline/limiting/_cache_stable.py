@@ -17,13 +17,19 @@ sends ``result.messages`` back as the next history gets the same.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from threadline._errors import InvalidRequestError
 from threadline._messages import Message, Role
+from threadline.counting._anchored import AnchoredCounter
 from threadline.counting._protocol import TokenCounter, is_incremental, is_token_counter
 from threadline.limiting._budget import message_costs
 from threadline.limiting._event import TokenLimitEvent
 from threadline.limiting._units import PinReason, Units
+
+if TYPE_CHECKING:
+    from threadline.tools._tools import Tool
 
 __all__ = ["DEFAULT_LOW_WATER", "CacheStableUnits", "cache_stable_units"]
 
@@ -110,6 +116,7 @@ def _cut(event: TokenLimitEvent, counter: TokenCounter, low_water: float) -> Non
     target = math.floor(budget * low_water)
     units = event.units()
     unit_costs = [sum(costs[u.start : u.end]) for u in units]
+    mark_costs = _mark_costs(counter, messages, tools, units, unit_costs)
     droppable = [k for k, unit in enumerate(units) if not unit.pinned]
     if not droppable:
         return
@@ -118,19 +125,25 @@ def _cut(event: TokenLimitEvent, counter: TokenCounter, low_water: float) -> Non
         f"{target} tokens ({low_water:.0%} of the budget)"
     )
     dropped: dict[int, str] = {}  # unit number -> why
-    estimate = total
+    # ``estimate`` must come under the budget; ``mark`` (the same, unless the counter
+    # leans towards too many tokens) down to the low-water mark.
+    estimate, mark = total, float(total)
     taken = 0
     while True:
-        while estimate > target and taken < len(droppable):
+        while (mark > target or estimate > budget) and taken < len(droppable):
             k = droppable[taken]
             taken += 1
             if k not in dropped:
                 dropped[k] = reason
                 estimate -= unit_costs[k]
-        estimate -= _open_at_a_user_message(units, messages, dropped, unit_costs)
+                mark -= mark_costs[k]
+        opened = _open_at_a_user_message(units, messages, dropped)
+        estimate -= sum(unit_costs[k] for k in opened)
+        mark -= sum(mark_costs[k] for k in opened)
         if exact or taken == len(droppable):
             break
         estimate = counter.count(_kept(messages, units, dropped), tools)
+        mark = float(estimate)
         if estimate <= target:
             break
     # Later runs first: a drop moves only what follows it, so the earlier
@@ -139,23 +152,49 @@ def _cut(event: TokenLimitEvent, counter: TokenCounter, low_water: float) -> Non
         event.drop_units(units[first:end], reason=why)
 
 
+def _mark_costs(
+    counter: TokenCounter,
+    messages: list[Message],
+    tools: Sequence[Tool],
+    units: Units,
+    unit_costs: list[int],
+) -> Sequence[float]:
+    """What dropping each unit saves, as the low-water mark is measured.
+
+    Near the budget limiting prices drops from an exact count with a counter
+    that leans towards too many tokens (a dropped message saves at most 90% of
+    its estimate, even where the provider counts it at three times that). That
+    is right for fitting the budget, but aimed at a mark 40% below it, it
+    overshoots: a cut on the server's count would keep a third of the budget,
+    not 60%. So the mark is measured at the exact count's own ratio to the
+    estimate, and the budget still on the leaning price.
+    """
+    if type(counter) is not AnchoredCounter:
+        return unit_costs
+    estimated, overhead = message_costs(counter.estimate, messages, tools)
+    if sum(estimated) + overhead <= 0:
+        return unit_costs
+    ratio = counter.count(messages, tools) / (sum(estimated) + overhead)
+    return [ratio * sum(estimated[u.start : u.end]) for u in units]
+
+
 def _open_at_a_user_message(
-    units: Units, messages: list[Message], dropped: dict[int, str], unit_costs: list[int]
-) -> int:
-    """Drop the droppable units in front of the first kept user message; return their cost.
+    units: Units, messages: list[Message], dropped: dict[int, str]
+) -> list[int]:
+    """Drop the droppable units in front of the first kept user message; return them.
 
     The first system message stays where it is, and a pinned unit stops the
     walk: it is kept wherever it stands.
     """
-    freed = 0
+    opened = []
     for k, unit in enumerate(units):
         if k in dropped or unit.reason is PinReason.FIRST_SYSTEM:
             continue
         if unit.pinned or messages[unit.start].role is Role.USER:
             break
         dropped[k] = _OPENING
-        freed += unit_costs[k]
-    return freed
+        opened.append(k)
+    return opened
 
 
 def _runs(dropped: dict[int, str]) -> list[tuple[int, int, str]]:

