@@ -3,12 +3,16 @@
 Run it with ``python benchmarks/bench_conversation.py`` (``--turns``,
 ``--conversations`` and ``--turns-each`` shrink it for a quick look). It prints:
 
-- **long conversation**: one conversation of 2,000 turns on ``ScriptedDriver``,
-  with a window of 40 messages and a token budget the window always exceeds,
-  so limiting drops units on every turn. The per-turn SDK time (the whole
-  ``conv.run``, the scripted model included, which only prices what it is
-  sent) of the last 100 turns over the first 100 (target: at most 1.5). A
-  turn must cost what its window costs, not what the transcript costs.
+- **long conversation**: one conversation of 2,000 turns with no history
+  window (``history_limit=0``), in three configurations (no budget; a budget
+  of 600 tokens with the conversation's default ``cache_stable_units``; the
+  same budget with ``drop_oldest_units``, which cuts on every turn once over
+  it), each on ``MemoryStore`` and on ``SQLiteStore``. The model is a driver
+  that costs nothing of its own (``ReplyingModel``). The mean CPU time per
+  turn (the whole ``conv.run``, the store's worker thread included) of the
+  last 100 turns over the first 100 (target: at most 1.5 in every
+  configuration): a turn must cost what its new messages cost, not what the
+  transcript costs. ``--profile`` adds a cProfile of the last 100 turns.
 - **concurrent conversations**: 1,000 conversations, each running a few
   turns, all at once on one event loop, through ``OpenAIChatDriver`` against a
   minimal OpenAI-compatible server started here on 127.0.0.1 in a separate
@@ -18,10 +22,11 @@ Run it with ``python benchmarks/bench_conversation.py`` (``--turns``,
   queued requests would time httpcore rather than threadline. Turns per
   second and CPU per turn, then, in a second run under ``tracemalloc``, the
   memory the conversations keep (and the peak) per conversation, over a
-  floor: the same messages as plain ``{"role", "content"}`` dicts (target:
-  at most 1.3 times the floor).
+  floor: the messages' own size, each message object and what only it holds
+  (its text, parts, tool calls) by ``sys.getsizeof`` (target: at most 1.3
+  times the floor).
 
-Times are CPU time of this thread (``time.thread_time``) for the long
+Times are CPU time of the process (``time.process_time``) for the long
 conversation, with the cycle collector off while a turn is timed, as
 ``timeit`` does; wall time for the concurrent run, which waits on sockets.
 """
@@ -30,25 +35,34 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import gc
 import json
+import os
+import pstats
 import re
 import subprocess
 import sys
+import tempfile
 import time
 import tracemalloc
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
 from statistics import mean
+from typing import Any
 
 import anyio
+import anyio.lowlevel
 import httpx
 
-from threadline import Agent, Client, Conversation, Model
-from threadline.drivers import OpenAIChatDriver
-from threadline.testing import ScriptedDriver
+from threadline import Agent, Client, Conversation, Message, Model, Origin, Usage
+from threadline.counting import DefaultReplayProjection
+from threadline.drivers import OpenAIChatDriver, ProviderCall, ProviderResponse
+from threadline.limiting import TokenLimitHandler, drop_oldest_units
+from threadline.stores import ConversationStore, MemoryStore, SQLiteStore
 
 RATIO_TARGET = 1.5
 MEMORY_TARGET = 1.3
-WINDOW_MESSAGES = 40
 BUDGET_TOKENS = 600
 _WORDS = [
     "the",
@@ -101,53 +115,131 @@ def _sentence(turn: int, salt: int, words: int = 40) -> str:
 
 # -- one long conversation --------------------------------------------------------------
 
+# (name, the Pre handler, a budget?): no budget; the conversation's default Pre
+# handler, cache_stable_units, which cuts to 60% of the budget every few turns;
+# drop_oldest_units, which drops the oldest units on every turn once over budget.
+LIMITING: tuple[tuple[str, TokenLimitHandler | None, bool], ...] = (
+    ("no budget", None, False),
+    ("cache_stable_units", None, True),
+    ("drop_oldest_units", drop_oldest_units(None), True),
+)
+STORES = ("MemoryStore", "SQLiteStore")
 
-async def long_conversation(turns: int) -> tuple[list[float], int]:
-    driver = ScriptedDriver()
+
+class ReplyingModel:
+    """A driver that answers each call with the next scripted text, at no cost of its own.
+
+    ``ScriptedDriver`` prices everything it is sent and keeps every call, which
+    is O(transcript) per turn of work a real model does on its side; here the
+    model's side costs nothing, so what is timed is threadline's own work.
+    """
+
+    name = "replying"
+
+    def __init__(self) -> None:
+        self.replies: list[str] = []
+
+    def token_counter(self) -> None:
+        return None
+
+    def replay_projection(self, model: Model) -> DefaultReplayProjection:
+        return DefaultReplayProjection()
+
+    async def aclose(self) -> None:
+        pass
+
+    async def complete(self, call: ProviderCall) -> ProviderResponse:
+        await anyio.lowlevel.checkpoint()
+        return ProviderResponse(
+            message=Message.assistant(self.replies.pop(0), origin=Origin.TURN),
+            finish_reason="stop",
+            usage=Usage(input_tokens=len(call.messages), output_tokens=40),
+            model=call.model.name,
+        )
+
+    def stream(self, call: ProviderCall) -> AbstractAsyncContextManager[AsyncIterator[Any]]:
+        raise NotImplementedError("the benchmark does not stream")
+
+
+def _store(kind: str, directory: str) -> ConversationStore:
+    if kind == "MemoryStore":
+        return MemoryStore()
+    return SQLiteStore(os.path.join(directory, "bench.db"))
+
+
+async def long_conversation(
+    turns: int,
+    store_kind: str = "MemoryStore",
+    limiting: tuple[str, TokenLimitHandler | None, bool] = LIMITING[0],
+    profile_from: int | None = None,
+) -> tuple[list[float], int, cProfile.Profile | None]:
+    """Run ``turns`` turns; the CPU time of each, how many limited, and a profile of
+    the turns from ``profile_from`` on (when asked)."""
+    _, pre, budgeted = limiting
+    driver = ReplyingModel()
     agent = Agent(
         Client(driver),
-        model=Model("scripted", context_size=128_000),
+        model=Model("replying", context_size=10_000_000),
         instructions="You are a careful assistant.",
     )
-    conv = Conversation(
-        agent,
-        history_limit=WINDOW_MESSAGES,
-        max_context_tokens=BUDGET_TOKENS,
-        output_reserve_tokens=0,
-    )
+    options: dict[str, Any] = {}
+    if budgeted:
+        options = {"max_context_tokens": BUDGET_TOKENS, "output_reserve_tokens": 0}
+    if pre is not None:
+        options["pre_max_tokens_reached"] = pre
+    profile = cProfile.Profile() if profile_from is not None else None
     durations: list[float] = []
     limited = 0
-    for turn in range(turns):
-        driver.add_replies([f"answer {turn}: {_sentence(turn, 1)}"])
-        prompt = f"question {turn}: {_sentence(turn, 2)}"
-        gc.disable()
-        started = time.thread_time()
-        result = await conv.run(prompt)
-        durations.append(time.thread_time() - started)
-        gc.enable()
-        if turn % 100 == 99:
-            gc.collect()
-        if result.limiting and result.limiting[0].handlers:
-            limited += 1
-    assert conv.turn_count() == turns
-    return durations, limited
+    with tempfile.TemporaryDirectory() as directory:
+        async with _store(store_kind, directory) as store:
+            conv = Conversation(agent, store=store, **options)
+            for turn in range(turns):
+                driver.replies.append(f"answer {turn}: {_sentence(turn, 1)}")
+                prompt = f"question {turn}: {_sentence(turn, 2)}"
+                profiling = profile_from is not None and turn >= profile_from
+                gc.disable()
+                if profiling:
+                    assert profile is not None
+                    profile.enable()
+                started = time.process_time()
+                result = await conv.run(prompt)
+                durations.append(time.process_time() - started)
+                if profiling:
+                    assert profile is not None
+                    profile.disable()
+                gc.enable()
+                if turn % 100 == 99:
+                    gc.collect()
+                if result.limiting and result.limiting[0].handlers:
+                    limited += 1
+            assert conv.turn_count() == turns
+    return durations, limited, profile
 
 
-def report_long(turns: int) -> None:
+def report_long(turns: int, profile: bool) -> None:
     anyio.run(long_conversation, 50)  # load the vocabulary and warm the code paths
-    durations, limited = anyio.run(long_conversation, turns)
+    print(
+        f"long conversation: {turns:,} turns, no history window (history_limit=0), prompt "
+        f"budget {BUDGET_TOKENS:,} tokens where there is one; ms of CPU per turn (conv.run, "
+        "store included)"
+    )
     head = max(1, min(100, turns // 2))
-    first, last = mean(durations[:head]), mean(durations[-head:])
-    ratio = last / first
-    print(
-        f"long conversation: {turns:,} turns, window {WINDOW_MESSAGES} messages, prompt budget "
-        f"{BUDGET_TOKENS:,} tokens; limiting dropped units on {limited:,} turns"
-    )
-    print(
-        f"  mean SDK time per turn: first {head} {1e3 * first:.3f} ms, last {head} "
-        f"{1e3 * last:.3f} ms, ratio {ratio:.2f} (target <= {RATIO_TARGET}: "
-        f"{'met' if ratio <= RATIO_TARGET else 'MISSED'})"
-    )
+    for limiting in LIMITING:
+        for store_kind in STORES:
+            durations, limited, _ = anyio.run(long_conversation, turns, store_kind, limiting)
+            first, last = mean(durations[:head]), mean(durations[-head:])
+            ratio = last / first
+            print(
+                f"  {limiting[0]:<19} {store_kind:<12} first {head} {1e3 * first:7.3f}, last "
+                f"{head} {1e3 * last:7.3f}, ratio {ratio:5.2f} (target <= {RATIO_TARGET}: "
+                f"{'met' if ratio <= RATIO_TARGET else 'MISSED'}); limited on {limited:,} turns"
+            )
+    if profile:
+        for limiting in LIMITING:
+            *_, found = anyio.run(long_conversation, turns, "MemoryStore", limiting, turns - 100)
+            assert found is not None
+            print(f"profile of the last 100 turns, {limiting[0]}, MemoryStore:")
+            pstats.Stats(found).sort_stats("cumulative").print_stats(25)
 
 
 # -- a minimal OpenAI-compatible server, in its own process --------------------------------
@@ -236,17 +328,28 @@ async def many_conversations(
     return threads
 
 
-def plain_copies(threads: list[Conversation]) -> list[list[dict[str, str]]]:
-    """The floor: the same messages as the plainest program keeps them, text copied.
+def message_size(message: Message) -> int:
+    """What a message itself takes: the object and everything only it holds, by
+    ``sys.getsizeof`` (its text, parts, tool calls and reasoning); shared constants
+    (roles, origins, ``None``) are not counted."""
+    size = sys.getsizeof(message) + sys.getsizeof(message.content)
+    if not isinstance(message.content, str):
+        size += sum(sys.getsizeof(part) + sys.getsizeof(part.text) for part in message.content)
+    for call in message.tool_calls:
+        size += sys.getsizeof(call) + sum(map(sys.getsizeof, (call.id, call.name, call.arguments)))
+    for text in (message.tool_call_id, message.name):
+        if text is not None:
+            size += sys.getsizeof(text)
+    if message.reasoning is not None:
+        reasoning = message.reasoning
+        size += sys.getsizeof(reasoning) + sys.getsizeof(reasoning.text)
+        size += sys.getsizeof(reasoning.provider_reasoning)
+    return size
 
-    One ``{"role": ..., "content": ...}`` dict per message, as a hand-written
-    Chat Completions client holds its history; the role strings are shared
-    constants there too.
-    """
-    return [
-        [{"role": m.role.value, "content": m.text.encode().decode()} for m in conv.messages]
-        for conv in threads
-    ]
+
+def messages_floor(threads: list[Conversation]) -> int:
+    """The floor: the conversations' messages' own size, each message once."""
+    return sum(message_size(event.message) for conv in threads for event in conv.events)
 
 
 def report_many(conversations: int, turns_each: int, in_flight: int) -> None:
@@ -270,11 +373,8 @@ def report_many(conversations: int, turns_each: int, in_flight: int) -> None:
         threads = anyio.run(many_conversations, base_url, conversations, turns_each, in_flight)
         gc.collect()
         retained, peak = (value - baseline for value in tracemalloc.get_traced_memory())
-        before_floor = tracemalloc.get_traced_memory()[0]
-        plain = plain_copies(threads)
-        floor = tracemalloc.get_traced_memory()[0] - before_floor
         tracemalloc.stop()
-        del plain
+        floor = messages_floor(threads)
     finally:
         server.terminate()
         server.wait()
@@ -289,8 +389,8 @@ def report_many(conversations: int, turns_each: int, in_flight: int) -> None:
     print(
         f"  traced memory per conversation, kept after the run (conversations alive): "
         f"{retained / per_conversation:.1f} KiB (peak during it {peak / per_conversation:.1f}"
-        f" KiB; client, driver, caches and pool included); floor, the same messages as plain "
-        f"dicts: {floor / per_conversation:.1f} KiB; ratio {ratio:.2f} (target <= "
+        f" KiB; client, driver, caches and pool included); floor, the messages' own size "
+        f"(sys.getsizeof): {floor / per_conversation:.1f} KiB; ratio {ratio:.2f} (target <= "
         f"{MEMORY_TARGET}: {'met' if ratio <= MEMORY_TARGET else 'MISSED'})"
     )
 
@@ -301,13 +401,18 @@ def main() -> None:
     parser.add_argument("--conversations", type=int, default=1_000)
     parser.add_argument("--turns-each", type=int, default=20)
     parser.add_argument("--in-flight", type=int, default=32)
+    parser.add_argument("--profile", action="store_true", help="profile the last 100 turns")
+    parser.add_argument("--skip-many", action="store_true", help="only the long conversation")
+    parser.add_argument("--skip-long", action="store_true", help="only the many conversations")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
         asyncio.run(_serve())
         return
-    report_long(args.turns)
-    report_many(args.conversations, args.turns_each, args.in_flight)
+    if not args.skip_long:
+        report_long(args.turns, args.profile)
+    if not args.skip_many:
+        report_many(args.conversations, args.turns_each, args.in_flight)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,15 @@ quarter of its count:
 
 Time per message should stay flat from 1,000 to 100,000 messages: limiting is
 linear in the transcript's length.
+
+Last, a conversation turn's limiting (``report_incremental``): a
+``Conversation`` holding the 10,000-message transcript, ``drop_oldest_units``
+as Pre and a budget of a quarter of it, runs 41 turns; the engine step of each
+turn is timed where the run calls it. The first turn cuts the whole
+transcript; after it a turn sends what the last cut left and costs what its
+new messages and its drops cost. Printed beside ``trim_messages`` over the
+same transcript with the same cached counts, as a ratio (target: at least
+10 times faster). ``--incremental-only`` runs only this case.
 """
 
 from __future__ import annotations
@@ -25,13 +34,31 @@ from __future__ import annotations
 import argparse
 import gc
 import random
+import statistics
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 
-from threadline import Budget, Message, Origin, Role, Tool, ToolCall
+import threadline._run  # a conversation turn's engine step is timed where the run calls it
+from threadline import (
+    Agent,
+    Budget,
+    Client,
+    Conversation,
+    Message,
+    Model,
+    Origin,
+    Role,
+    Tool,
+    ToolCall,
+    Usage,
+)
+from threadline.counting import BuiltinTokenCounter, DefaultReplayProjection
+from threadline.drivers import ProviderCall, ProviderResponse
 from threadline.limiting import (
     TokenLimitEvent,
     TranscriptIntegrityError,
@@ -39,6 +66,7 @@ from threadline.limiting import (
     drop_oldest_units,
 )
 from threadline.limiting._engine import apply_limits
+from threadline.serialization import ConversationEvent
 
 try:
     from langchain_core.messages import (
@@ -208,10 +236,132 @@ def time_langchain(
     return elapsed, verdict
 
 
+# -- a conversation turn's limiting: incremental ------------------------------------------
+
+INCREMENTAL_SIZE = 10_000
+INCREMENTAL_TARGET = 10.0
+"""A conversation turn's limiting at 10k messages is at least this much faster than
+trim_messages over the same transcript."""
+
+
+class Replies:
+    """A driver that answers every call with a short text, at no cost of its own."""
+
+    name = "replies"
+
+    def token_counter(self) -> None:
+        return None
+
+    def replay_projection(self, model: Model) -> DefaultReplayProjection:
+        return DefaultReplayProjection()
+
+    async def aclose(self) -> None:
+        pass
+
+    async def complete(self, call: ProviderCall) -> ProviderResponse:
+        await anyio.lowlevel.checkpoint()
+        return ProviderResponse(
+            message=Message.assistant("noted " * 20, origin=Origin.TURN),
+            finish_reason="stop",
+            usage=Usage(input_tokens=1, output_tokens=1),
+            model=call.model.name,
+        )
+
+    def stream(self, call: ProviderCall) -> AbstractAsyncContextManager[AsyncIterator[Any]]:
+        raise NotImplementedError
+
+
+def conversation_events(messages: Sequence[Message]) -> list[ConversationEvent]:
+    """``messages`` (after the system message, before the current prompt) as answered
+    turns: a new turn at every user message."""
+    events: list[ConversationEvent] = []
+    turn = -1
+    for message in messages:
+        if message.role is Role.USER:
+            turn += 1
+        events.append(ConversationEvent(message=message.with_origin(Origin.TURN), turn_id=turn))
+    return events
+
+
+async def time_conversation_turns(
+    messages: list[Message], budget: int, turns: int = 41
+) -> tuple[float, list[tuple[float, bool]]]:
+    """The engine step of each of ``turns`` conversation turns over ``messages``, with
+    ``drop_oldest_units``: the first turn's (which cuts the whole transcript) and, for
+    the others, each one's time and whether a handler cut."""
+    agent = Agent(
+        Client(Replies()),
+        model=Model("replies", context_size=10_000_000),
+        instructions=messages[0].text,
+    )
+    conv = Conversation(
+        agent,
+        max_context_tokens=budget,
+        output_reserve_tokens=0,
+        pre_max_tokens_reached=drop_oldest_units(None),
+    )
+    await conv.replace_events(conversation_events(messages[1:-1]))
+    steps: list[tuple[float, bool]] = []
+    engine = threadline._run.apply_limits
+
+    async def timed(*args: Any, **kwargs: Any) -> Any:
+        gc.disable()
+        try:
+            started = time.perf_counter()
+            outcome = await engine(*args, **kwargs)
+            steps.append((time.perf_counter() - started, bool(outcome.record.handlers)))
+            return outcome
+        finally:
+            gc.enable()
+
+    threadline._run.apply_limits = timed  # type: ignore[assignment]
+    try:
+        for turn in range(turns):
+            await conv.run(f"and now, question {turn}? " + "word " * 30)
+    finally:
+        threadline._run.apply_limits = engine
+    return steps[0][0], steps[1:]
+
+
+def report_incremental(size: int = INCREMENTAL_SIZE) -> None:
+    """A conversation turn's limiting at ``size`` messages, beside trim_messages."""
+    messages = build_transcript(size)
+    # The built-in counter, a conversation's default, prices both sides: it remembers
+    # each message's count, and trim_messages is given the same counts, cached.
+    builtin = BuiltinTokenCounter()
+    costs = {id(m): builtin.message_tokens(m) for m in messages}
+    budget = sum(costs.values()) // 4
+    first, rest = anyio.run(time_conversation_turns, messages, budget)
+    cuts = [step for step, cut in rest if cut]
+    ours = max(statistics.median(step for step, _ in rest), statistics.median(cuts or [0.0]))
+    line = (
+        f"conversation turn at {len(messages):,} messages, drop_oldest_units, budget a quarter: "
+        f"limiting step {1e3 * ours:.3f} ms per turn (the median of {len(rest)} turns, or of "
+        f"the {len(cuts)} that cut, whichever is more; the first turn, which cuts the whole "
+        f"transcript once, {1e3 * first:.2f} ms)"
+    )
+    if trim_messages is None:
+        print(line + "; trim_messages not installed, no ratio")
+        return
+    theirs, _ = time_langchain(messages, costs, budget, start_on="human")
+    ratio = theirs / ours
+    print(
+        f"{line}; trim_messages over the same transcript {1e3 * theirs:.3f} ms; "
+        f"trim_messages / threadline = {ratio:.1f}x (target >= {INCREMENTAL_TARGET:.0f}x: "
+        f"{'met' if ratio >= INCREMENTAL_TARGET else 'MISSED'})"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 100_000])
+    parser.add_argument(
+        "--incremental-only", action="store_true", help="only the conversation-turn case"
+    )
     args = parser.parse_args()
+    if args.incremental_only:
+        report_incremental()
+        return
 
     if trim_messages is None:
         print(
@@ -266,6 +416,7 @@ def main() -> None:
         print("LangChain output, checked with threadline's check_integrity:")
         for verdict in verdicts:
             print(verdict)
+    report_incremental()
 
 
 if __name__ == "__main__":

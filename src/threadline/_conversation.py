@@ -256,7 +256,7 @@ class Conversation(ConversationState):
         # A copy without a marker (written by save() or an older version) goes only
         # with every pending event; the others are written back, without markers.
         rewrite = any(markers[i] is None for i in copies)
-        window = self._window_after(turn.sent, result)
+        window, slide = self._window_after(turn.sent, result), self._slide_after(turn.sent, result)
         with anyio.CancelScope(shield=True):
             if self._store is not None:
                 header = self._header(
@@ -284,7 +284,7 @@ class Conversation(ConversationState):
             self._transcript.pending = tuple(pending[i] for i in kept)
             self._pending_markers = tuple(None if rewrite else markers[i] for i in kept)
             self._transcript.append_turn(events, result.response, result.usage)
-            self._window = window
+            self._window, self._slide = window, slide
             turn.committed = True
 
     async def _remove_copies(self, markers: Iterable[str | None]) -> None:
@@ -431,7 +431,7 @@ class Conversation(ConversationState):
                     raise self._refusal(exc) from None
                 self._updated_at = header.updated_at
             self._transcript = transcript
-            self._window = window
+            self._window, self._slide = window, None  # the slide's indices no longer hold
             self._pending_markers = markers
 
     @classmethod

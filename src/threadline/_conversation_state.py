@@ -29,7 +29,7 @@ from threadline._conversation_window import (
     window_value,
 )
 from threadline._errors import InvalidRequestError
-from threadline._messages import Message, Origin, Usage
+from threadline._messages import Message, Usage
 from threadline._models import Model
 from threadline._plan import settings_budget, settings_counter
 from threadline._provider import ProviderResponse
@@ -40,6 +40,9 @@ from threadline._settings import RequestSettings, SettingsChanges
 from threadline._store import ConversationStore
 from threadline._transcript import Transcript, Turn
 from threadline._validate import fail, non_negative_int
+from threadline.counting._protocol import is_incremental
+from threadline.counting._resolution import default_token_counter
+from threadline.limiting._drop_oldest import slides_by_one
 from threadline.serialization._converter import dumps_conversation
 from threadline.serialization._documents import ConversationDocument, ConversationEvent, JsonValue
 
@@ -88,6 +91,8 @@ class ConversationState:
         self._window = KeptWindow()
         # The store's marker of each pending event (None: unknown), beside transcript.pending.
         self._pending_markers: tuple[str | None, ...] = ()
+        # Where drop_oldest_units last cut the window, and what that holds for.
+        self._slide: tuple[object, int] | None = None
 
     def _turn_lock(self) -> anyio.Lock:
         # An anyio lock belongs to the backend that first used it; an idle
@@ -213,22 +218,70 @@ class ConversationState:
         kept = self._window if keeps_window(self._settings) else KeptWindow()
         return kept, max(self._transcript.window_start(self._history_limit), kept.start)
 
-    def _sent_window(self) -> SentWindow:
-        """The history the next turn sends, as the very objects it will send."""
+    def _sent_window(self, *, turn: bool = False) -> SentWindow:
+        """The history the next turn sends, as the very objects it will send.
+
+        ``turn``: for the turn itself, which under ``drop_oldest_units`` starts
+        where the last cut left the window (see :meth:`_slide_key`).
+        """
         kept, base = self._window_base()
-        window = tuple(m.with_origin(Origin.SEED) for m in self._transcript.messages_from(base))
+        slide = self._slide
+        if turn and slide is not None and slide[0] == self._slide_key():
+            base = max(base, slide[1])
+        window = self._transcript.seed_from(base)
         return SentWindow(kept=kept, base=base, window=window)
+
+    def _slide_key(self) -> tuple[object, ...] | None:
+        """What the window's slide under ``drop_oldest_units`` holds for; ``None`` when
+        a turn must send the whole window.
+
+        ``drop_oldest_units(None)`` keeps the newest stretch of units that fits
+        the budget, wherever the transcript it is given starts, and as a
+        transcript grows at its end that stretch only starts later. So while the
+        budget, the counter and the handlers stay as they were, the units
+        before where the last cut left the window would be dropped again, and a
+        turn sends only what follows: the same messages, limited in what the
+        new messages cost, and a ledger that lists this turn's drops. It holds
+        for a counter that prices message by message, without calibration
+        (whose ratio moves with each report).
+        """
+        settings = conversation_settings(self._settings)
+        client = self._agent.client
+        if (
+            keeps_window(settings)
+            or settings.post_max_tokens_reached is not None
+            or not slides_by_one(settings.pre_max_tokens_reached)
+            or client.calibration is not None
+            or self._agent.model is None
+            or not is_incremental(settings_counter(settings, client, self._agent.model))
+        ):
+            return None
+        return (self._settings, client.token_counter, default_token_counter())
+
+    def _slide_after(self, sent: SentWindow, result: RunResult) -> tuple[object, int] | None:
+        """Where the window's slide stands once ``result`` is committed."""
+        key = self._slide_key()
+        if key is None:
+            return None
+        slide = self._slide
+        start = slide[1] if slide is not None and slide[0] == key else 0
+        if any(record.context_retry for record in result.rounds):
+            return key, start  # a budget the provider tightened for one round
+        kept = window_after(sent, result, instructions=self._agent.instructions is not None)
+        if kept.head or kept.start <= sent.base:
+            return key, start  # nothing of the window was cut
+        return key, kept.start
 
     def _turn_request(self, prompt: Message) -> tuple[Request, SentWindow]:
         """The request of a turn sending ``prompt``, and the history it sends."""
-        sent = self._sent_window()
-        request = (
-            self._agent.request()
-            .with_settings(conversation_settings(self._settings))
-            .with_messages(sent.history)
-            .with_prompt(prompt)
-            .with_cache_key(cache_key(self._id))
-        )
+        sent = self._sent_window(turn=True)
+        request = self._agent.request().with_settings(conversation_settings(self._settings))
+        checked = self._transcript.checked(sent.kept.head, sent.window)
+        if checked is None:
+            request.with_messages(sent.history)
+        else:
+            request._with_checked_history(checked)  # a turn costs what its new messages cost
+        request.with_prompt(prompt).with_cache_key(cache_key(self._id))
         return request, sent
 
     def _window_after(self, sent: SentWindow, result: RunResult) -> KeptWindow:

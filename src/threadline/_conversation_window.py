@@ -119,6 +119,8 @@ def window_after(sent: SentWindow, result: RunResult, *, instructions: bool) -> 
     than the cut left, never a reply without its question.
     """
     window = sent.window
+    if not any(record.handlers for record in result.limiting):
+        return sent.kept  # no handler ran: the window is as it was sent
     position: dict[int, int] = {}
     for index, message in enumerate(window):
         position.setdefault(id(message), index)  # one object twice: the earlier keeps more

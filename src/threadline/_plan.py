@@ -26,6 +26,7 @@ from threadline.counting._calibration import TokenCalibration
 from threadline.counting._protocol import TokenCounter
 from threadline.counting._resolution import ExactCounter, resolve_exact_token_counter
 from threadline.limiting._budget import BudgetResolution, resolve_budget
+from threadline.limiting._incremental import CheckedHistory
 from threadline.limiting._units import check_integrity
 from threadline.tools._tools import Tool, Toolset, tool
 
@@ -68,6 +69,8 @@ class RunPlan:
     """A streamed call's time limit for the first piece of its reply."""
     tool_timeout: float | None = None
     """The time limit of a tool call whose tool has none of its own."""
+    checked_history: CheckedHistory | None = None
+    """The history a conversation vouches for, where it stands in ``transcript``."""
 
     def deadline(self, *, streaming: bool) -> CallDeadline:
         """The time limits of one provider call; the first-token one holds for streams."""
@@ -97,11 +100,14 @@ def plan_run(
     settings: RequestSettings,
     problems: Sequence[str] = (),
     cache_key: str | None = None,
+    checked_history: CheckedHistory | None = None,
 ) -> RunPlan:
     """Check a request and freeze it into a plan.
 
     ``problems`` are what the builder already found; they come first in the error.
     ``cache_key`` goes to every call (see ``Request.with_cache_key``).
+    ``checked_history`` is a conversation's word that ``history`` is whole
+    (see ``limiting._incremental``): it is not checked again.
 
     Raises:
         InvalidRequestError: every problem at once (no model, tools that cannot
@@ -118,7 +124,12 @@ def plan_run(
         raise InvalidRequestError("invalid request: " + "; ".join(found))
     assert model is not None
     assert toolset is not None
-    transcript, prompt_index = _transcript(system, history, prompt)
+    vouched = checked_history is not None and checked_history.messages is history
+    transcript, prompt_index = _transcript(system, history, prompt, checked=vouched)
+    if not vouched:
+        checked_history = None
+    elif checked_history is not None:
+        checked_history = attrs.evolve(checked_history, offset=0 if system is None else 1)
     resolution = settings_budget(settings, model)
     counter = settings_counter(settings, client, model)
     template = ProviderCall(
@@ -151,6 +162,7 @@ def plan_run(
         timeout=settings.timeout,
         first_token_timeout=settings.first_token_timeout,
         tool_timeout=settings.tool_timeout,
+        checked_history=checked_history,
     )
 
 
@@ -215,20 +227,19 @@ def _check_tool_choice(choice: str | None, toolset: Toolset | None, problems: li
 
 
 def _transcript(
-    system: str | None, history: Sequence[Message], prompt: Message | None
+    system: str | None, history: Sequence[Message], prompt: Message | None, *, checked: bool
 ) -> tuple[tuple[Message, ...], int | None]:
-    transcript: list[Message] = []
-    if system is not None:
-        transcript.append(Message.system(system))
-    transcript.extend(history)
-    prompt_index: int | None = None
-    if prompt is not None:
-        prompt_index = len(transcript)
-        transcript.append(prompt)
+    head = () if system is None else (Message.system(system),)
+    tail = () if prompt is None else (prompt,)
+    transcript = (*head, *history, *tail)  # one copy of a long history
+    prompt_index = None if prompt is None else len(transcript) - 1
     try:
-        check_integrity(transcript)
+        # A checked history is whole and has no system message; around it stand a
+        # system message and a user prompt, which break no tool unit.
+        if not checked:
+            check_integrity(transcript)
     except TranscriptIntegrityError as exc:
         raise InvalidRequestError(f"the history cannot be sent as it is: {exc}") from None
     # Refused replay state fails the request here, before limiting or any driver sees it.
     check_transcript_reasoning(transcript)
-    return tuple(transcript), prompt_index
+    return transcript, prompt_index

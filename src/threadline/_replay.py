@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from operator import attrgetter
 
 import attrs
 
@@ -27,6 +28,8 @@ from threadline._messages import Message, has_provider_reasoning
 from threadline.limiting._ledger import DroppedReasoning
 
 __all__ = ["ReplayGuard", "check_provider_reasoning", "check_transcript_reasoning", "label_of"]
+
+_REASONING = attrgetter("reasoning")
 
 
 def label_of(driver_name: str, model_name: str) -> str:
@@ -72,6 +75,8 @@ def check_transcript_reasoning(messages: Sequence[Message]) -> None:
     Raises:
         InvalidRequestError: naming the first message whose replay state is refused.
     """
+    if not any(map(_REASONING, messages)):
+        return  # checked in C: a long history without reasoning costs no Python loop
     for index, message in enumerate(messages):
         reasoning = message.reasoning
         if reasoning is not None and reasoning.provider_reasoning:
@@ -99,6 +104,8 @@ class ReplayGuard:
             InvalidRequestError: a message's replay state is malformed (see
                 :func:`check_provider_reasoning`).
         """
+        if not any(map(_REASONING, messages)):
+            return tuple(messages), ()  # nothing to check or leave out (checked in C)
         sent: list[Message] = []
         dropped: list[DroppedReasoning] = []
         for index, message in enumerate(messages):

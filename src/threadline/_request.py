@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import aclosing, asynccontextmanager
+from itertools import repeat
+from operator import attrgetter, is_
 from typing import TYPE_CHECKING, Any, Self, Unpack
 
 import attrs
@@ -27,6 +29,7 @@ from threadline._validate import problem
 from threadline.counting._protocol import TokenCounter
 from threadline.counting._resolution import ExactCounter
 from threadline.limiting._budget import Budget, BudgetResolution
+from threadline.limiting._incremental import CheckedHistory
 from threadline.tools._tools import Tool
 
 if TYPE_CHECKING:
@@ -36,6 +39,7 @@ if TYPE_CHECKING:
 __all__ = ["Request"]
 
 _SETTING_NAMES = frozenset(attrs.fields_dict(RequestSettings))
+_ORIGIN = attrgetter("origin")
 
 
 class Request:
@@ -70,6 +74,7 @@ class Request:
         self._tools: tuple[Any, ...] = ()
         self._settings = RequestSettings()
         self._cache_key: str | None = None
+        self._checked_history: CheckedHistory | None = None
         # One entry per argument, so a later valid value clears an earlier mistake.
         self._problems: dict[str, str] = {}
 
@@ -105,12 +110,28 @@ class Request:
 
     def with_messages(self, messages: Iterable[Message]) -> Self:
         """The history to continue from (origin ``seed``)."""
+        self._checked_history = None
         history = tuple(messages)
-        wrong = next((i for i, m in enumerate(history) if not isinstance(m, Message)), None)
+        # The checks run in C (map), so a long history that is already seed (a
+        # conversation's) is taken as it is, not copied message by message.
+        wrong = None
+        if not all(map(isinstance, history, repeat(Message))):
+            wrong = next(i for i, m in enumerate(history) if not isinstance(m, Message))
         name = f"messages[{wrong}]"
         value = None if wrong is None else history[wrong]
         if self._check("with_messages", "messages", wrong is None, "a Message", value, name):
-            self._history = tuple(m.with_origin(Origin.SEED) for m in history)
+            if not all(map(is_, map(_ORIGIN, history), repeat(Origin.SEED))):
+                history = tuple(m.with_origin(Origin.SEED) for m in history)
+            self._history = history
+        return self
+
+    def _with_checked_history(self, history: CheckedHistory) -> Self:
+        """``with_messages(history.messages)``, which a conversation vouches for: checked
+        as its turns joined, so neither planning nor limiting walks it again."""
+        # Seed messages all, as the conversation made them: nothing to check or copy.
+        self._problems.pop("messages", None)
+        self._history = history.messages
+        self._checked_history = history
         return self
 
     def with_prompt(self, prompt: str | Message) -> Self:
@@ -369,4 +390,5 @@ class Request:
             settings=self._settings,
             problems=problems,
             cache_key=self._cache_key,
+            checked_history=self._checked_history,
         )

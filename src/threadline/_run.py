@@ -97,6 +97,7 @@ class Run:
             [] if plan.prompt_index is None else [plan.transcript[plan.prompt_index]]
         )
         self.rounds: list[RoundRecord] = []
+        self.checked_history = plan.checked_history
         self.telemetry = for_run(plan, streaming=streaming)
         self.replay = ReplayGuard(label_of(plan.driver.name, plan.model.name))
 
@@ -151,7 +152,10 @@ class Run:
             prompt_index=self.prompt_index,
             exact_counter=self.plan.exact_counter,
             exact_margin=self.plan.exact_margin,
+            history=self.checked_history,
         )
+        if outcome.record.handlers:
+            self.checked_history = None  # a handler rewrote the history it vouched for
         self.transcript = outcome.messages
         self.prompt_index = outcome.prompt_index
         record = outcome.record

@@ -8,6 +8,7 @@ turn touches only the new events; the window start is a bisection.
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections.abc import Iterable, Sequence
 
 import attrs
@@ -17,9 +18,10 @@ from threadline._errors import (
     InvalidRequestError,
     TranscriptIntegrityError,
 )
-from threadline._messages import Message, Role, Usage
+from threadline._messages import Message, Origin, Role, Usage
 from threadline._provider import ProviderResponse
 from threadline._result import RunResult
+from threadline.limiting._incremental import CheckedHistory
 from threadline.limiting._units import check_integrity
 from threadline.serialization._documents import (
     ConversationDocument,
@@ -170,6 +172,12 @@ class Transcript:
     ) -> None:
         self._events = list(events)
         self._view: tuple[ConversationEvent, ...] | None = None
+        self._messages = [event.message for event in self._events]
+        # Each message as a turn sends it back (origin seed), made once, when first
+        # sent: a turn never copies the history it sends.
+        self._seed: list[Message] = []
+        self._system_events = sum(1 for m in self._messages if m.role is Role.SYSTEM)
+        self._call_ids = {call.id for m in self._messages for call in m.tool_calls}
         self._user_indices = [
             i for i, event in enumerate(self._events) if event.message.role is Role.USER
         ]
@@ -243,6 +251,10 @@ class Transcript:
         offset = len(self._events)
         self._events.extend(events)
         self._view = None
+        messages = [event.message for event in events]
+        self._messages.extend(messages)
+        self._system_events += sum(1 for m in messages if m.role is Role.SYSTEM)
+        self._call_ids.update(call.id for m in messages for call in m.tool_calls)
         self._user_indices.extend(
             offset + i for i, event in enumerate(events) if event.message.role is Role.USER
         )
@@ -270,4 +282,29 @@ class Transcript:
 
     def messages_from(self, start: int) -> list[Message]:
         """The messages of the events from index ``start`` on."""
-        return [event.message for event in self._events[start:]]
+        return self._messages[start:]
+
+    def seed_from(self, start: int) -> tuple[Message, ...]:
+        """The messages from event ``start`` on as a turn sends them: origin ``seed``.
+
+        Each copy is made once and kept, so sending the history again costs
+        no copy of it.
+        """
+        seed = self._seed
+        if len(seed) < len(self._messages):
+            seed.extend(m.with_origin(Origin.SEED) for m in self._messages[len(seed) :])
+        return tuple(seed) if start == 0 else tuple(itertools.islice(seed, start, None))
+
+    def checked(self, head: Sequence[Message], window: Sequence[Message]) -> CheckedHistory | None:
+        """The transcript's word for ``(*head, *window)``, a window of its seed messages
+        after ``head``: whole, since every turn was checked as it joined, and free of
+        system messages. ``None`` when it cannot say so: a system event (which
+        ``replace_events`` allows), or a head with a system message, tool calls or
+        another origin than seed.
+        """
+        if self._system_events or any(
+            m.role is Role.SYSTEM or m.tool_calls or m.origin is not Origin.SEED for m in head
+        ):
+            return None
+        messages = tuple(window) if not head else (*head, *window)
+        return CheckedHistory(messages=messages, call_ids=self._call_ids)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Sequence
+import weakref
+from collections.abc import Callable, Sequence
 
 from threadline._errors import InvalidRequestError
 from threadline._messages import Message
@@ -18,9 +19,12 @@ from threadline.limiting._budget import message_costs
 from threadline.limiting._event import TokenLimitEvent, TokenLimitHandler
 from threadline.limiting._units import PinReason, UnitKind, Units
 
-__all__ = ["drop_oldest_units"]
+__all__ = ["drop_oldest_units", "slides_by_one"]
 
 _OPENING = "dropped so that the transcript opens with a user message"
+
+# The handlers drop_oldest_units(None) made: they price with the event's counter.
+_ON_THE_EVENTS_COUNTER: weakref.WeakSet[Callable[..., object]] = weakref.WeakSet()
 
 
 def drop_oldest_units(counter: TokenCounter | None = None) -> TokenLimitHandler:
@@ -55,7 +59,19 @@ def drop_oldest_units(counter: TokenCounter | None = None) -> TokenLimitHandler:
         _drop_oldest(event, counter if counter is not None else event.counter)
 
     handler.__name__ = handler.__qualname__ = "drop_oldest_units"
+    if counter is None:
+        _ON_THE_EVENTS_COUNTER.add(handler)
     return handler
+
+
+def slides_by_one(handler: object) -> bool:
+    """Whether ``handler`` is a ``drop_oldest_units(None)``: what it keeps of a
+    transcript is the newest stretch that fits, wherever the transcript starts, so
+    a conversation may send it only what the last cut left (see ``_conversation_state``)."""
+    try:
+        return handler in _ON_THE_EVENTS_COUNTER
+    except TypeError:  # not weakly referable: not one of ours
+        return False
 
 
 def _drop_oldest(event: TokenLimitEvent, counter: TokenCounter) -> None:

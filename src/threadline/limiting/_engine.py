@@ -42,7 +42,7 @@ from threadline.counting._calibration import calibrated_estimate
 from threadline.counting._protocol import TokenCounter
 from threadline.counting._resolution import ExactCounter
 from threadline.limiting._budget import Budget, budget_report
-from threadline.limiting._drop_oldest import drop_oldest_units
+from threadline.limiting._drop_oldest import drop_oldest_units, slides_by_one
 from threadline.limiting._event import (
     TokenLimitEvent,
     TokenLimitHandler,
@@ -50,6 +50,7 @@ from threadline.limiting._event import (
     drop_reasons,
     handler_name,
 )
+from threadline.limiting._incremental import CheckedHistory, quick_outcome
 from threadline.limiting._ledger import (
     CountedBy,
     DroppedUnit,
@@ -87,6 +88,7 @@ async def apply_limits(
     prompt_index: int | None = None,
     exact_counter: ExactCounter | None = None,
     exact_margin: float | None = None,
+    history: CheckedHistory | None = None,
 ) -> LimitingOutcome:
     """Run one limiting step: count, Pre, recount, Post, recount.
 
@@ -96,7 +98,9 @@ async def apply_limits(
     prompt (see :func:`~threadline.limiting._units.split_units` for what it pins).
     ``messages`` is never modified. ``exact_counter`` is asked when the
     estimate is over ``(1 - exact_margin)`` times the budget (``None``
-    either way: never).
+    either way: never). ``history`` is a conversation's word for the history
+    inside ``messages`` (see ``_incremental``): when no handler has to run, the
+    step is then taken without walking it.
 
     Raises:
         TranscriptIntegrityError: ``messages`` itself is broken.
@@ -104,6 +108,20 @@ async def apply_limits(
             changed a pinned message.
         Exception: whatever a handler raised, unchanged.
     """
+    if history is not None:
+        quick = quick_outcome(
+            messages,
+            tools=tools,
+            counter=counter,
+            budget=budget,
+            round=round,
+            prompt_index=prompt_index,
+            history=history,
+            exact_margin=exact_margin if exact_counter is not None else None,
+            slides_by_one=post is None and slides_by_one(pre),
+        )
+        if quick is not None:
+            return quick
     state = _Limiting(tuple(messages), tuple(tools), counter, budget, round, prompt_index)
     if budget is not None:
         first = pre if pre is not None else drop_oldest_units(None)

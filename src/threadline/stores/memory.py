@@ -110,14 +110,14 @@ class MemoryStore(StoreBase):
                 raise write.conflict(entry.version)
             elif write.generation is not None and write.generation != entry.generation:
                 raise write.generation_refusal(entry.generation, entry.version)
-            events, markers = _kept(entry, write)
-            max_turn_id = entry.max_turn_id if events is entry.events else -1
-            if write.header.next_turn_id <= max_turn_id or events is not entry.events:
-                # The bound may be stale after earlier drops: check the exact one.
+            events, markers, pending = _kept(entry, write)
+            # An upper bound of the kept events' turn ids (dropping events only lowers
+            # it); only when it would refuse the header is the exact one needed.
+            max_turn_id = entry.max_turn_id if events else -1
+            if write.header.next_turn_id <= max_turn_id:
                 max_turn_id = max((event.turn_id for event in events), default=-1)
             check_turn_ids_below(max(max_turn_id, write.max_turn_id), write.header)
             # Every check has passed: from here on the entry may change in place.
-            pending = entry.pending if events is entry.events else sum(e.pending for e in events)
             for record in write.records:
                 events.append(record.event)
                 markers.append(record.marker)
@@ -190,16 +190,27 @@ class MemoryStore(StoreBase):
         """Nothing to release; the conversations go with the store."""
 
 
-def _kept(entry: _Entry, write: Write) -> tuple[_Events, list[str | None]]:
-    """The stored events the write keeps, with their markers: the entry's own
-    lists when it keeps them all (the usual append), new lists otherwise."""
+def _kept(entry: _Entry, write: Write) -> tuple[_Events, list[str | None], int]:
+    """The stored events the write keeps, with their markers and how many are pending:
+    the entry's own lists when it keeps them all (the usual append), new lists otherwise."""
     if write.replace:
-        return [], []
+        return [], [], 0
     if not entry.pending or not (write.drop_all or write.drop_marker):
-        return entry.events, entry.markers
+        return entry.events, entry.markers, entry.pending
+    # Only the pending events can go, and they are few: find the earliest from the
+    # end, so a commit after a long transcript does not walk all of it.
+    events, markers = entry.events, entry.markers
+    first, seen = len(events), 0
+    while seen < entry.pending and first > 0:
+        first -= 1
+        seen += events[first].pending
     kept = [
         index
-        for index, (event, marker) in enumerate(zip(entry.events, entry.markers, strict=True))
-        if not write.drops(event.pending, marker)
+        for index in range(first, len(events))
+        if not write.drops(events[index].pending, markers[index])
     ]
-    return [entry.events[index] for index in kept], [entry.markers[index] for index in kept]
+    return (
+        events[:first] + [events[index] for index in kept],
+        markers[:first] + [markers[index] for index in kept],
+        sum(events[index].pending for index in kept),
+    )
