@@ -196,6 +196,25 @@ async def test_a_calibrated_estimate_decides_far_from_the_budget_and_asks_near_i
 
 
 @pytest.mark.anyio
+async def test_until_calibration_learns_a_model_the_exact_counter_decides() -> None:
+    # The model's tokenizer costs three times the estimate: 90 estimated is 270.
+    server = Server(per_message=30)
+    calibration = TokenCalibration()
+    first, driver = await run(server, turns=4, budget=200, calibration=calibration)
+    assert server.calls == 1
+    record = first.rounds[0].limiting
+    assert record is not None
+    assert record.counted_by == "exact"
+    assert record.estimated_tokens == 90
+    # Decided on the exact count, what was sent fits the budget by it.
+    assert 30 * len(driver.calls[0].messages) <= 200
+    # With a ratio learned, far from the budget the estimate decides again.
+    calibration.absorb({"m": 3.0})
+    _, _ = await run(server, turns=1, budget=1_000, calibration=calibration)
+    assert server.calls == 1
+
+
+@pytest.mark.anyio
 async def test_a_failing_exact_counter_leaves_the_decision_to_the_estimate(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

@@ -139,6 +139,20 @@ class Run:
             plan.model.name, plan.counter, self.transcript, plan.toolset.tools
         )
 
+    def _exact_always(self) -> bool:
+        """Whether the exact counter decides however far the estimate is from the budget.
+
+        It does while the client's calibration has learned nothing of this model:
+        until then the estimate's distance from the budget means little (o200k and
+        a model's own tokenizer can differ threefold).
+        """
+        plan = self.plan
+        calibration = plan.calibration
+        if plan.exact_counter is None or calibration is None:
+            return False
+        tools = [tool.name for tool in plan.toolset.tools]
+        return calibration.ratio(plan.model.name, tools) is None
+
     async def _limit(self, current: _Round) -> LimitingOutcome:
         counter = self._counter()
         outcome = await apply_limits(
@@ -152,6 +166,7 @@ class Run:
             prompt_index=self.prompt_index,
             exact_counter=self.plan.exact_counter,
             exact_margin=self.plan.exact_margin,
+            exact_always=self._exact_always(),
             history=self.checked_history,
         )
         if outcome.record.handlers:

@@ -88,6 +88,7 @@ async def apply_limits(
     prompt_index: int | None = None,
     exact_counter: ExactCounter | None = None,
     exact_margin: float | None = None,
+    exact_always: bool = False,
     history: CheckedHistory | None = None,
 ) -> LimitingOutcome:
     """Run one limiting step: count, Pre, recount, Post, recount.
@@ -98,9 +99,11 @@ async def apply_limits(
     prompt (see :func:`~threadline.limiting._units.split_units` for what it pins).
     ``messages`` is never modified. ``exact_counter`` is asked when the
     estimate is over ``(1 - exact_margin)`` times the budget (``None``
-    either way: never). ``history`` is a conversation's word for the history
-    inside ``messages`` (see ``_incremental``): when no handler has to run, the
-    step is then taken without walking it.
+    either way: never), or always when ``exact_always`` (an estimate not yet
+    calibrated for this model says little about the distance). ``history``
+    is a conversation's word for the history inside ``messages`` (see
+    ``_incremental``): when no handler has to run, the step is then taken
+    without walking it.
 
     Raises:
         TranscriptIntegrityError: ``messages`` itself is broken.
@@ -117,7 +120,9 @@ async def apply_limits(
             round=round,
             prompt_index=prompt_index,
             history=history,
-            exact_margin=exact_margin if exact_counter is not None else None,
+            exact_margin=(1.0 if exact_always else exact_margin)
+            if exact_counter is not None
+            else None,
             slides_by_one=post is None and slides_by_one(pre),
         )
         if quick is not None:
@@ -127,7 +132,9 @@ async def apply_limits(
         first = pre if pre is not None else drop_oldest_units(None)
         if exact_counter is not None and exact_margin is not None:
             built_in = first if pre is None else None
-            await state.count_exactly(exact_counter, exact_margin, budget, built_in)
+            await state.count_exactly(
+                exact_counter, exact_margin, budget, built_in, always=exact_always
+            )
         handlers: tuple[tuple[Phase, TokenLimitHandler | None], ...] = (
             ("pre", first),
             ("post", post),
@@ -177,6 +184,8 @@ class _Limiting:
         margin: float,
         budget: Budget,
         built_in: TokenLimitHandler | None,
+        *,
+        always: bool = False,
     ) -> None:
         """Near the budget (or over it), let the exact count decide.
 
@@ -188,7 +197,7 @@ class _Limiting:
         however long the transcript given. With a Pre of the caller's own,
         the transcript given is counted.
         """
-        if self.tokens <= budget.prompt_tokens * (1 - margin):
+        if not always and self.tokens <= budget.prompt_tokens * (1 - margin):
             return
         if built_in is not None and self.tokens > budget.prompt_tokens:
             await self.run("pre", built_in, budget)
