@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import threading
+import weakref
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from itertools import accumulate
 from operator import add, sub
@@ -118,10 +119,12 @@ class _CostCache:
 
     A message's cost is looked up under ``id(message)``, which is a C call,
     where hashing an attrs message is a Python call over every field (it was
-    the largest cost of a cold count). The entry holds the message itself,
-    so the id cannot be reused while the entry lives, and a hit checks that
-    it is the same object. Tools and reasoning messages (whose cost depends
-    on the projection) are keyed by value in ``by_value``. Equal texts inside
+    the largest cost of a cold count). The entry holds a weak reference to
+    the message, so the cache keeps no message alive (a dead copy is not held
+    until eviction), and a hit checks that the reference still leads to the
+    very same object, so a reused id is never taken for another message's.
+    Tools and reasoning messages (whose cost depends on the projection) are
+    keyed by value in ``by_value``. Equal texts inside
     one batch are tokenized once (``_SharedState.token_lengths``).
     """
 
@@ -131,13 +134,14 @@ class _CostCache:
 
     def message_cost(self, message: Message) -> int | None:
         entry = self.by_id.get(id(message))
-        if entry is not None and entry[0] is message:
+        if entry is not None and entry[0]() is message:
             cost: int = entry[1]
             return cost
         return None
 
     def put_messages(self, messages: Sequence[Message], costs: Sequence[int]) -> None:
-        entries = zip(map(id, messages), zip(messages, costs, strict=True), strict=True)
+        refs = map(weakref.ref, messages)
+        entries = zip(map(id, messages), zip(refs, costs, strict=True), strict=True)
         self.by_id.put_many(entries, len(messages))
 
     def get(self, key: Hashable) -> int | None:
@@ -308,9 +312,9 @@ class BuiltinTokenCounter:
             entry = recent.get(id(message))
             if entry is None and previous:
                 entry = previous.get(id(message))
-                if entry is not None and entry[0] is message:
+                if entry is not None and entry[0]() is message:
                     by_id.put(id(message), entry)  # used again: back into the recent generation
-            if entry is not None and entry[0] is message:
+            if entry is not None and entry[0]() is message:
                 total += entry[1]
             elif message.reasoning is not None:
                 total += self.message_tokens(message)  # keyed by projection too
