@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import enum
 import json
+import weakref
 from collections.abc import Iterable, Mapping
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, cast
 
 import attrs
 
@@ -298,10 +299,42 @@ class Message:
         return "".join(part.text for part in self.content if isinstance(part, TextPart))
 
     def with_origin(self, origin: Origin) -> Message:
-        """The same message with another origin."""
+        """The same message with another origin.
+
+        The copy is made once: while it is in use, asking again for the same
+        message and origin returns that very copy (a request's history is
+        re-origined on every turn, and a stable copy is counted once).
+        """
         if origin is self.origin:
             return self
-        return attrs.evolve(self, origin=origin)
+        key = (id(self), origin)
+        twin = _twins.get(key)
+        if twin is not None and _same_fields(twin, self):
+            return twin
+        # The fields are valid already: copied without converters or validators.
+        # attrs' own pickling state: __setstate__ also resets the cached hash.
+        state: dict[str, Any] = cast(Any, self).__getstate__()
+        state["origin"] = origin
+        twin = object.__new__(Message)
+        cast(Any, twin).__setstate__(state)
+        _twins[key] = twin
+        return twin
+
+
+# Each copy with_origin made, while it lives, by (id of the message it copies, origin).
+_twins: weakref.WeakValueDictionary[tuple[int, Origin], Message] = weakref.WeakValueDictionary()
+
+
+def _same_fields(twin: Message, message: Message) -> bool:
+    """Whether ``twin`` was copied from ``message``: an id outlives its object, so look."""
+    return (
+        twin.content is message.content
+        and twin.role is message.role
+        and twin.tool_calls is message.tool_calls
+        and twin.tool_call_id is message.tool_call_id
+        and twin.name is message.name
+        and twin.reasoning is message.reasoning
+    )
 
 
 @attrs.frozen(kw_only=True)
