@@ -299,6 +299,45 @@ def test_undecodable_input_is_one_clear_line(db: Path) -> None:
 # -- budgets a resumed conversation keeps ------------------------------------------------
 
 
+def test_a_resumed_conversation_keeps_its_system_instructions(db: Path) -> None:
+    driver = ScriptedDriver(["first", "second", "third"])
+    first = invoke(
+        "chat",
+        "--db",
+        str(db),
+        "--conversation",
+        "c",
+        "--system",
+        "Be brief.",
+        "--once",
+        "hi",
+        driver=driver,
+    )
+    assert first.code == 0, first.err
+    again = invoke("chat", "--db", str(db), "--conversation", "c", "--once", "more", driver=driver)
+    assert again.code == 0, again.err
+    systems = [m.text for m in driver.calls[1].messages if m.role.value == "system"]
+    assert systems == ["Be brief."]
+    # A new --system on resume wins, and is what is saved from then on.
+    invoke(
+        "chat",
+        "--db",
+        str(db),
+        "--conversation",
+        "c",
+        "--system",
+        "Be kind.",
+        "--once",
+        "x",
+        driver=driver,
+    )
+    assert [m.text for m in driver.calls[2].messages if m.role.value == "system"] == ["Be kind."]
+    settings = loads_conversation(
+        invoke("conversations", "export", "c", "--db", str(db)).out
+    ).settings
+    assert settings["instructions"] == "Be kind."
+
+
 def test_a_resumed_conversation_keeps_its_max_output_tokens_and_reserve(db: Path) -> None:
     driver = ScriptedDriver(["first", "second", "third"])
     flags = ("--max-context-tokens", "300", "--max-output-tokens", "100", "--reserve", "120")

@@ -8,11 +8,13 @@ not ``threadline._messages.Message``.
 from __future__ import annotations
 
 import contextlib
+import importlib
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
 
-__all__ = ["publish"]
+__all__ = ["lazy_members", "publish"]
 
 
 def publish(namespace: dict[str, Any], names: list[str], package: str) -> None:
@@ -43,3 +45,31 @@ def publish(namespace: dict[str, Any], names: list[str], package: str) -> None:
             obj.__module__ = package
         except (AttributeError, TypeError):  # pragma: no cover - builtins, slots
             continue
+
+
+def lazy_members(
+    namespace: dict[str, Any], lazy: Mapping[str, str], all_names: list[str]
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """A package's module ``__getattr__`` and ``__dir__`` for names imported on first use.
+
+    ``lazy`` maps a name to the module that defines it. The first access imports
+    that module, publishes the name under the package (``namespace["__name__"]``)
+    and keeps it in ``namespace``, so the next access is a plain lookup. The
+    package's other names are published at once.
+    """
+    package = namespace["__name__"]
+    publish(namespace, [name for name in all_names if name not in lazy], package)
+
+    def getattr_(name: str) -> Any:
+        module = lazy.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        publish({name: value}, [name], package)
+        namespace[name] = value
+        return value
+
+    def dir_() -> list[str]:
+        return sorted(set(namespace) | set(all_names))
+
+    return getattr_, dir_

@@ -53,6 +53,8 @@ _SAVED = (
     ("reserve", "output_reserve_tokens", 0),
     ("max_output_tokens", "max_output_tokens", 1),
 )
+_SYSTEM_KEY = "instructions"
+"""Where ``--system`` is saved among a conversation's settings, so a resume keeps it."""
 
 
 def check_text(prompt: str) -> None:
@@ -84,6 +86,9 @@ def with_saved_settings(
             setattr(effective, flag, _saved_value(document, key, least))
     if args.history_limit is None:
         effective.history_limit = document.history_limit
+    saved_system = document.settings.get(_SYSTEM_KEY)
+    if args.system is None and isinstance(saved_system, str):
+        effective.system = saved_system
     return effective
 
 
@@ -187,6 +192,8 @@ def _conversation(
         value = getattr(effective, flag)
         if value is not None:
             settings[key] = value
+    if effective.system is not None:
+        settings[_SYSTEM_KEY] = effective.system
     document = attrs.evolve(document, settings=settings, history_limit=effective.history_limit or 0)
     return Conversation.from_document(agent, document, store=store, version=version)
 

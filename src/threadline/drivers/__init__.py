@@ -15,8 +15,7 @@ driver.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from threadline._errors import RequestTimeoutError
 from threadline._provider import (
@@ -30,7 +29,7 @@ from threadline._provider import (
     TextChunk,
     ToolCallChunk,
 )
-from threadline._public import publish
+from threadline._public import lazy_members
 
 if TYPE_CHECKING:
     from threadline.drivers._http import RetryPolicy
@@ -63,18 +62,4 @@ _LAZY = {
     "RetryPolicy": "threadline.drivers._http",
 }
 
-publish(globals(), [name for name in __all__ if name not in _LAZY], __name__)
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'threadline.drivers' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    publish({name: value}, [name], __name__)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_members(globals(), _LAZY, __all__)

@@ -11,12 +11,11 @@ no ``sqlite3``.
 
 from __future__ import annotations
 
-import importlib
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from threadline._errors import StoreClosedError
-from threadline._public import publish
+from threadline._public import lazy_members
 from threadline._store import (
     ConversationInfo,
     ConversationPage,
@@ -82,18 +81,4 @@ def open_store(target: str | os.PathLike[str]) -> SQLiteStore | PostgresStore | 
     return store
 
 
-publish(globals(), [name for name in __all__ if name not in _LAZY], __name__)
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'threadline.stores' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    publish({name: value}, [name], __name__)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_members(globals(), _LAZY, __all__)
