@@ -30,7 +30,7 @@ import threading
 import weakref
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from itertools import accumulate
-from operator import add, sub
+from operator import add, attrgetter, sub
 from typing import TYPE_CHECKING, Any
 
 from threadline._messages import ImagePart, Message
@@ -59,6 +59,7 @@ DEFAULT_CACHE_SIZE = 32_768
 """How many message (and tool) costs a built-in counter keeps by default."""
 
 _DEFAULT_PROJECTION = DefaultReplayProjection()
+_reasoning = attrgetter("reasoning")
 
 
 class _Generations:
@@ -306,6 +307,16 @@ class BuiltinTokenCounter:
         by_id = self._shared.cache.by_id
         recent = by_id.recent
         previous = by_id.previous
+        if not messages:
+            return 0
+        ids = list(map(id, messages))
+        cached = any(map(recent.__contains__, ids)) or (
+            bool(previous) and any(map(previous.__contains__, ids))
+        )
+        # Nothing of it cached (a first count, the new end of a grown
+        # transcript) and no reasoning: no lookups one by one, priced together.
+        if not cached and list(map(_reasoning, messages)).count(None) == len(messages):
+            return self._price_misses(list(messages))
         total = 0
         missed: list[Message] = []
         for message in messages:
@@ -326,11 +337,11 @@ class BuiltinTokenCounter:
 
     def _price_misses(self, missed: list[Message]) -> int:
         """Price and remember the messages a count missed; the same object twice is priced once."""
-        unique = {id(message): message for message in missed}
-        if len(unique) == len(missed):
+        if len(set(map(id, missed))) == len(missed):
             priced = self._price_messages(missed)
             self._shared.cache.put_messages(missed, priced)
             return sum(priced)
+        unique = {id(message): message for message in missed}
         once = list(unique.values())
         priced = self._price_messages(once)
         self._shared.cache.put_messages(once, priced)
