@@ -38,6 +38,9 @@ __all__ = ["Request"]
 _SETTING_NAMES = frozenset(attrs.fields_dict(RequestSettings))
 
 
+_DEFAULT_SETTINGS = RequestSettings()
+
+
 class Request:
     """A request to a model, built step by step and then run.
 
@@ -68,7 +71,7 @@ class Request:
         self._history: tuple[Message, ...] = ()
         self._prompt: Message | None = None
         self._tools: tuple[Any, ...] = ()
-        self._settings = RequestSettings()
+        self._settings = _DEFAULT_SETTINGS  # frozen: one shared value, validated once
         self._cache_key: str | None = None
         # One entry per argument, so a later valid value clears an earlier mistake.
         self._problems: dict[str, str] = {}
