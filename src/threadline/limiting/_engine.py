@@ -32,6 +32,7 @@ fails leaves the decision to the estimate, with a warning.
 from __future__ import annotations
 
 import bisect
+import functools
 import inspect
 import itertools
 import logging
@@ -356,13 +357,6 @@ class _Limiting:
         if removed:
             self.drops.append(_Drops(name, phase, removed, self.sources, notes, default_reason))
 
-    def _dropped_units(self) -> list[DroppedUnit]:
-        return [
-            unit
-            for drops in self.drops
-            for unit in drops.units(self.original, self.original_starts)
-        ]
-
     def _sent_candidate(self) -> bool:
         candidate = self.exact_candidate
         return (
@@ -406,7 +400,12 @@ class _Limiting:
             tokens_before=self.tokens_before,
             tokens_after=self.tokens,
             handlers=tuple(self.runs),
-            dropped=DroppedUnits(self._dropped_units) if self.drops else DroppedUnits(),
+            # Made when read, from what they need only (not the whole step's state).
+            dropped=DroppedUnits(
+                functools.partial(_dropped_units, self.drops, self.original, self.original_starts)
+            )
+            if self.drops
+            else DroppedUnits(),
             sent_over_budget=over,
             report=report,
             counted_by=self.counted_by,
@@ -493,6 +492,12 @@ class _Drops:
                 )
             )
         return dropped
+
+
+def _dropped_units(
+    drops: list[_Drops], original: Sequence[Message], starts: list[int]
+) -> list[DroppedUnit]:
+    return [unit for run in drops for unit in run.units(original, starts)]
 
 
 def _holds(kept: list[int], index: int) -> bool:
