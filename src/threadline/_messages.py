@@ -301,28 +301,34 @@ class Message:
     def with_origin(self, origin: Origin) -> Message:
         """The same message with another origin.
 
-        The copy is made once: while it is in use, asking again for the same
-        message and origin returns that very copy (a request's history is
-        re-origined on every turn, and a stable copy is counted once).
+        The ``seed`` copy is made once: while it is in use, asking again for
+        the same message's seed copy returns that very copy (a request's
+        history is re-origined as seed on every call, and a stable copy is
+        counted once).
         """
         if origin is self.origin:
             return self
-        key = (id(self), origin)
-        twin = _twins.get(key)
+        if origin is not Origin.SEED:
+            return _copy_with_origin(self, origin)
+        twin = _seed_twins.get(id(self))
         if twin is not None and _same_fields(twin, self):
             return twin
-        # The fields are valid already: copied without converters or validators.
-        # attrs' own pickling state: __setstate__ also resets the cached hash.
-        state: dict[str, Any] = cast(Any, self).__getstate__()
-        state["origin"] = origin
-        twin = object.__new__(Message)
-        cast(Any, twin).__setstate__(state)
-        _twins[key] = twin
+        twin = _seed_twins[id(self)] = _copy_with_origin(self, origin)
         return twin
 
 
-# Each copy with_origin made, while it lives, by (id of the message it copies, origin).
-_twins: weakref.WeakValueDictionary[tuple[int, Origin], Message] = weakref.WeakValueDictionary()
+def _copy_with_origin(message: Message, origin: Origin) -> Message:
+    # The fields are valid already: copied without converters or validators,
+    # through attrs' own pickling state (whose __setstate__ resets the cached hash).
+    state: dict[str, Any] = cast(Any, message).__getstate__()
+    state["origin"] = origin
+    copy = object.__new__(Message)
+    cast(Any, copy).__setstate__(state)
+    return copy
+
+
+# Each seed copy with_origin made, while it lives, by the id of the message it copies.
+_seed_twins: weakref.WeakValueDictionary[int, Message] = weakref.WeakValueDictionary()
 
 
 def _same_fields(twin: Message, message: Message) -> bool:
