@@ -256,3 +256,31 @@ def test_transport_failures_name_what_went_wrong() -> None:
     assert "ReadTimeout" in timeout.message
     assert "could not reach the provider" in refused.message
     assert "Connection refused" in refused.message
+
+
+def test_a_transport_failure_without_a_message_names_its_class_once() -> None:
+    error = mapper.from_transport(httpx.ReadError(""))
+    assert error.message == "could not reach the provider (ReadError)"
+    assert isinstance(error.__cause__, httpx.ReadError)
+
+
+def test_a_transport_failures_cause_is_a_copy_without_the_request() -> None:
+    request = httpx.Request("POST", "https://api.example/v1", headers={"authorization": "x"})
+    original = httpx.ConnectError("refused", request=request)
+    cause = mapper.from_transport(original).__cause__
+    assert type(cause) is httpx.ConnectError
+    assert cause is not original
+    with pytest.raises(RuntimeError):  # httpx's way of saying "no request here"
+        _ = cause.request  # type: ignore[union-attr]
+
+
+def test_messages_are_bounded_like_bodies() -> None:
+    huge = "z" * 1_000_000
+    for error in (
+        mapper.from_response(400, json.dumps({"error": {"message": huge}})),
+        mapper.from_payload({"error": {"message": huge}}),
+        mapper.malformed(huge),
+        mapper.from_transport(httpx.ReadError(huge)),
+    ):
+        assert len(str(error)) < 1200
+        assert "more characters cut" in str(error)

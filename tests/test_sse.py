@@ -92,6 +92,41 @@ def test_leading_bom_is_dropped() -> None:
     assert decode_all(b"\xef\xbb\xbfdata: x\n\n") == [ServerSentEvent(data="x")]
 
 
+def test_a_bom_arriving_alone_is_dropped() -> None:
+    decoder = SSEDecoder()
+    assert decoder.feed(b"\xef\xbb\xbf") == []
+    assert decoder.feed(b"data: x\n\n") == [ServerSentEvent(data="x")]
+    assert decoder.flush() == []
+
+
+@pytest.mark.parametrize("cut", [1, 2, 3])
+def test_a_bom_split_across_reads_is_dropped(cut: int) -> None:
+    bom = b"\xef\xbb\xbf"
+    assert decode_all(bom[:cut], bom[cut:] + b"data: x\n\n") == [ServerSentEvent(data="x")]
+    assert decode_all(bom[:cut], bom[cut:], b"data: x\n\n") == [ServerSentEvent(data="x")]
+
+
+def test_a_stream_of_only_a_bom_or_part_of_one_has_no_events() -> None:
+    for start in (b"\xef", b"\xef\xbb", b"\xef\xbb\xbf"):
+        assert decode_all(start) == []
+
+
+@given(st.lists(st.integers(min_value=0, max_value=len(STREAM) + 3), max_size=12))
+def test_any_split_of_a_stream_opening_with_a_bom_gives_the_same_events(
+    cuts: list[int],
+) -> None:
+    assert decode_all(*split_at(b"\xef\xbb\xbf" + STREAM, cuts)) == EXPECTED
+
+
+def test_a_bom_after_the_start_of_the_stream_is_not_stripped() -> None:
+    # Only the stream's first bytes may be a BOM; later, it is part of a field name
+    # ("\ufeffdata"), which is no field at all.
+    later = b"data: a\n\n\xef\xbb\xbfdata: b\n\n"
+    assert decode_all(later) == [ServerSentEvent(data="a")]
+    unterminated = (b"data: a\n\n", b"\xef\xbb\xbfdata: b")
+    assert decode_all(*unterminated) == [ServerSentEvent(data="a")]
+
+
 def test_invalid_utf8_is_replaced_not_raised() -> None:
     assert decode_all(b"data: \xff\n\n") == [ServerSentEvent(data="\ufffd")]
 

@@ -31,6 +31,7 @@ from typing import Any
 __all__ = [
     "Act",
     "FaultServer",
+    "Html",
     "Json",
     "Raw",
     "Reset",
@@ -38,6 +39,8 @@ __all__ = [
     "Stall",
     "Status",
     "Trickle",
+    "chunked",
+    "response_head",
     "sse_event",
 ]
 
@@ -94,6 +97,21 @@ def Json(payload: Any, status: int = 200, headers: dict[str, str] | None = None)
     """A JSON response."""
     merged = {"content-type": "application/json", **(headers or {})}
     return Status(status, json.dumps(payload), merged)
+
+
+def Html(body: str, status: int = 200) -> Status:
+    """An HTML page (a proxy's login or error page), ``200`` unless told."""
+    return Status(status, body, {"content-type": "text/html; charset=utf-8"})
+
+
+def response_head(status: int = 200, headers: dict[str, str] | None = None) -> bytes:
+    """A status line and headers with no length: the body runs to the connection's close."""
+    return _head(status, headers or {}, None)
+
+
+def chunked(*pieces: bytes) -> bytes:
+    """``pieces`` in HTTP/1.1 chunked transfer coding, ending with the last chunk."""
+    return b"".join(b"%x\r\n%s\r\n" % (len(piece), piece) for piece in pieces) + b"0\r\n\r\n"
 
 
 @dataclass

@@ -27,7 +27,7 @@ import math
 import random
 import time
 from collections.abc import AsyncGenerator, Callable, Mapping
-from typing import Any, Literal, Protocol, get_args
+from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
 import anyio
 import attrs
@@ -35,6 +35,7 @@ import httpx
 
 from threadline._errors import InvalidRequestError
 from threadline.drivers._http_errors import ErrorMapper, context_length_details, parse_error_body
+from threadline.drivers._sse import StreamProgress
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -49,6 +50,7 @@ __all__ = [
     "finish_reading",
     "header_secrets",
     "is_retryable_status",
+    "read_body",
     "request_id_of",
     "retry_after_seconds",
     "send_with_retries",
@@ -130,6 +132,17 @@ async def finish_reading(events: AsyncGenerator[Any, None], *, drain: bool) -> N
     await events.aclose()
 
 
+async def read_body(
+    response: httpx.Response, errors: ErrorMapper, progress: StreamProgress
+) -> bytes:
+    """The rest of a streamed ``response``'s body; a broken connection is the mapped error."""
+    try:
+        return await response.aread()
+    except httpx.TransportError as exc:
+        failure = errors.from_transport(exc, progress=progress)
+    raise failure  # past the except block: httpx's exception holds the request's headers
+
+
 def build_http_client(
     *,
     timeout: httpx.Timeout | float | None = DEFAULT_TIMEOUT,
@@ -182,6 +195,7 @@ def check_transport(transport: Transport, http_client: httpx.AsyncClient | None)
         )
 
 
+@runtime_checkable
 class Clock(Protocol):
     """What retrying needs of time: the wall clock, and a way to wait."""
 
@@ -365,18 +379,21 @@ async def send_with_retries(
     clock = clock or SystemClock()
     retry = 0
     while True:
+        failure: httpx.TransportError | None = None
         try:
             response = await client.send(request, stream=stream)
-        except _RETRYABLE_TRANSPORT_ERRORS as exc:
-            if retry >= policy.max_retries:
-                raise errors.from_transport(exc) from exc
+        except httpx.TransportError as exc:
+            failure = exc
+        # Raised here, past the except block: httpx's exception (its request's
+        # headers hold the key) must not become the error's __context__.
+        if failure is not None:
+            if not isinstance(failure, _RETRYABLE_TRANSPORT_ERRORS) or retry >= policy.max_retries:
+                raise errors.from_transport(failure)
             retry += 1
             wait = policy.delay(retry, now=clock.now(), random_value=random_value())
-            _log_retry(request, retry, policy, wait, f"{type(exc).__name__}", None)
+            _log_retry(request, retry, policy, wait, f"{type(failure).__name__}", None)
             await clock.sleep(wait)
             continue
-        except httpx.TransportError as exc:
-            raise errors.from_transport(exc) from exc
 
         if response.is_success:
             return response

@@ -6,6 +6,13 @@ refusal is recognised by its code or its wording, whichever server sent it, with
 the numbers it reported parsed out. The body, the message and the request id
 travel with the error; the API key never does, because errors are built from the
 response alone and any echo of a secret in the body is redacted.
+
+Nothing raw is reachable from a raised error either: a transport failure's
+cause is a copy of httpx's exception with the redacted message and without
+the request (whose headers hold the key), and drivers raise outside their
+``except`` blocks, so no ``__context__`` keeps an unredacted body (a
+``JSONDecodeError.doc``, say). Messages are bounded like bodies: a megabyte
+of error text makes a short ``str(exc)``.
 """
 
 from __future__ import annotations
@@ -27,9 +34,11 @@ from threadline._errors import (
     ProviderUnavailableError,
     RateLimitError,
 )
+from threadline.drivers._sse import StreamProgress
 
 __all__ = [
     "MAX_BODY_CHARS",
+    "MAX_MESSAGE_CHARS",
     "ContextLengthDetails",
     "ErrorMapper",
     "ProviderErrorDetails",
@@ -40,6 +49,9 @@ __all__ = [
 
 MAX_BODY_CHARS = 4096
 """How much of an error body an exception keeps; the rest is cut, with a note."""
+
+MAX_MESSAGE_CHARS = 1000
+"""How much of the provider's message an exception's text keeps; the body keeps more."""
 
 _SNIPPET = 200
 _REDACTED = "[redacted]"
@@ -191,10 +203,34 @@ def snippet(text: str) -> str:
     return text if len(text) <= _SNIPPET else f"{text[:_SNIPPET]}..."
 
 
-def _truncate(text: str) -> str:
-    if len(text) <= MAX_BODY_CHARS:
+def _cut(text: str, limit: int) -> str:
+    if len(text) <= limit:
         return text
-    return f"{text[:MAX_BODY_CHARS]}... [{len(text) - MAX_BODY_CHARS} more characters cut]"
+    return f"{text[:limit]}... [{len(text) - limit} more characters cut]"
+
+
+def _truncate(text: str) -> str:
+    return _cut(text, MAX_BODY_CHARS)
+
+
+def _bounded(message: str) -> str:
+    return _cut(message, MAX_MESSAGE_CHARS)
+
+
+def _shown_type(content_type: str) -> str:
+    return content_type.split(";")[0].strip() or "no content type"
+
+
+def _safe_cause(exc: httpx.TransportError, detail: str) -> httpx.TransportError:
+    """``exc`` again, of its own class, with the redacted ``detail`` and no request.
+
+    httpx's exception keeps the request, whose headers carry the API key, and
+    its message may quote what a server echoed; neither may be reachable.
+    """
+    try:
+        return type(exc)(detail)
+    except TypeError:  # a subclass with another constructor
+        return httpx.TransportError(detail)
 
 
 def _context_refusal(
@@ -274,7 +310,7 @@ class ErrorMapper:
         body = self.redact(body)
         details = parse_error_body(body)
         message = details.message or f"HTTP {status} {reason}".strip()
-        message = self.redact(message)
+        message = _bounded(self.redact(message))
         if status == 429:
             message += self.redact(_rate_limit_note(headers))
         if request_id is None:
@@ -313,7 +349,9 @@ class ErrorMapper:
         raw = self.redact(json.dumps(payload, ensure_ascii=False, default=str))
         if isinstance(details.code, int) and 400 <= details.code < 600:
             return self.from_response(details.code, raw, request_id=request_id)
-        message = self.redact(details.message or "the provider reported an error mid-stream")
+        message = _bounded(
+            self.redact(details.message or "the provider reported an error mid-stream")
+        )
         common: dict[str, Any] = {
             "body": _truncate(raw),
             "request_id": request_id,
@@ -328,17 +366,85 @@ class ErrorMapper:
                 return cls(message, **common)
         return ProviderUnavailableError(message, **common)
 
-    def from_transport(self, exc: httpx.TransportError) -> ProviderError:
-        """The error for a request that got no response (connection, time-out)."""
-        detail = self.redact(str(exc)) or type(exc).__name__
-        if isinstance(exc, httpx.TimeoutException):
-            message = f"the request to the provider timed out ({type(exc).__name__}: {detail})"
+    def from_transport(
+        self, exc: httpx.TransportError, *, progress: StreamProgress | None = None
+    ) -> ProviderError:
+        """The error for a request that got no response, or a stream that broke off.
+
+        Without ``progress`` no response came back: connection refused, reset,
+        or a time-out. With it, a stream had begun (status 2xx) and failed
+        after what ``progress`` counted. Either way it is a
+        ``ProviderUnavailableError`` naming httpx's exception class, and its
+        ``__cause__`` is a sanitized copy of ``exc`` (see :func:`_safe_cause`).
+        Raise it outside the ``except`` block that caught ``exc``.
+        """
+        kind = type(exc).__name__
+        detail = self.redact(str(exc)).strip()
+        said = f"{kind}: {detail}" if detail and detail != kind else kind
+        timed_out = isinstance(exc, httpx.TimeoutException)
+        status: int | None = None
+        if progress is not None:
+            status = progress.status
+            if progress.bytes == 0:
+                what = "the response broke off while its body was read"
+            else:
+                what = f"the stream broke off after {progress.describe()}"
+            if timed_out:
+                what += ": nothing more came within the read time-out"
+            message = f"{what} ({said})"
+        elif timed_out:
+            message = f"the request to the provider timed out ({said})"
         else:
-            message = f"could not reach the provider ({type(exc).__name__}: {detail})"
-        return ProviderUnavailableError(message, provider=self.provider)
+            message = f"could not reach the provider ({said})"
+        error = ProviderUnavailableError(_bounded(message), status=status, provider=self.provider)
+        error.__cause__ = _safe_cause(exc, _bounded(detail))
+        return error
 
     def malformed(self, reason: str, *, request_id: str | None = None) -> ProviderResponseError:
         """The error for a response that breaks the protocol's promises."""
         return ProviderResponseError(
-            self.redact(reason), request_id=request_id, provider=self.provider
+            _bounded(self.redact(reason)), request_id=request_id, provider=self.provider
+        )
+
+    def not_json(
+        self,
+        what: str,
+        content: bytes | str,
+        *,
+        content_type: str | None = None,
+        request_id: str | None = None,
+    ) -> ProviderResponseError:
+        """The error for ``what`` ("the response body") that should be JSON and is not.
+
+        It names the response's content type, when given, and shows the start
+        of the text, redacted before it is cut (so no part of a key is left).
+        """
+        kind = "" if content_type is None else f" ({_shown_type(content_type)})"
+        return self.malformed(
+            f"{what}{kind} is not JSON: {self._start_of(content)!r}", request_id=request_id
+        )
+
+    def _start_of(self, content: bytes | str) -> str:
+        text = content.decode("utf-8", "replace") if isinstance(content, bytes) else content
+        return snippet(self.redact(text))
+
+    def stream_ended(
+        self, progress: StreamProgress, missing: str, *, request_id: str | None
+    ) -> ProviderResponseError:
+        """The error for a stream that ended before its response was complete.
+
+        A body that was no event stream at all (an HTML page with status 200)
+        is named by its content type and shown by its start, as a non-stream
+        body that is not JSON is.
+        """
+        if progress.events == 0 and not progress.is_event_stream:
+            return self.malformed(
+                f"the stream request was answered with {_shown_type(progress.content_type)}, "
+                f"not an event stream: {self._start_of(progress.head)!r}",
+                request_id=request_id,
+            )
+        return self.malformed(
+            f"the stream ended before the response was complete ({missing}), "
+            f"after {progress.describe()}",
+            request_id=request_id,
         )

@@ -5,7 +5,9 @@ only those, so a raw U+2028 inside JSON stays inside its line, which a
 ``str.splitlines``-based reader such as ``httpx.Response.aiter_lines`` would
 break); ``:`` starts a comment; ``data`` lines accumulate, joined by newlines;
 a blank line dispatches the event. Events, lines and even UTF-8 characters may
-be split across reads in any way.
+be split across reads in any way. A UTF-8 byte order mark is dropped at the
+start of the stream only (arriving alone, or split across reads); anywhere else
+it is part of the line it stands in.
 
 One leniency: when the stream ends, a pending event with data is dispatched
 even without its closing blank line, since some servers close the connection
@@ -18,7 +20,7 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, AsyncIterable
 from typing import NamedTuple
 
-__all__ = ["SSEDecoder", "ServerSentEvent", "aiter_sse"]
+__all__ = ["SSEDecoder", "ServerSentEvent", "StreamProgress", "aiter_sse"]
 
 _BOM = b"\xef\xbb\xbf"
 
@@ -34,6 +36,43 @@ class ServerSentEvent(NamedTuple):
     event: str = "message"
     id: str | None = None
     retry: int | None = None
+
+
+class StreamProgress:
+    """How much of a stream's body arrived: bytes, events and its first bytes.
+
+    :func:`aiter_sse` keeps it up to date, so that a stream that breaks off or
+    ends short can say how far it got, and a body that was never an event
+    stream (an HTML page from a proxy) can be shown by its start.
+    """
+
+    __slots__ = ("bytes", "content_type", "events", "head", "status")
+
+    HEAD_BYTES = 1024
+    """How much of the body's start is kept."""
+
+    def __init__(self, content_type: str = "", status: int = 200) -> None:
+        self.content_type = content_type
+        self.status = status
+        self.bytes = 0
+        self.events = 0
+        self.head = b""
+
+    @property
+    def is_event_stream(self) -> bool:
+        """Whether the response said it is ``text/event-stream``."""
+        return self.content_type.split(";")[0].strip().lower() == "text/event-stream"
+
+    def describe(self) -> str:
+        """``"3 events (1,204 bytes)"``."""
+        events = "1 event" if self.events == 1 else f"{self.events:,} events"
+        return f"{events} ({self.bytes:,} bytes)"
+
+    def add(self, chunk: bytes) -> None:
+        """Count ``chunk``, a read of the body."""
+        self.bytes += len(chunk)
+        if len(self.head) < self.HEAD_BYTES:
+            self.head += chunk[: self.HEAD_BYTES - len(self.head)]
 
 
 class SSEDecoder:
@@ -73,6 +112,9 @@ class SSEDecoder:
                 return []
             self._at_start = False
             buffer = buffer.removeprefix(_BOM)
+            if not buffer:  # the mark alone: nothing of the stream yet
+                self._partial = b""
+                return []
         # bytes.splitlines breaks on exactly CR LF, LF and CR: the SSE line endings.
         lines = buffer.splitlines()
         last = buffer[-1:]
@@ -102,9 +144,10 @@ class SSEDecoder:
     def flush(self) -> list[ServerSentEvent]:
         """End of stream: process an unterminated last line and any pending event."""
         events: list[ServerSentEvent] = []
-        if self._partial:
-            self._field(self._partial.removeprefix(_BOM).decode("utf-8", "replace"))
-            self._partial = b""
+        if self._partial and not self._at_start:
+            self._field(self._partial.decode("utf-8", "replace"))
+        # At the start, what is kept can only be part of a byte order mark: dropped.
+        self._partial = b""
         if self._data:
             events.append(self._dispatch())
         return events
@@ -139,9 +182,12 @@ class SSEDecoder:
         return event
 
 
-async def aiter_sse(chunks: AsyncIterable[bytes]) -> AsyncGenerator[ServerSentEvent, None]:
+async def aiter_sse(
+    chunks: AsyncIterable[bytes], progress: StreamProgress | None = None
+) -> AsyncGenerator[ServerSentEvent, None]:
     """The events of a byte stream (e.g. ``response.aiter_bytes()``), in order.
 
+    ``progress``, when given, counts the bytes and events as they come.
     Closing this generator (``contextlib.aclosing``) closes ``chunks`` too, so
     a reader that stops at ``[DONE]`` leaves no generator for the garbage
     collector to finalize (which trio warns about).
@@ -150,9 +196,15 @@ async def aiter_sse(chunks: AsyncIterable[bytes]) -> AsyncGenerator[ServerSentEv
     source = aiter(chunks)
     try:
         async for chunk in source:
-            for event in decoder.feed(chunk):
+            events = decoder.feed(chunk)
+            if progress is not None:
+                progress.add(chunk)
+                progress.events += len(events)
+            for event in events:
                 yield event
         for event in decoder.flush():
+            if progress is not None:
+                progress.events += 1
             yield event
     finally:
         aclose = getattr(source, "aclose", None)

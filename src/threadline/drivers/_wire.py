@@ -12,19 +12,21 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Final
 
 from threadline._errors import InvalidRequestError
 from threadline._messages import Message
 
 __all__ = [
     "DEFAULT_CACHE_BYTES",
+    "NOT_JSON",
     "JSONCache",
     "MalformedResponse",
     "count_field",
     "encode_body",
     "json_kind",
     "json_object",
+    "loads_or_not",
     "optional_str",
 ]
 
@@ -139,6 +141,22 @@ class JSONCache:
 
 
 # --- decoding ----------------------------------------------------------------
+
+NOT_JSON: Final = object()
+"""What :func:`loads_or_not` returns for text that is not JSON."""
+
+
+def loads_or_not(content: bytes | str) -> object:
+    """``content`` decoded as JSON, or :data:`NOT_JSON`.
+
+    No exception escapes: a ``JSONDecodeError`` keeps the whole text in its
+    ``doc``, and as the ``__context__`` of an error raised while handling it,
+    it would keep whatever secret a server echoed there.
+    """
+    try:
+        return json.loads(content)
+    except ValueError:  # JSONDecodeError, or bytes that are not UTF-8
+        return NOT_JSON
 
 
 def json_kind(value: object) -> str:

