@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import threading
+import weakref
 from collections.abc import Sequence
 
 import pytest
@@ -421,3 +423,18 @@ def test_text_with_lone_surrogates_is_counted_as_tiktoken_repairs_it() -> None:
     counter = BuiltinTokenCounter()
     messages = [Message.user("fine"), Message.user(broken)]
     assert counter.count(messages) == (4 + tokens("fine")) + (4 + repaired) + 3
+
+
+def test_the_cost_cache_keeps_no_counted_message_alive() -> None:
+    counter = BuiltinTokenCounter()
+    kept = Message.user("still here " * 5)
+    copies = [Message.user(f"a copy made for one call {i}") for i in range(50)]
+    watch = [weakref.ref(m) for m in copies]
+    before = counter.count([kept, *copies])
+    counter.count([kept])  # the last transcript counted no longer holds the copies
+    del copies
+    gc.collect()
+    assert all(ref() is None for ref in watch)
+    assert counter.count([kept]) == before - sum(
+        counter.count([Message.user(f"a copy made for one call {i}")]) - 3 for i in range(50)
+    )

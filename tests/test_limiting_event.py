@@ -307,6 +307,39 @@ async def test_a_refused_drop_leaves_the_transcript_to_the_engine() -> None:
     assert messages == before
 
 
+async def test_a_rewrite_by_hand_after_drop_units_is_checked_in_full() -> None:
+    def drop_then_break(event: TokenLimitEvent) -> None:
+        event.drop_units(event.units(pinned=False)[:1], reason="the oldest")
+        event.messages.insert(1, Message.tool("ghost", "a result of no call"))
+
+    with pytest.raises(HandlerError, match="answers no call"):
+        await apply_limits(
+            transcript(2), counter=WordCounter(), budget=budget(20), pre=drop_then_break
+        )
+
+
+async def test_the_ledger_reads_as_a_sequence_equal_to_a_tuple_of_its_units() -> None:
+    outcome = await apply_limits(transcript(4), counter=WordCounter(), budget=budget(30))
+    dropped = outcome.record.dropped
+    units = tuple(dropped)
+    assert units
+    assert dropped == units
+    assert dropped == list(units)
+    assert dropped[0] == units[0]
+    assert dropped[1:] == units[1:]
+    assert len(dropped) == len(units)
+    assert hash(outcome.record) == hash(outcome.record)
+
+
+async def test_message_costs_are_the_counters_costs_of_the_messages_now() -> None:
+    messages = transcript(2)
+    event = event_for(messages)
+    counter = WordCounter()
+    assert event.message_costs() == [counter.message_tokens(m) for m in messages]
+    event.drop_units(event.units(pinned=False)[:2], reason="older")
+    assert event.message_costs() == [counter.message_tokens(m) for m in event.messages]
+
+
 # -- the built-in keeps its word -------------------------------------------------------
 
 

@@ -299,3 +299,12 @@ def test_arguments_nested_too_deeply_are_a_tool_arguments_error() -> None:
     call = ToolCall(id="c", name="f", arguments="[" * 100_000 + "]" * 100_000)
     with pytest.raises(ToolArgumentsError, match="nested too deeply"):
         call.parsed()
+
+
+def test_with_origin_copies_a_message_once_while_the_copy_is_in_use() -> None:
+    message = Message.assistant("Hello Ada.", origin=Origin.TURN)
+    seed = message.with_origin(Origin.SEED)
+    assert seed == attrs.evolve(message, origin=Origin.SEED)
+    assert hash(seed) == hash(attrs.evolve(message, origin=Origin.SEED))
+    assert message.with_origin(Origin.SEED) is seed
+    assert seed.with_origin(Origin.TURN) == message

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import enum
 import json
+import weakref
 from collections.abc import Iterable, Mapping
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, cast
 
 import attrs
 
@@ -298,10 +299,48 @@ class Message:
         return "".join(part.text for part in self.content if isinstance(part, TextPart))
 
     def with_origin(self, origin: Origin) -> Message:
-        """The same message with another origin."""
+        """The same message with another origin.
+
+        The ``seed`` copy is made once: while it is in use, asking again for
+        the same message's seed copy returns that very copy (a request's
+        history is re-origined as seed on every call, and a stable copy is
+        counted once).
+        """
         if origin is self.origin:
             return self
-        return attrs.evolve(self, origin=origin)
+        if origin is not Origin.SEED:
+            return _copy_with_origin(self, origin)
+        twin = _seed_twins.get(id(self))
+        if twin is not None and _same_fields(twin, self):
+            return twin
+        twin = _seed_twins[id(self)] = _copy_with_origin(self, origin)
+        return twin
+
+
+def _copy_with_origin(message: Message, origin: Origin) -> Message:
+    # The fields are valid already: copied without converters or validators,
+    # through attrs' own pickling state (whose __setstate__ resets the cached hash).
+    state: dict[str, Any] = cast(Any, message).__getstate__()
+    state["origin"] = origin
+    copy = object.__new__(Message)
+    cast(Any, copy).__setstate__(state)
+    return copy
+
+
+# Each seed copy with_origin made, while it lives, by the id of the message it copies.
+_seed_twins: weakref.WeakValueDictionary[int, Message] = weakref.WeakValueDictionary()
+
+
+def _same_fields(twin: Message, message: Message) -> bool:
+    """Whether ``twin`` was copied from ``message``: an id outlives its object, so look."""
+    return (
+        twin.content is message.content
+        and twin.role is message.role
+        and twin.tool_calls is message.tool_calls
+        and twin.tool_call_id is message.tool_call_id
+        and twin.name is message.name
+        and twin.reasoning is message.reasoning
+    )
 
 
 @attrs.frozen(kw_only=True)

@@ -42,6 +42,9 @@ _SETTING_NAMES = frozenset(attrs.fields_dict(RequestSettings))
 _ORIGIN = attrgetter("origin")
 
 
+_DEFAULT_SETTINGS = RequestSettings()
+
+
 class Request:
     """A request to a model, built step by step and then run.
 
@@ -72,7 +75,7 @@ class Request:
         self._history: tuple[Message, ...] = ()
         self._prompt: Message | None = None
         self._tools: tuple[Any, ...] = ()
-        self._settings = RequestSettings()
+        self._settings = _DEFAULT_SETTINGS  # frozen: one shared value, validated once
         self._cache_key: str | None = None
         self._checked_history: CheckedHistory | None = None
         # One entry per argument, so a later valid value clears an earlier mistake.

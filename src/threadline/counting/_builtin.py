@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import json
 import threading
+import weakref
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from itertools import accumulate
-from operator import add, sub
+from operator import add, attrgetter, sub
 from typing import TYPE_CHECKING, Any
 
 from threadline._messages import ImagePart, Message
@@ -58,6 +59,7 @@ DEFAULT_CACHE_SIZE = 32_768
 """How many message (and tool) costs a built-in counter keeps by default."""
 
 _DEFAULT_PROJECTION = DefaultReplayProjection()
+_reasoning = attrgetter("reasoning")
 
 
 class _Generations:
@@ -118,10 +120,12 @@ class _CostCache:
 
     A message's cost is looked up under ``id(message)``, which is a C call,
     where hashing an attrs message is a Python call over every field (it was
-    the largest cost of a cold count). The entry holds the message itself,
-    so the id cannot be reused while the entry lives, and a hit checks that
-    it is the same object. Tools and reasoning messages (whose cost depends
-    on the projection) are keyed by value in ``by_value``. Equal texts inside
+    the largest cost of a cold count). The entry holds a weak reference to
+    the message, so the cache keeps no message alive (a dead copy is not held
+    until eviction), and a hit checks that the reference still leads to the
+    very same object, so a reused id is never taken for another message's.
+    Tools and reasoning messages (whose cost depends on the projection) are
+    keyed by value in ``by_value``. Equal texts inside
     one batch are tokenized once (``_SharedState.token_lengths``).
     """
 
@@ -131,13 +135,14 @@ class _CostCache:
 
     def message_cost(self, message: Message) -> int | None:
         entry = self.by_id.get(id(message))
-        if entry is not None and entry[0] is message:
+        if entry is not None and entry[0]() is message:
             cost: int = entry[1]
             return cost
         return None
 
     def put_messages(self, messages: Sequence[Message], costs: Sequence[int]) -> None:
-        entries = zip(map(id, messages), zip(messages, costs, strict=True), strict=True)
+        refs = map(weakref.ref, messages)
+        entries = zip(map(id, messages), zip(refs, costs, strict=True), strict=True)
         self.by_id.put_many(entries, len(messages))
 
     def get(self, key: Hashable) -> int | None:
@@ -302,15 +307,25 @@ class BuiltinTokenCounter:
         by_id = self._shared.cache.by_id
         recent = by_id.recent
         previous = by_id.previous
+        if not messages:
+            return 0
+        ids = list(map(id, messages))
+        cached = any(map(recent.__contains__, ids)) or (
+            bool(previous) and any(map(previous.__contains__, ids))
+        )
+        # Nothing of it cached (a first count, the new end of a grown
+        # transcript) and no reasoning: no lookups one by one, priced together.
+        if not cached and list(map(_reasoning, messages)).count(None) == len(messages):
+            return self._price_misses(list(messages))
         total = 0
         missed: list[Message] = []
         for message in messages:
             entry = recent.get(id(message))
             if entry is None and previous:
                 entry = previous.get(id(message))
-                if entry is not None and entry[0] is message:
+                if entry is not None and entry[0]() is message:
                     by_id.put(id(message), entry)  # used again: back into the recent generation
-            if entry is not None and entry[0] is message:
+            if entry is not None and entry[0]() is message:
                 total += entry[1]
             elif message.reasoning is not None:
                 total += self.message_tokens(message)  # keyed by projection too
@@ -322,11 +337,11 @@ class BuiltinTokenCounter:
 
     def _price_misses(self, missed: list[Message]) -> int:
         """Price and remember the messages a count missed; the same object twice is priced once."""
-        unique = {id(message): message for message in missed}
-        if len(unique) == len(missed):
+        if len(set(map(id, missed))) == len(missed):
             priced = self._price_messages(missed)
             self._shared.cache.put_messages(missed, priced)
             return sum(priced)
+        unique = {id(message): message for message in missed}
         once = list(unique.values())
         priced = self._price_messages(once)
         self._shared.cache.put_messages(once, priced)

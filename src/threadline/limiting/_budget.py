@@ -15,6 +15,7 @@ prompt budget = context limit - output reserve
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Mapping, Sequence
 
@@ -212,34 +213,39 @@ def budget_report(
     pinned: Mapping[int, PinReason],
     budget: Budget | None,
     total_tokens: int | None = None,
+    costs: Sequence[int] | None = None,
+    starts: Sequence[int] | None = None,
 ) -> BudgetReport:
     """Break the count of ``messages`` and ``tools`` down for the ledger.
 
     ``pinned`` is what :func:`threadline.limiting._units.pinned_messages` returned for
-    ``messages``; ``total_tokens`` the count already made, if any. The
-    framing overhead absorbs whatever a non-additive counter does not
+    ``messages``; ``total_tokens`` the count already made, if any; ``costs``
+    the messages' costs (:func:`message_costs`) and ``starts`` their
+    :func:`~threadline.limiting._units.unit_starts`, when the caller has them.
+    The framing overhead absorbs whatever a non-additive counter does not
     attribute to single messages, so the parts always add up.
     """
-    costs, _ = message_costs(counter, messages)
+    if costs is None:
+        costs, _ = message_costs(counter, messages)
     if total_tokens is None:
         total_tokens = counter.count(messages, tools)
     if is_incremental(counter):
         tools_tokens = counter.overhead_tokens(tools) - counter.overhead_tokens(())
     else:
         tools_tokens = counter.count([], tools) - counter.count([], ()) if tools else 0
-    starts = unit_starts(messages)
-    reasons = pinned_units(starts, pinned)
+    if starts is None:
+        starts = unit_starts(messages)
+    # Every message is in one unit: what the few pinned units do not take is history.
+    running = list(itertools.accumulate(costs, initial=0))
     bounds = [*starts, len(messages)]
-    system = pinned_part = history = 0
-    for k in range(len(starts)):
-        cost = sum(costs[bounds[k] : bounds[k + 1]])
-        reason = reasons.get(k)
+    system = pinned_part = 0
+    for k, reason in pinned_units(starts, pinned).items():
+        cost = running[bounds[k + 1]] - running[bounds[k]]
         if reason is PinReason.FIRST_SYSTEM:
             system += cost
-        elif reason is not None:
-            pinned_part += cost
         else:
-            history += cost
+            pinned_part += cost
+    history = running[-1] - system - pinned_part
     return BudgetReport(
         system_tokens=system,
         tools_tokens=tools_tokens,

@@ -78,8 +78,14 @@ def _drop_oldest(event: TokenLimitEvent, counter: TokenCounter) -> None:
     messages = event.messages
     tools = event.tools
     budget = event.budget_tokens
-    costs, overhead = message_costs(counter, messages, tools)
     exact = is_incremental(counter)
+    if counter is event.counter:  # the engine has priced the transcript it handed over
+        costs = event.message_costs()
+        overhead = (
+            counter.overhead_tokens(tools) if is_incremental(counter) else counter.count([], tools)
+        )
+    else:
+        costs, overhead = message_costs(counter, messages, tools)
     total = sum(costs) + overhead if exact else counter.count(messages, tools)
     if total <= budget:
         return

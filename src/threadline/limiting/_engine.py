@@ -31,29 +31,36 @@ fails leaves the decision to the estimate, with a warning.
 
 from __future__ import annotations
 
+import bisect
+import functools
 import inspect
+import itertools
 import logging
+import operator
 from collections.abc import Sequence
+from typing import NoReturn, cast
 
 from threadline._errors import HandlerError, ThreadlineError, TranscriptIntegrityError
 from threadline._messages import Message
 from threadline.counting._anchored import AnchoredCounter
 from threadline.counting._calibration import calibrated_estimate
-from threadline.counting._protocol import TokenCounter
+from threadline.counting._protocol import TokenCounter, is_incremental
 from threadline.counting._resolution import ExactCounter
-from threadline.limiting._budget import Budget, budget_report
+from threadline.limiting._budget import Budget, budget_report, message_costs
 from threadline.limiting._drop_oldest import drop_oldest_units, slides_by_one
 from threadline.limiting._event import (
     TokenLimitEvent,
     TokenLimitHandler,
+    certified_sources,
     checked_event,
-    drop_reasons,
+    drop_log,
     handler_name,
 )
 from threadline.limiting._incremental import CheckedHistory, quick_outcome
 from threadline.limiting._ledger import (
     CountedBy,
     DroppedUnit,
+    DroppedUnits,
     HandlerRun,
     LimitingOutcome,
     LimitingRecord,
@@ -62,6 +69,7 @@ from threadline.limiting._ledger import (
 from threadline.limiting._units import (
     PinReason,
     check_integrity,
+    checked_unit_starts,
     current_prompt_index,
     match_messages,
     pinned_messages,
@@ -157,7 +165,7 @@ class _Limiting:
         round: int,
         prompt_index: int | None,
     ) -> None:
-        check_integrity(messages)
+        self.original_starts = checked_unit_starts(messages)
         self.original = messages
         self.tools = tools
         self.counter = counter
@@ -165,10 +173,17 @@ class _Limiting:
         self.round = round
         self.prompt_index = current_prompt_index(messages, prompt_index)
         self.pinned: dict[int, PinReason] = pinned_messages(messages, prompt_index=prompt_index)
-        self.original_starts = unit_starts(messages, checked=True)
         self.current: list[Message] = list(messages)
-        self.sources: list[int | None] = list(range(len(messages)))
-        self.tokens_before = self.tokens = counter.count(messages, tools)
+        self.sources: Sequence[int | None] = range(len(messages))
+        # With an incremental counter each message is priced once, here: the
+        # recount after a handler and the budget report sum these costs.
+        self.costs: list[int] | None = None
+        if is_incremental(counter):
+            self.costs, overhead = message_costs(counter, messages, tools)
+            self.tokens = sum(self.costs) + overhead
+        else:
+            self.tokens = counter.count(messages, tools)
+        self.tokens_before = self.tokens
         self.estimated_tokens = self.tokens
         self.exact_tokens: int | None = None
         self.exact_candidate: tuple[Message, ...] | None = None
@@ -176,7 +191,7 @@ class _Limiting:
             "estimate" if calibrated_estimate(counter) is None else "calibrated estimate"
         )
         self.runs: list[HandlerRun] = []
-        self.dropped: list[DroppedUnit] = []
+        self.drops: list[_Drops] = []
 
     async def count_exactly(
         self,
@@ -220,6 +235,7 @@ class _Limiting:
         self.counter = AnchoredCounter.near_budget(
             estimate, candidate, self.tools, exact_tokens=counted, margin=margin
         )
+        self.costs = None  # priced by the anchored counter from here on
         self.tokens = self.exact_tokens = counted
         self.exact_candidate = candidate
         self.counted_by = "exact"
@@ -234,35 +250,87 @@ class _Limiting:
             round=self.round,
             estimated_tokens=self.tokens,
             pinned=self.pinned,
+            starts=self.original_starts if isinstance(self.sources, range) else None,
+            costs=self.costs,
         )
         result = handler(event)
         if inspect.isawaitable(result):
             await result
-        rewrite, matches, removed = self._checked_rewrite(event, name)
+        certified = certified_sources(event)
+        if certified is not None:
+            rewrite, matches = list(event.messages), list(certified)
+            removed = self._checked_removal(name, cast(list[int], matches))
+            added = 0
+        else:
+            rewrite, matches, removed = self._checked_rewrite(event, name)
+            added = matches.count(None)
         reason = f"over budget: {self.tokens} > {budget.prompt_tokens} tokens"
-        self._record_drops(name, phase, removed, event, reason)
-        self.pinned = {
-            at: self.pinned[source]
-            for at, source in enumerate(matches)
-            if source is not None and source in self.pinned
-        }
-        self.sources = [self.sources[m] if m is not None else None for m in matches]
+        self._record_drops(name, phase, removed, drop_log(event), reason)
+        self._follow(matches, added == 0)
         self.current = rewrite
-        before, self.tokens = self.tokens, self.counter.count(rewrite, self.tools)
+        before = self.tokens
+        costs = self.costs
+        if certified is not None and costs is not None and is_incremental(self.counter):
+            self.costs = list(map(costs.__getitem__, cast(list[int], matches)))
+            self.tokens = sum(self.costs) + self.counter.overhead_tokens(self.tools)
+        else:
+            self.costs = None
+            self.tokens = self.counter.count(rewrite, self.tools)
         self.runs.append(
             HandlerRun(
                 handler=name,
                 phase=phase,
                 tokens_before=before,
                 tokens_after=self.tokens,
-                dropped_messages=len(removed),
-                added_messages=matches.count(None),
+                dropped_messages=sum(end - start for start, end in removed),
+                added_messages=added,
             )
+        )
+
+    def _follow(self, matches: list[int | None], only_kept: bool) -> None:
+        """Carry what is pinned, and where each message came from, over to the rewrite."""
+        if only_kept:  # matches are the kept indices, ascending: look the few pinned ones up
+            kept = cast(list[int], matches)
+            self.pinned = {
+                bisect.bisect_left(kept, source): reason
+                for source, reason in self.pinned.items()
+                if _holds(kept, source)
+            }
+        else:
+            self.pinned = {
+                at: self.pinned[source]
+                for at, source in enumerate(matches)
+                if source is not None and source in self.pinned
+            }
+        sources = self.sources
+        if isinstance(sources, range):  # nothing rewritten before: the input's own indices
+            self.sources = matches
+        elif only_kept:
+            self.sources = list(map(sources.__getitem__, cast(list[int], matches)))
+        else:
+            self.sources = [sources[m] if m is not None else None for m in matches]
+
+    def _checked_removal(self, name: str, kept: list[int]) -> list[tuple[int, int]]:
+        """What a rewrite made of whole units removed: ``(start, end)`` spans; none pinned."""
+        removed = _gaps(kept, len(self.current))
+        for index in sorted(self.pinned):
+            if not _holds(kept, index):
+                self._refuse_pinned_drop(name, index)
+        return removed
+
+    def _refuse_pinned_drop(self, name: str, index: int) -> NoReturn:
+        reason = self.pinned[index]
+        message = self.current[index]
+        raise HandlerError(
+            f"limiting handler {name!r} dropped or changed the {reason.value} "
+            f"(message {index} of the transcript it was given, {message.role.value}); "
+            "pinned messages must be kept as they are",
+            handler=name,
         )
 
     def _checked_rewrite(
         self, event: TokenLimitEvent, name: str
-    ) -> tuple[list[Message], list[int | None], list[int]]:
+    ) -> tuple[list[Message], list[int | None], list[tuple[int, int]]]:
         output: object = event.messages
         if not isinstance(output, list | tuple):
             raise HandlerError(
@@ -289,67 +357,32 @@ class _Limiting:
                 index=exc.index,
             ) from exc
         matches = match_messages(self.current, rewrite)
-        removed: list[int] = []
+        removed: list[tuple[int, int]] = []
         expected = 0
         for source in matches:
             if source is not None:
-                removed.extend(range(expected, source))
+                if source > expected:
+                    removed.append((expected, source))
                 expected = source + 1
-        removed.extend(range(expected, len(self.current)))
-        for index in removed:
-            reason = self.pinned.get(index)
-            if reason is not None:
-                message = self.current[index]
-                raise HandlerError(
-                    f"limiting handler {name!r} dropped or changed the {reason.value} "
-                    f"(message {index} of the transcript it was given, {message.role.value}); "
-                    "pinned messages must be kept as they are",
-                    handler=name,
-                )
+        if expected < len(self.current):
+            removed.append((expected, len(self.current)))
+        for start, end in removed:
+            for index in range(start, end):
+                if index in self.pinned:
+                    self._refuse_pinned_drop(name, index)
         return rewrite, matches, removed
 
     def _record_drops(
         self,
         name: str,
         phase: Phase,
-        removed: list[int],
-        event: TokenLimitEvent,
+        removed: list[tuple[int, int]],
+        notes: list[tuple[int, int, str]],
         default_reason: str,
     ) -> None:
-        # Attribute removed messages to units of the round's input; a message
-        # an earlier handler added has no unit there and is left out. Sources
-        # only grow along the transcript, so one walk over the units does it.
-        starts = self.original_starts
-        notes = drop_reasons(event)
-        found: list[tuple[int, str | None]] = []  # (unit number, noted reason)
-        k = 0
-        for index in removed:
-            source = self.sources[index]
-            if source is None:
-                continue
-            while k + 1 < len(starts) and starts[k + 1] <= source:
-                k += 1
-            note = notes.get(index)
-            if found and found[-1][0] == k:
-                if found[-1][1] is None:
-                    found[-1] = (k, note)
-            else:
-                found.append((k, note))
-        for k, note in found:
-            start = starts[k]
-            end = starts[k + 1] if k + 1 < len(starts) else len(self.original)
-            unit = self.original[start:end]
-            self.dropped.append(
-                DroppedUnit(
-                    handler=name,
-                    phase=phase,
-                    kind=unit_kind(unit[0]),
-                    start=start,
-                    end=end,
-                    roles=tuple(m.role for m in unit),
-                    reason=note or default_reason,
-                )
-            )
+        """Keep what the ledger needs to name the dropped units; they are made when read."""
+        if removed:
+            self.drops.append(_Drops(name, phase, removed, self.sources, notes, default_reason))
 
     def _sent_candidate(self) -> bool:
         candidate = self.exact_candidate
@@ -362,8 +395,11 @@ class _Limiting:
     def outcome(self) -> LimitingOutcome:
         budget = self.budget
         over = budget is not None and self.tokens > budget.prompt_tokens
-        if over and budget is not None:
+        if isinstance(self.sources, range):
+            starts = self.original_starts
+        else:
             starts = unit_starts(self.current, checked=True)
+        if over and budget is not None:
             only_pinned = len(pinned_units(starts, self.pinned)) == len(starts)
             logger.warning(
                 "round %d: sending %d tokens over the prompt budget of %d tokens (%s); "
@@ -382,6 +418,8 @@ class _Limiting:
             pinned=self.pinned,
             budget=budget,
             total_tokens=self.tokens,
+            costs=self.costs,
+            starts=starts,
         )
         record = LimitingRecord(
             round=self.round,
@@ -389,7 +427,12 @@ class _Limiting:
             tokens_before=self.tokens_before,
             tokens_after=self.tokens,
             handlers=tuple(self.runs),
-            dropped=tuple(self.dropped),
+            # Made when read, from what they need only (not the whole step's state).
+            dropped=DroppedUnits(
+                functools.partial(_dropped_units, self.drops, self.original, self.original_starts)
+            )
+            if self.drops
+            else DroppedUnits(),
             sent_over_budget=over,
             report=report,
             counted_by=self.counted_by,
@@ -398,13 +441,101 @@ class _Limiting:
             exact_tokens_sent=self.exact_tokens if self._sent_candidate() else None,
         )
         prompt_at = None
-        if self.prompt_index is not None:
-            prompt_at = next(
-                (at for at, src in enumerate(self.sources) if src == self.prompt_index), None
-            )
+        if self.prompt_index is not None and self.prompt_index in self.sources:
+            prompt_at = self.sources.index(self.prompt_index)
         return LimitingOutcome(
             messages=tuple(self.current),
             record=record,
             sources=tuple(self.sources),
             prompt_index=prompt_at,
         )
+
+
+class _Drops:
+    """What one handler removed, kept raw until the ledger is read.
+
+    ``removed`` are ``(start, end)`` spans of the transcript the handler was
+    given, ``sources`` where its messages came from in the step's input,
+    ``notes`` the reasons the handler gave (``(first, end, reason)`` over the
+    same positions, later ones winning).
+    """
+
+    __slots__ = ("default_reason", "name", "notes", "phase", "removed", "sources")
+
+    def __init__(
+        self,
+        name: str,
+        phase: Phase,
+        removed: list[tuple[int, int]],
+        sources: Sequence[int | None],
+        notes: list[tuple[int, int, str]],
+        default_reason: str,
+    ) -> None:
+        self.name = name
+        self.phase = phase
+        self.removed = removed
+        self.sources = sources
+        self.notes = notes
+        self.default_reason = default_reason
+
+    def units(self, original: Sequence[Message], starts: list[int]) -> list[DroppedUnit]:
+        """The units of ``original`` (beginning at ``starts``) that lost a message here.
+
+        A message a handler added has no unit in the input and is left out.
+        Sources only grow along the transcript, so one walk over the units does it.
+        """
+        notes: dict[int, str] = {}
+        for first, end, reason in self.notes:
+            notes.update(zip(range(first, end), itertools.repeat(reason)))
+        found: list[tuple[int, str | None]] = []  # (unit number, noted reason)
+        k = 0
+        for start, end in self.removed:
+            for index in range(start, end):
+                source = self.sources[index]
+                if source is None:
+                    continue
+                while k + 1 < len(starts) and starts[k + 1] <= source:
+                    k += 1
+                note = notes.get(index)
+                if found and found[-1][0] == k:
+                    if found[-1][1] is None:
+                        found[-1] = (k, note)
+                else:
+                    found.append((k, note))
+        dropped: list[DroppedUnit] = []
+        for k, note in found:
+            start = starts[k]
+            end = starts[k + 1] if k + 1 < len(starts) else len(original)
+            unit = original[start:end]
+            dropped.append(
+                DroppedUnit(
+                    handler=self.name,
+                    phase=self.phase,
+                    kind=unit_kind(unit[0]),
+                    start=start,
+                    end=end,
+                    roles=tuple(m.role for m in unit),
+                    reason=note or self.default_reason,
+                )
+            )
+        return dropped
+
+
+def _dropped_units(
+    drops: list[_Drops], original: Sequence[Message], starts: list[int]
+) -> list[DroppedUnit]:
+    return [unit for run in drops for unit in run.units(original, starts)]
+
+
+def _holds(kept: list[int], index: int) -> bool:
+    """Whether ascending ``kept`` holds ``index``."""
+    at = bisect.bisect_left(kept, index)
+    return at < len(kept) and kept[at] == index
+
+
+def _gaps(kept: list[int], size: int) -> list[tuple[int, int]]:
+    """The ``(start, end)`` spans of ``range(size)`` missing from ascending ``kept``."""
+    bounds = [-1, *kept, size]
+    steps = map(operator.sub, itertools.islice(bounds, 1, None), bounds)
+    after = itertools.compress(itertools.count(), map(operator.gt, steps, itertools.repeat(1)))
+    return [(bounds[k] + 1, bounds[k + 1]) for k in after]

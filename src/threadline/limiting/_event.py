@@ -9,6 +9,7 @@ nothing else, so a handler of your own can do all they do.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import operator
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -17,11 +18,13 @@ from typing import TypeAlias
 from threadline._errors import InvalidRequestError
 from threadline._messages import Message
 from threadline.counting._protocol import TokenCounter
+from threadline.limiting._budget import message_costs
 from threadline.limiting._units import (
     PinReason,
     Unit,
     Units,
     check_integrity,
+    checked_unit_starts,
     listing,
     match_messages,
     pinned_messages,
@@ -33,7 +36,9 @@ from threadline.tools._tools import Tool
 __all__ = [
     "TokenLimitEvent",
     "TokenLimitHandler",
+    "certified_sources",
     "checked_event",
+    "drop_log",
     "drop_reasons",
     "handler_name",
 ]
@@ -68,6 +73,7 @@ class TokenLimitEvent:
     __slots__ = (
         "_budget_tokens",
         "_checked",
+        "_costs",
         "_counter",
         "_drop_log",
         "_layout_cache",
@@ -76,6 +82,7 @@ class TokenLimitEvent:
         "_snapshot",
         "_tools",
         "_view",
+        "_whole_units",
         "estimated_tokens",
         "messages",
     )
@@ -102,7 +109,11 @@ class TokenLimitEvent:
             pinned = pinned_messages(self._snapshot, prompt_index=prompt_index)
         self._pinned: Mapping[int, PinReason] = dict(pinned)
         self._checked = False  # checked_event sets it: the engine checked the snapshot
+        # Whether messages is still the snapshot less whole units dropped with
+        # drop_units: then it is whole by construction (see certified_sources).
+        self._whole_units = True
         self._layout_cache: _Layout | None = None
+        self._costs: list[int] | None = None  # of the snapshot, when the engine priced it
         # The last list the event made or matched, where its messages came from,
         # and whether every one of them was handed over (no None in the sources).
         self._view: tuple[list[Message], _Sources, bool] = (
@@ -141,6 +152,20 @@ class TokenLimitEvent:
         """Recount ``messages`` and ``tools``, refresh ``estimated_tokens``, compare."""
         self.estimated_tokens = self._counter.count(self.messages, self._tools)
         return self.estimated_tokens > self._budget_tokens
+
+    def message_costs(self) -> list[int]:
+        """What each message of ``messages`` (as it is now) costs, by the event's counter.
+
+        With an :class:`~threadline.counting.IncrementalTokenCounter` the
+        costs are exact (the count is their sum plus the counter's overhead);
+        with another counter each is estimated as ``count([m]) - count([])``.
+        The engine has priced the transcript it hands over already, so asking
+        before any change costs no counting.
+        """
+        if self._costs is not None and _same_messages(self.messages, self._snapshot):
+            return list(self._costs)
+        costs, _ = message_costs(self._counter, self.messages)
+        return costs
 
     def units(self, *, pinned: bool | None = None) -> Units:
         """The units of ``messages`` as they are now, each marked pinned or droppable.
@@ -187,6 +212,8 @@ class TokenLimitEvent:
         if not spans:
             return
         sources, whole = self._sources()
+        if self._whole_units:
+            self._whole_units = whole and self._checked and self._on_unit_borders(sources, spans)
         kept: list[Message] = []
         kept_sources: list[int | None] = []
         at = 0
@@ -224,10 +251,36 @@ class TokenLimitEvent:
                 return
         self._drop_log.extend((i, i + 1, reason) for i in sources[start:end] if i is not None)
 
+    def _on_unit_borders(self, sources: _Sources, spans: list[tuple[int, int]]) -> bool:
+        """Whether each span of ``messages`` begins and ends at a unit border of the snapshot.
+
+        ``messages`` is the snapshot less whole units, so its units are the
+        snapshot's that are left: a span on their borders drops whole units.
+        """
+        starts = self._snapshot_starts()
+        size = len(self._snapshot)
+        for start, end in spans:
+            first, last = sources[start], sources[end - 1]
+            if first is None or last is None:
+                return False
+            if not _is_start(starts, first) or not (
+                last + 1 == size or _is_start(starts, last + 1)
+            ):
+                return False
+        return True
+
+    def _snapshot_starts(self) -> list[int]:
+        """Where the units of the (checked) snapshot begin."""
+        if self._layout_cache is None:
+            starts = unit_starts(self._snapshot, checked=True)
+            self._layout_cache = (self._snapshot, starts, self._pinned)
+        return self._layout_cache[1]
+
     def _sources(self) -> tuple[_Sources, bool]:
         """Where each message of ``messages`` came from, and whether all were handed over."""
         known, sources, whole = self._view
         if not _same_messages(self.messages, known):
+            self._whole_units = False  # rewritten by hand: only a full check will tell
             sources = match_messages(self._snapshot, self.messages)
             whole = None not in sources
             self._view = (list(self.messages), sources, whole)
@@ -237,9 +290,10 @@ class TokenLimitEvent:
         """``messages`` as they are now, where their units start, and what is pinned."""
         if _same_messages(self.messages, self._snapshot):
             if self._layout_cache is None:
-                if not self._checked:
-                    check_integrity(self._snapshot)
-                starts = unit_starts(self._snapshot, checked=True)
+                if self._checked:
+                    starts = unit_starts(self._snapshot, checked=True)
+                else:
+                    starts = checked_unit_starts(self._snapshot)
                 self._layout_cache = (self._snapshot, starts, self._pinned)
             return self._layout_cache
         check_integrity(self.messages)
@@ -306,6 +360,11 @@ def _spans(units: Iterable[Unit], size: int) -> list[tuple[int, int]]:
     return list(zip(opens, closes, strict=True))
 
 
+def _is_start(starts: list[int], index: int) -> bool:
+    at = bisect.bisect_left(starts, index)
+    return at < len(starts) and starts[at] == index
+
+
 def _same_messages(messages: Sequence[Message], known: list[Message]) -> bool:
     """Whether ``messages`` holds the messages of ``known``, in the same order.
 
@@ -324,8 +383,14 @@ def checked_event(
     round: int,
     estimated_tokens: int,
     pinned: Mapping[int, PinReason],
+    starts: list[int] | None = None,
+    costs: list[int] | None = None,
 ) -> TokenLimitEvent:
-    """The engine's event for a transcript it has checked and counted already."""
+    """The engine's event for a transcript it has checked and counted already.
+
+    ``starts`` are its :func:`~threadline.limiting._units.unit_starts` and
+    ``costs`` its messages' costs by ``counter``, when known.
+    """
     event = TokenLimitEvent(
         messages,
         budget_tokens=budget_tokens,
@@ -336,7 +401,32 @@ def checked_event(
         pinned=pinned,
     )
     event._checked = True
+    event._costs = costs
+    if starts is not None:
+        event._layout_cache = (event._snapshot, starts, event._pinned)
     return event
+
+
+def certified_sources(event: TokenLimitEvent) -> _Sources | None:
+    """Where each message the handler left came from, when no check is needed.
+
+    That is when the event was made by the engine (its snapshot checked) and
+    ``messages`` is the snapshot less whole units dropped with
+    :meth:`TokenLimitEvent.drop_units`: such a transcript is whole, made of
+    the snapshot's own messages in order. ``None`` otherwise: the engine
+    checks the rewrite in full.
+    """
+    if not (event._checked and event._whole_units):
+        return None
+    known, sources, whole = event._view
+    if not whole or not _same_messages(event.messages, known):
+        return None
+    return sources
+
+
+def drop_log(event: TokenLimitEvent) -> list[tuple[int, int, str]]:
+    """Why the handler dropped messages: ``(first, end, reason)`` ranges, later ones win."""
+    return list(event._drop_log)
 
 
 def drop_reasons(event: TokenLimitEvent) -> dict[int, str]:

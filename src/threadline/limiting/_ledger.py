@@ -9,7 +9,8 @@ transcript to send and its record.
 
 from __future__ import annotations
 
-from typing import Literal, TypeAlias
+from collections.abc import Callable, Iterator, Sequence
+from typing import Literal, TypeAlias, overload
 
 import attrs
 
@@ -21,6 +22,7 @@ __all__ = [
     "CountedBy",
     "DroppedReasoning",
     "DroppedUnit",
+    "DroppedUnits",
     "HandlerRun",
     "LimitingOutcome",
     "LimitingRecord",
@@ -50,6 +52,67 @@ class DroppedUnit:
     end: int
     roles: tuple[Role, ...]
     reason: str
+
+
+class DroppedUnits(Sequence[DroppedUnit]):
+    """The units a limiting step dropped, in order: a read-only sequence of :class:`DroppedUnit`.
+
+    What ``LimitingRecord.dropped`` holds. A step that drops tens of
+    thousands of units records which ones cheaply; the :class:`DroppedUnit`
+    values are made the first time the sequence is read, so a ledger nobody
+    reads costs little. It compares equal to a list or tuple of the same units.
+    """
+
+    __slots__ = ("_make", "_units")
+
+    def __init__(self, make: Callable[[], list[DroppedUnit]] | Sequence[DroppedUnit] = ()) -> None:
+        self._units: list[DroppedUnit] | None = None
+        self._make: Callable[[], list[DroppedUnit]] | None = None
+        if callable(make):
+            self._make = make
+        else:
+            self._units = list(make)
+
+    def _all(self) -> list[DroppedUnit]:
+        units = self._units
+        if units is None:
+            assert self._make is not None
+            units = self._units = self._make()
+            self._make = None  # what it needed (the transcript) is let go
+        return units
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+    @overload
+    def __getitem__(self, index: int) -> DroppedUnit: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[DroppedUnit]: ...
+
+    def __getitem__(self, index: int | slice) -> DroppedUnit | Sequence[DroppedUnit]:
+        if isinstance(index, slice):
+            return tuple(self._all()[index])
+        return self._all()[index]
+
+    def __iter__(self) -> Iterator[DroppedUnit]:
+        return iter(self._all())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, DroppedUnits | list | tuple):
+            return self._all() == list(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self._all()))
+
+    def __repr__(self) -> str:
+        return f"DroppedUnits({self._all()!r})"
+
+
+def dropped_units(units: Sequence[DroppedUnit] | DroppedUnits) -> DroppedUnits:
+    """``units`` as a :class:`DroppedUnits` (the very one when it is one already)."""
+    return units if isinstance(units, DroppedUnits) else DroppedUnits(units)
 
 
 @attrs.frozen(kw_only=True)
@@ -114,7 +177,7 @@ class LimitingRecord:
     tokens_before: int
     tokens_after: int
     handlers: tuple[HandlerRun, ...]
-    dropped: tuple[DroppedUnit, ...]
+    dropped: Sequence[DroppedUnit] = attrs.field(converter=dropped_units)
     sent_over_budget: bool
     report: BudgetReport
     counted_by: CountedBy = "estimate"

@@ -49,6 +49,7 @@ __all__ = [
     "UnitKind",
     "Units",
     "check_integrity",
+    "checked_unit_starts",
     "current_prompt_index",
     "listing",
     "match_messages",
@@ -122,6 +123,17 @@ def check_integrity(messages: Sequence[Message]) -> None:
         TranscriptIntegrityError: naming the first broken message (``index``)
             and what is wrong with it (``reason``).
     """
+    checked_unit_starts(messages)
+
+
+def checked_unit_starts(messages: Sequence[Message]) -> list[int]:
+    """:func:`check_integrity` and :func:`unit_starts` in one walk over ``messages``.
+
+    Raises:
+        TranscriptIntegrityError: as :func:`check_integrity` does.
+    """
+    starts: list[int] = []
+    add_start = starts.append
     calls_at: dict[str, int] = {}  # call id -> index of the assistant message that made it
     open_calls: dict[str, str] = {}  # call id -> tool name, for the exchange being read
     exchange_start = -1
@@ -133,6 +145,7 @@ def check_integrity(messages: Sequence[Message]) -> None:
                 _raise_misplaced_result(call_id, index, calls_at, exchange_start)
             del open_calls[call_id]
             continue
+        add_start(index)
         if open_calls:
             _raise_missing_results(messages, exchange_start, open_calls)
         if message.tool_calls:
@@ -148,6 +161,7 @@ def check_integrity(messages: Sequence[Message]) -> None:
                 open_calls[call.id] = call.name
     if open_calls:
         _raise_missing_results(messages, exchange_start, open_calls)
+    return starts
 
 
 def _raise_misplaced_result(
