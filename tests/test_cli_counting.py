@@ -13,7 +13,7 @@ import respx
 
 # The helpers and fixtures of test_cli.py and test_cli_servers.py.
 from test_cli import invoke, no_provider_in_the_environment  # noqa: F401
-from test_cli_servers import URL, answer, llama_cpp_models
+from test_cli_servers import URL, answer, llama_cpp_counts, llama_cpp_models
 from threadline import Model, Usage
 from threadline.cli._setup import build_driver  # the driver chat builds, not a public API
 from threadline.cli._status import count_words  # the status line's wording, not a public API
@@ -27,15 +27,41 @@ def db(tmp_path: Path) -> Path:
 
 
 def test_the_status_line_shows_estimate_and_server_when_they_differ(db: Path) -> None:
+    # A server that cannot count: the estimate decides, and is shown beside the report.
+    listing = {"object": "list", "data": [{"id": "m", "object": "model"}]}
     with respx.mock() as mock:
-        mock.get(f"{URL}/models").mock(return_value=llama_cpp_models(n_ctx=2048))
+        mock.get(f"{URL}/models").mock(return_value=httpx.Response(200, json=listing))
+        mock.get(f"{URL.rpartition('/v1')[0]}/props").mock(return_value=httpx.Response(404))
         mock.post(f"{URL}/chat/completions").mock(return_value=answer("Hi.", prompt_tokens=41))
-        run = invoke("chat", "--db", str(db), "--base-url", URL, "--once", "hello there")
+        run = invoke(
+            "chat",
+            "--db",
+            str(db),
+            "--base-url",
+            URL,
+            "--max-context-tokens",
+            "2048",
+            "--once",
+            "hello there",
+        )
     assert run.code == 0, run.err
     found = re.search(r"\[estimate (\d+) · server 41 \(([+-]\d+\.\d)%\) of 1,536 budget", run.err)
     assert found, run.err
     estimate = int(found.group(1))
     assert float(found.group(2)) == round((41 - estimate) / estimate * 100, 1)
+
+
+def test_a_first_turn_on_llama_cpp_is_counted_exactly_and_shown_beside_the_report(
+    db: Path,
+) -> None:
+    # Nothing learned of the model yet: its own server counts the first turn.
+    with respx.mock() as mock:
+        mock.get(f"{URL}/models").mock(return_value=llama_cpp_models(n_ctx=2048))
+        llama_cpp_counts(mock, tokens=39)
+        mock.post(f"{URL}/chat/completions").mock(return_value=answer("Hi.", prompt_tokens=41))
+        run = invoke("chat", "--db", str(db), "--base-url", URL, "--once", "hello there")
+    assert run.code == 0, run.err
+    assert "[exact 39 · server 41 (+5.1%) of 1,536 budget" in run.err
 
 
 def round_of(decided: int, reported: int | None) -> RoundRecord:
@@ -68,23 +94,24 @@ def test_the_gap_is_worded_with_thousands_and_its_sign(
 def test_the_status_line_says_sent_when_the_counts_agree(db: Path) -> None:
     with respx.mock() as mock:
         mock.get(f"{URL}/models").mock(return_value=llama_cpp_models(n_ctx=2048))
-        route = mock.post(f"{URL}/chat/completions")
-        route.mock(return_value=answer("Hi.", prompt_tokens=1))
-        first = invoke("chat", "--db", str(db), "--base-url", URL, "--once", "hi")
-        estimate = int(re.search(r"estimate (\d+)", first.err).group(1))  # type: ignore[union-attr]
-        route.mock(return_value=answer("Hi.", prompt_tokens=estimate))
-        second = invoke("chat", "--db", str(db), "--no-save", "--base-url", URL, "--once", "hi")
-    assert f"[sent {estimate} of 1,536 budget tokens (server: {estimate})" in second.err
+        llama_cpp_counts(mock, tokens=41)
+        mock.post(f"{URL}/chat/completions").mock(return_value=answer("Hi.", prompt_tokens=41))
+        run = invoke("chat", "--db", str(db), "--base-url", URL, "--once", "hi")
+    assert "[sent 41 of 1,536 budget tokens (server: 41)" in run.err, run.err
 
 
 def test_budget_explains_the_last_turns_gap(db: Path) -> None:
     with respx.mock() as mock:
         mock.get(f"{URL}/models").mock(return_value=llama_cpp_models(n_ctx=2048))
+        llama_cpp_counts(mock)
         mock.post(f"{URL}/chat/completions").mock(return_value=answer("Hi.", prompt_tokens=41))
         run = invoke("chat", "--db", str(db), "--base-url", URL, stdin="hello\n/budget\n/exit\n")
     assert run.code == 0, run.err
     assert "last turn: the server counted 41 tokens sent" in run.err
-    assert re.search(r"threadline estimated \d+ with its own tokenizer", run.err), run.err
+    assert re.search(
+        r"threadline asked the server for the exact count: 20; its own estimate was \d+",
+        run.err,
+    ), run.err
     assert "the estimate decides what is dropped" in run.err
 
 

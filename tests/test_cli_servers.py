@@ -49,6 +49,20 @@ def llama_cpp_models(*, n_ctx: int | None = None, n_ctx_train: int = 8192) -> ht
     return httpx.Response(200, json={"object": "list", "data": [entry]})
 
 
+def llama_cpp_counts(mock: respx.MockRouter, tokens: int = 20) -> None:
+    """llama.cpp's counting endpoints: the prompt the template renders is ``tokens`` long.
+
+    A fresh chat has learned nothing of the model yet, so its first round asks them.
+    """
+    root = URL.rpartition("/v1")[0]
+    mock.post(f"{root}/apply-template").mock(
+        return_value=httpx.Response(200, json={"prompt": "<|im_start|>user\nhi<|im_end|>\n"})
+    )
+    mock.post(f"{root}/tokenize").mock(
+        return_value=httpx.Response(200, json={"tokens": list(range(tokens))})
+    )
+
+
 def sent_body(mock: respx.MockRouter) -> dict[str, Any]:
     posts = [c for c in mock.calls if c.request.method == "POST"]
     body: dict[str, Any] = json.loads(posts[-1].request.content)
@@ -58,6 +72,7 @@ def sent_body(mock: respx.MockRouter) -> dict[str, Any]:
 def test_the_window_llama_cpp_reports_in_v1_models_sets_the_budget(db: Path) -> None:
     with respx.mock() as mock:
         mock.get(f"{URL}/models").mock(return_value=llama_cpp_models(n_ctx=2048))
+        llama_cpp_counts(mock)
         mock.post(f"{URL}/chat/completions").mock(return_value=answer("Hi."))
         run = invoke("chat", "--db", str(db), "--base-url", URL, "--once", "hello")
         body = sent_body(mock)
@@ -72,6 +87,7 @@ def test_the_window_llama_cpp_reports_in_v1_models_sets_the_budget(db: Path) -> 
 def test_the_window_in_props_is_used_when_v1_models_does_not_say(db: Path) -> None:
     with respx.mock() as mock:
         mock.get(f"{URL}/models").mock(return_value=llama_cpp_models())
+        llama_cpp_counts(mock)
         mock.get("http://127.0.0.1:8080/props").mock(
             return_value=httpx.Response(
                 200, json={"default_generation_settings": {"n_ctx": 1024}, "total_slots": 1}
@@ -115,6 +131,7 @@ def test_a_known_model_name_falls_back_to_the_catalog(db: Path) -> None:
 def test_an_answer_cut_by_the_output_limit_is_flagged(db: Path) -> None:
     with respx.mock() as mock:
         mock.get(f"{URL}/models").mock(return_value=llama_cpp_models(n_ctx=2048))
+        llama_cpp_counts(mock)
         mock.post(f"{URL}/chat/completions").mock(return_value=answer("Once", finish="length"))
         run = invoke("chat", "--db", str(db), "--base-url", URL, "--once", "a long story")
     assert "answer cut at its length limit (--max-output-tokens)" in run.err
@@ -136,6 +153,7 @@ def test_an_unreachable_server_is_one_line_naming_the_url_once(db: Path) -> None
 def test_a_server_that_goes_away_mid_chat_is_named_once(db: Path) -> None:
     with respx.mock() as mock:
         mock.get(f"{URL}/models").mock(return_value=llama_cpp_models(n_ctx=2048))
+        llama_cpp_counts(mock)
         mock.post(f"{URL}/chat/completions").mock(
             side_effect=httpx.ConnectError("connection refused")
         )

@@ -50,6 +50,10 @@ class _SlowStream(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers["content-length"]))
+        if not self.path.endswith("/chat/completions"):
+            # Not llama.cpp's counting endpoints: threadline counts by its estimate.
+            self.send_error(404)
+            return
         self.send_response(200)
         self.send_header("content-type", "text/event-stream")
         self.end_headers()

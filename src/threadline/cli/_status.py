@@ -116,13 +116,15 @@ def _percent(decided: int, reported: int) -> str:
 
 def count_words(record: RoundRecord) -> str:
     """What a round sent: ``sent 1,264`` when threadline's count and the server's agree
-    (or the server said nothing), else ``estimate 1,210 · server 1,264 (+4.5%)``."""
+    (or the server said nothing), else ``estimate 1,210 · server 1,264 (+4.5%)``
+    (``exact 1,262 · …`` when the server's own tokenizer counted it beforehand)."""
     decided, reported = record.decided_input_tokens, record.reported_input_tokens
     if reported is None:
         return f"sent {decided:,}"
     if reported == decided:
         return f"sent {decided:,}"
-    return f"estimate {decided:,} · server {reported:,} ({_percent(decided, reported)})"
+    which = "estimate" if record.exact_input_tokens is None else "exact"
+    return f"{which} {decided:,} · server {reported:,} ({_percent(decided, reported)})"
 
 
 def gap_words(record: RoundRecord) -> str | None:
@@ -135,7 +137,7 @@ def gap_words(record: RoundRecord) -> str | None:
     lines = [f"last turn: the server counted {reported:,} tokens sent"]
     if record.exact_input_tokens is not None:
         lines.append(
-            f"threadline asked the server for the exact count near the budget: "
+            f"threadline asked the server for the exact count: "
             f"{record.exact_input_tokens:,}; its own estimate was {raw:,} "
             f"({_percent(raw, record.exact_input_tokens)} off)"
         )
@@ -152,8 +154,9 @@ def gap_words(record: RoundRecord) -> str | None:
             f"the model's; the server's count is {_percent(raw, reported)} from that"
         )
     lines.append(
-        "the estimate decides what is dropped; near the budget a server that can count "
-        "(llama.cpp, Anthropic) is asked for the exact count first"
+        "the estimate decides what is dropped; near the budget, and until a model's first "
+        "report, a server that can count (llama.cpp, Anthropic) is asked for the exact "
+        "count first"
     )
     return "\n".join(lines)
 
