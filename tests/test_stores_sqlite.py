@@ -104,6 +104,27 @@ async def test_the_file_is_in_wal_mode_with_a_schema_version(
     assert raw.execute("SELECT version FROM threadline_schema").fetchall() == [(SCHEMA_VERSION,)]
 
 
+async def test_a_store_opening_while_another_process_holds_the_new_file_waits_for_it(
+    path: Path, raw: sqlite3.Connection
+) -> None:
+    # Switching to WAL needs the file to itself, and while another connection holds a
+    # write lock SQLite refuses at once, without its busy wait (that wait could
+    # deadlock): two processes opening a new database together met "database is locked".
+    raw.execute("CREATE TABLE other (x)")
+    raw.execute("BEGIN IMMEDIATE")
+    raw.execute("INSERT INTO other VALUES (1)")
+
+    async def release() -> None:
+        await anyio.sleep(0.3)  # the other process's write takes its time
+        raw.execute("COMMIT")
+
+    async with anyio.create_task_group() as group, SQLiteStore(path, timeout=5) as store:
+        group.start_soon(release)
+        assert await store.list() == []
+    with closing(sqlite3.connect(path)) as fresh:
+        assert fresh.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+
 async def test_a_newer_schema_version_is_refused(path: Path, raw: sqlite3.Connection) -> None:
     async with SQLiteStore(path) as store:
         await store.save(three_turns(), expected_version=0)

@@ -54,7 +54,7 @@ from threadline.stores._base import (
     utc_now,
 )
 from threadline.stores._parts import assemble, read_metadata, read_time
-from threadline.stores._sqlite_file import file_identity, vanished
+from threadline.stores._sqlite_file import file_identity, use_wal, vanished
 from threadline.stores._sqlite_read_only import connect_read_only
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
@@ -250,7 +250,7 @@ def _connect(path: str, timeout: float) -> sqlite3.Connection:
         path, timeout=timeout, isolation_level=None, check_same_thread=False
     )
     try:
-        connection.execute("PRAGMA journal_mode = WAL")
+        use_wal(connection, timeout)
         # FULL: a committed pending message survives a power cut, not only a crash.
         connection.execute("PRAGMA synchronous = FULL")
         _prepare_schema(connection, path)
