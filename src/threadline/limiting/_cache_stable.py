@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING
 from threadline._errors import InvalidRequestError
 from threadline._messages import Message, Role
 from threadline.counting._anchored import AnchoredCounter
-from threadline.counting._protocol import TokenCounter, is_incremental, is_token_counter
+from threadline.counting._protocol import TokenCounter, is_token_counter
 from threadline.limiting._budget import message_costs
-from threadline.limiting._event import TokenLimitEvent
+from threadline.limiting._event import TokenLimitEvent, priced
 from threadline.limiting._units import PinReason, Units
 
 if TYPE_CHECKING:
@@ -108,9 +108,7 @@ def _cut(event: TokenLimitEvent, counter: TokenCounter, low_water: float) -> Non
     messages = event.messages
     tools = event.tools
     budget = event.budget_tokens
-    costs, overhead = message_costs(counter, messages, tools)
-    exact = is_incremental(counter)
-    total = sum(costs) + overhead if exact else counter.count(messages, tools)
+    costs, total, exact = priced(event, counter)
     if total <= budget:
         return
     target = math.floor(budget * low_water)

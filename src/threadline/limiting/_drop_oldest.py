@@ -14,9 +14,8 @@ from collections.abc import Callable, Sequence
 
 from threadline._errors import InvalidRequestError
 from threadline._messages import Message
-from threadline.counting._protocol import TokenCounter, is_incremental, is_token_counter
-from threadline.limiting._budget import message_costs
-from threadline.limiting._event import TokenLimitEvent, TokenLimitHandler
+from threadline.counting._protocol import TokenCounter, is_token_counter
+from threadline.limiting._event import TokenLimitEvent, TokenLimitHandler, priced
 from threadline.limiting._units import PinReason, UnitKind, Units
 
 __all__ = ["drop_oldest_units", "slides_by_one"]
@@ -78,15 +77,7 @@ def _drop_oldest(event: TokenLimitEvent, counter: TokenCounter) -> None:
     messages = event.messages
     tools = event.tools
     budget = event.budget_tokens
-    exact = is_incremental(counter)
-    if counter is event.counter:  # the engine has priced the transcript it handed over
-        costs = event.message_costs()
-        overhead = (
-            counter.overhead_tokens(tools) if is_incremental(counter) else counter.count([], tools)
-        )
-    else:
-        costs, overhead = message_costs(counter, messages, tools)
-    total = sum(costs) + overhead if exact else counter.count(messages, tools)
+    costs, total, exact = priced(event, counter)
     if total <= budget:
         return
     window = _Window(event.units(pinned=False), event.units(pinned=True), costs)

@@ -17,7 +17,7 @@ from typing import TypeAlias
 
 from threadline._errors import InvalidRequestError
 from threadline._messages import Message
-from threadline.counting._protocol import TokenCounter
+from threadline.counting._protocol import TokenCounter, is_incremental
 from threadline.limiting._budget import message_costs
 from threadline.limiting._units import (
     PinReason,
@@ -41,6 +41,7 @@ __all__ = [
     "drop_log",
     "drop_reasons",
     "handler_name",
+    "priced",
 ]
 
 # Where the messages of a list came from: for each, its index in the messages
@@ -443,3 +444,17 @@ def handler_name(handler: object) -> str:
     if isinstance(name, str):
         return name
     return type(handler).__qualname__
+
+
+def priced(event: TokenLimitEvent, counter: TokenCounter) -> tuple[list[int], int, bool]:
+    """``(each message's cost, the transcript's total, whether the costs sum to it)``
+    by ``counter``, for a built-in handler: the engine's prices of the transcript it
+    handed over are taken as they are when ``counter`` is the event's own."""
+    messages, tools = event.messages, event.tools
+    if counter is event.counter:
+        costs = event.message_costs()
+    else:
+        costs, _ = message_costs(counter, messages)
+    if is_incremental(counter):
+        return costs, sum(costs) + counter.overhead_tokens(tools), True
+    return costs, counter.count(messages, tools), False
