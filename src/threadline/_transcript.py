@@ -178,6 +178,8 @@ class Transcript:
         self._seed: list[Message] = []
         self._system_events = sum(1 for m in self._messages if m.role is Role.SYSTEM)
         self._call_ids = {call.id for m in self._messages for call in m.tool_calls}
+        # Where the messages carrying reasoning are: replay checks look only there.
+        self._reasoned = [i for i, m in enumerate(self._messages) if m.reasoning is not None]
         self._user_indices = [
             i for i, event in enumerate(self._events) if event.message.role is Role.USER
         ]
@@ -255,6 +257,7 @@ class Transcript:
         self._messages.extend(messages)
         self._system_events += sum(1 for m in messages if m.role is Role.SYSTEM)
         self._call_ids.update(call.id for m in messages for call in m.tool_calls)
+        self._reasoned.extend(offset + i for i, m in enumerate(messages) if m.reasoning is not None)
         self._user_indices.extend(
             offset + i for i, event in enumerate(events) if event.message.role is Role.USER
         )
@@ -295,16 +298,28 @@ class Transcript:
             seed.extend(m.with_origin(Origin.SEED) for m in self._messages[len(seed) :])
         return tuple(seed) if start == 0 else tuple(itertools.islice(seed, start, None))
 
-    def checked(self, head: Sequence[Message], window: Sequence[Message]) -> CheckedHistory | None:
+    def checked(
+        self, head: Sequence[Message], window: Sequence[Message], start: int
+    ) -> CheckedHistory | None:
         """The transcript's word for ``(*head, *window)``, a window of its seed messages
-        after ``head``: whole, since every turn was checked as it joined, and free of
-        system messages. ``None`` when it cannot say so: a system event (which
-        ``replace_events`` allows), or a head with a system message, tool calls or
-        another origin than seed.
+        from event ``start`` on after ``head``: whole, since every turn was checked as it
+        joined, and free of system messages. ``None`` when it cannot say so: a system
+        event (which ``replace_events`` allows), or a head with a system message, tool
+        calls or another origin than seed.
         """
         if self._system_events or any(
             m.role is Role.SYSTEM or m.tool_calls or m.origin is not Origin.SEED for m in head
         ):
             return None
         messages = tuple(window) if not head else (*head, *window)
-        return CheckedHistory(messages=messages, call_ids=self._call_ids)
+        reasoned = self._reasoned
+        shift = len(head) - start
+        first = bisect.bisect_left(reasoned, start)
+        return CheckedHistory(
+            messages=messages,
+            call_ids=self._call_ids,
+            reasoned=(
+                *(i for i, m in enumerate(head) if m.reasoning is not None),
+                *(i + shift for i in itertools.islice(reasoned, first, None)),
+            ),
+        )
