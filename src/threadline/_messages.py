@@ -208,11 +208,12 @@ def _validate_message(message: Message) -> None:
 
 
 class _MessageSlots:
-    """What a message keeps beside its fields: its ``seed`` copy, made once when first
-    asked for (see ``Message.with_origin``); not a field, so never compared,
-    hashed, printed or saved."""
+    """What a message keeps beside its fields, never compared, hashed, printed or saved:
+    its ``seed`` copy, made once when first asked for (see ``Message.with_origin``),
+    and the built-in counter's price of it (``counting._builtin``), so neither needs
+    a process-wide map beside the message."""
 
-    __slots__ = ("_seed_copy",)
+    __slots__ = ("_count_cost", "_seed_copy")
 
 
 @attrs.frozen(kw_only=True, cache_hash=True)
