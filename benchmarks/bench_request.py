@@ -99,6 +99,7 @@ STREAM_CHUNKS = 200
 HISTORY_MESSAGES = 1000
 PROTOCOLS = ("openai", "anthropic")
 CASES = ("small", "history", "stream")
+SHOW_TIMES = False
 
 # --- the mock server (runs in its own process) -------------------------------
 
@@ -515,9 +516,11 @@ def _quartiles(values: list[float]) -> tuple[float, float, float]:
 
 
 def _report(title: str, targets: Targets, timings: Timings, unit: str) -> bool:
-    if os.environ.get("BENCH_DEBUG"):
-        for n, t in timings.wall.items():
-            print(n, [round(x * 1000) for x in t], [round(x * 1000) for x in timings.cpu[n]])
+    if SHOW_TIMES:
+        for name, wall in timings.wall.items():
+            cpu = timings.cpu[name]
+            print(f"  {name}: wall ms {[round(t * 1000) for t in wall]}")
+            print(f"  {' ' * len(name)}   CPU ms {[round(t * 1000) for t in cpu]}")
     print(f"\n{title}")
     print(
         f"  {'':<18} {'median':>10}       time ratio to raw httpx, paired per repetition:"
@@ -762,6 +765,7 @@ def main() -> None:
     parser.add_argument(
         "--case", action="append", choices=CASES, help="time only this case (repeatable)"
     )
+    parser.add_argument("--times", action="store_true", help="print every repetition's times")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
@@ -773,6 +777,8 @@ def main() -> None:
     try:
         assert server.stdout is not None
         port = int(server.stdout.readline())
+        global SHOW_TIMES
+        SHOW_TIMES = args.times
         args.protocol = args.protocol or list(PROTOCOLS)
         args.case = args.case or list(CASES)
         met = anyio.run(_bench, port, args)
