@@ -30,7 +30,9 @@ from typing import TYPE_CHECKING
 
 from threadline._validate import fail, non_negative_int
 from threadline.counting._anchored import AnchoredCounter, message_key
+from threadline.counting._classes import ClassCounts, transcript_classes
 from threadline.counting._scaling import scaled
+from threadline.counting._slopes import MAX_OBSERVATIONS, ClassAnchoredCounter, SlopeFit, fit
 
 if TYPE_CHECKING:
     from threadline._messages import Message
@@ -105,7 +107,7 @@ class TokenCalibration:
         calibration.ratio("smollm2")  # e.g. 1.31 after a few turns
     """
 
-    __slots__ = ("_last", "_lock", "_min_estimated_tokens", "_ratios")
+    __slots__ = ("_fits", "_last", "_lock", "_min_estimated_tokens", "_observed", "_ratios")
 
     def __init__(
         self,
@@ -118,6 +120,9 @@ class TokenCalibration:
         self._ratios: dict[str, float] = {}
         # The last report per key, with the prompt it counted: (messages, tokens).
         self._last: dict[str, tuple[tuple[Message, ...], int]] = {}
+        # Per key: the reports by class (the latest MAX_OBSERVATIONS), and their fit.
+        self._observed: dict[str, list[tuple[ClassCounts, int]]] = {}
+        self._fits: dict[str, SlopeFit] = {}
         if ratios is not None:
             self.absorb(ratios)
 
@@ -151,6 +156,7 @@ class TokenCalibration:
         reported_tokens: int,
         tools: Iterable[str] = (),
         sent: Sequence[Message] | None = None,
+        counter: TokenCounter | None = None,
     ) -> float | None:
         """Learn from one response: the prompt (sent with the tools named ``tools``) was
         estimated at ``estimated_tokens`` and the provider reported ``reported_tokens``.
@@ -164,9 +170,28 @@ class TokenCalibration:
             return self.ratio(model, tools)
         key = calibration_key(model, tools)
         if sent is not None:
+            sent = tuple(sent)
             with self._lock:
-                self._last[key] = (tuple(sent), reported_tokens)
+                self._last[key] = (sent, reported_tokens)
+            if counter is not None:
+                self._learn(key, counter, sent, reported_tokens)
         return self._raise(key, reported_tokens / estimated_tokens)
+
+    def _learn(
+        self, key: str, counter: TokenCounter, sent: tuple[Message, ...], reported_tokens: int
+    ) -> None:
+        """Fit the slopes of ``key`` again with one more report (see ``_slopes``)."""
+        counts = transcript_classes(counter, sent)
+        with self._lock:
+            observed = self._observed.setdefault(key, [])
+            observed.append((counts, reported_tokens))
+            del observed[:-MAX_OBSERVATIONS]
+            self._fits[key] = SlopeFit(fit(observed), sent, reported_tokens)
+
+    def fitted(self, model: str, tools: Iterable[str] = ()) -> SlopeFit | None:
+        """The slopes fitted for ``model`` sent with the tools named ``tools``, and the
+        report they price from; ``None`` before a report with its prompt's counter."""
+        return self._fits.get(calibration_key(model, tools))
 
     def estimate(
         self,
@@ -179,6 +204,9 @@ class TokenCalibration:
         counted from the last report when the transcript holds most of its prompt,
         else ``counter`` times the ratio; ``counter`` itself before any observation."""
         names = [t.name for t in tools]
+        fitted = self._fits.get(calibration_key(model, names))
+        if fitted is not None:
+            return fitted.counter(counter, tools)
         ratio = self.ratio(model, names)
         if ratio is None:
             return counter
@@ -298,6 +326,6 @@ def calibrated_estimate(counter: TokenCounter) -> TokenCounter | None:
     """The uncalibrated counter under a calibrated one; ``None`` for any other counter."""
     if isinstance(counter, CalibratedCounter):
         return counter.counter
-    if isinstance(counter, ReportAnchoredCounter):
+    if isinstance(counter, ReportAnchoredCounter | ClassAnchoredCounter):
         return counter.estimate
     return None
