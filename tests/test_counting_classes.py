@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import itertools
+import json
+import math
+
 import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from threadline import Client, Message, Model, ToolCall
+from threadline import Agent, Client, Conversation, InvalidRequestError, Message, Model, ToolCall
 from threadline._provider import ProviderCall, ProviderResponse
 
 # The class features and the fit are private to the counting room; their arithmetic is
@@ -20,7 +24,7 @@ from threadline.counting._classes import (
     message_classes,
     transcript_classes,
 )
-from threadline.counting._slopes import PRIOR_SLOPE, UPWARD_BIAS, fit
+from threadline.counting._slopes import PRIOR_SLOPES, UPWARD_BIAS, fit
 
 from threadline.counting import BuiltinTokenCounter, TokenCalibration
 from threadline.testing import ScriptedDriver
@@ -36,7 +40,10 @@ def test_text_is_split_into_runs_of_one_script() -> None:
         (CYRILLIC, "Привет, мир! Как дела? "),
         (LATIN, "OK"),
     ]
-    assert classify_text("東京は、どこですか？ Tokyo") == [(CJK, "東京は、どこですか？ "), (LATIN, "Tokyo")]
+    assert classify_text("東京は、どこですか？ Tokyo") == [
+        (CJK, "東京は、どこですか？ "),
+        (LATIN, "Tokyo"),
+    ]
     assert classify_text("Grüße aus München, señor") == [(LATIN, "Grüße aus München, señor")]
     assert classify_text("مرحبا") == [(OTHER, "مرحبا")]
     assert classify_text("") == []
@@ -71,11 +78,14 @@ def test_a_transcripts_classes_are_its_messages_summed() -> None:
 
 
 def test_without_reports_every_slope_is_the_prior() -> None:
-    assert fit([]) == (PRIOR_SLOPE,) * len(CLASSES)
-    assert fit([((4, 0, 10, 0, 0, 0), 50)]) == (PRIOR_SLOPE,) * len(CLASSES)
+    assert fit([]) == PRIOR_SLOPES
+    assert fit([((4, 0, 10, 0, 0, 0), 50)]) == PRIOR_SLOPES
+    assert fit([((4, 0, 10, 0, 0, 0), 50)], prior=(2.0,) * 6) == (2.0,) * 6
 
 
-def synthetic(truth: Sequence[float], intercept: float, seed: int) -> list[tuple[tuple[int, ...], int]]:
+def synthetic(
+    truth: Sequence[float], intercept: float, seed: int
+) -> list[tuple[tuple[int, ...], int]]:
     """Reports of a growing transcript whose cost is ``intercept + truth . counts``."""
     observations = []
     counts = [4, 0, 20, 0, 0, 0]
@@ -130,14 +140,26 @@ class ScriptReports(ScriptedDriver):
         return attrs.evolve(response, usage=attrs.evolve(response.usage, input_tokens=reported))
 
 
-ENGLISH = "Tell me about the old town, its bridges and the best time of year to walk there."
-RUSSIAN = "Расскажи о старом городе, его мостах и о лучшем времени года для прогулок."
+ENGLISH = [
+    "Tell me about the old town, its bridges and the best time of year to walk there.",
+    "Which museum first?",
+    "And where do people eat breakfast near the river, and how early do they open?",
+    "Is the train to the coast faster than the bus, and which one is cheaper in June?",
+]
+RUSSIAN = [
+    "Расскажи о старом городе, его мостах и о лучшем времени года для прогулок.",
+    "Где купить билеты?",
+    "Сколько стоит ужин в хорошем ресторане у реки и нужно ли заранее бронировать столик?",
+]
+PROMPTS = [
+    text for pair in itertools.zip_longest(ENGLISH * 2, RUSSIAN * 2) for text in pair if text
+]
 
 
 @pytest.mark.anyio
 async def test_a_client_prices_new_text_by_its_script() -> None:
     calibration = TokenCalibration(min_estimated_tokens=0)
-    prompts = [ENGLISH, RUSSIAN] * 5
+    prompts = PROMPTS
     driver = ScriptReports([f"Answer {n}." for n in range(len(prompts))])
     client = Client(driver, calibration=calibration, default_model=MODEL)
     messages: list[Message] = []
@@ -161,7 +183,7 @@ async def test_a_client_prices_new_text_by_its_script() -> None:
 @pytest.mark.anyio
 async def test_a_cut_transcript_is_priced_from_the_report_less_what_is_gone() -> None:
     calibration = TokenCalibration(min_estimated_tokens=0)
-    prompts = [ENGLISH, RUSSIAN] * 4
+    prompts = PROMPTS
     driver = ScriptReports([f"Answer {n}." for n in range(len(prompts) + 1)])
     client = Client(driver, calibration=calibration, default_model=MODEL)
     messages: list[Message] = []
@@ -175,17 +197,63 @@ async def test_a_cut_transcript_is_priced_from_the_report_less_what_is_gone() ->
     reported = result.rounds[0].reported_input_tokens
     assert reported is not None
     estimate = counter.count([*kept, Message.user("And the museums?")])
-    print(calibration.fitted('m'), estimate, reported)
     assert abs(estimate - reported) / reported <= 0.03
 
 
 def test_a_class_priced_from_the_report_leans_towards_too_many() -> None:
     calibration = TokenCalibration(min_estimated_tokens=0)
-    sent = [Message.user(ENGLISH)]
-    calibration.observe("m", estimated_tokens=30, reported_tokens=60, sent=sent, counter=COUNTER)
+    first, sent = [Message.user(ENGLISH[1])], [Message.user(ENGLISH[1]), Message.user(ENGLISH[0])]
+    assert calibration.fitted("m") is None
+    for prompt, reported in ((first, 30), (sent, 60)):
+        estimated = COUNTER.count(prompt)
+        calibration.observe(
+            "m", estimated_tokens=estimated, reported_tokens=reported, sent=prompt, counter=COUNTER
+        )
+    fitted = calibration.fitted("m")
+    assert fitted is not None  # two reports: a fit
     counter = calibration.estimate("m", COUNTER, sent)
     assert counter.count(sent) == 60  # the reported prompt counts exactly its report
     added = Message.user("One more question about the weather.")
-    price = sum(message_classes(COUNTER, added))  # every slope is still the prior, 1
-    assert counter.count([*sent, added]) == 60 + -(-price * (1 + UPWARD_BIAS) // 1)
-    assert counter.count([]) < 60 - (1 - UPWARD_BIAS) * sum(message_classes(COUNTER, sent[0])) + 1
+    price = sum(b * e for b, e in zip(fitted.slopes, message_classes(COUNTER, added), strict=True))
+    assert counter.count([*sent, added]) == 60 + math.ceil(price * (1 + UPWARD_BIAS))
+    assert counter.count([*sent, added]) > 60 + price
+
+
+@pytest.mark.anyio
+async def test_a_saved_fit_prices_a_resumed_conversations_first_turn() -> None:
+    calibration = TokenCalibration(min_estimated_tokens=0)
+    driver = ScriptReports([f"Answer {n}." for n in range(len(PROMPTS) + 1)])
+    agent = Agent(Client(driver, calibration=calibration), model=MODEL)
+    conversation = Conversation(agent)
+    for prompt in PROMPTS[:-1]:
+        await conversation.run(prompt)
+    saved = json.loads(conversation.to_json())["settings"]["token_calibration"]["m"]
+    fitted = calibration.fitted("m")
+    assert fitted is not None
+    assert saved["slopes"] == dict(zip(CLASSES, fitted.slopes, strict=True))
+    assert saved["intercept"] == pytest.approx(fitted.intercept)
+    assert saved["ratio"] == calibration.ratio("m")
+
+    fresh = TokenCalibration(min_estimated_tokens=0)
+    again = Agent(Client(driver, calibration=fresh), model=MODEL)
+    resumed = Conversation.from_json(again, conversation.to_json())
+    result = await resumed.run(PROMPTS[-1])
+    record = result.rounds[0]
+    assert record.calibrated_input_tokens is not None
+    assert record.reported_input_tokens is not None
+    error = record.calibrated_input_tokens - record.reported_input_tokens
+    assert abs(error) <= 0.03 * record.reported_input_tokens
+
+
+def test_an_old_document_with_a_plain_ratio_still_loads() -> None:
+    calibration = TokenCalibration()
+    calibration.restore({"m": 1.25, "m [tools: a]": {"ratio": 1.5, "intercept": 7, "slopes": {}}})
+    assert calibration.ratio("m") == 1.25
+    assert calibration.fitted("m") is None
+    fitted = calibration.fitted("m", ["a"])
+    assert fitted is not None
+    assert fitted.slopes == PRIOR_SLOPES  # no slope saved: the prior
+    assert fitted.intercept == 7
+    assert calibration.saved_of("m")["m"] == 1.25
+    with pytest.raises(InvalidRequestError, match="token calibration 'm'"):
+        calibration.restore({"m": {"ratio": 1.5}})

@@ -28,11 +28,20 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from threadline._errors import InvalidRequestError
 from threadline._validate import fail, non_negative_int
 from threadline.counting._anchored import AnchoredCounter, message_key
-from threadline.counting._classes import ClassCounts, transcript_classes
+from threadline.counting._classes import CLASSES, ClassCounts, transcript_classes
+from threadline.counting._saved import SavedEntry, check_saved, ratio_of
 from threadline.counting._scaling import scaled
-from threadline.counting._slopes import MAX_OBSERVATIONS, ClassAnchoredCounter, SlopeFit, fit
+from threadline.counting._slopes import (
+    MAX_OBSERVATIONS,
+    MIN_FIT_REPORTS,
+    PRIOR_SLOPES,
+    ClassAnchoredCounter,
+    SlopeFit,
+    fit,
+)
 
 if TYPE_CHECKING:
     from threadline._messages import Message
@@ -107,7 +116,15 @@ class TokenCalibration:
         calibration.ratio("smollm2")  # e.g. 1.31 after a few turns
     """
 
-    __slots__ = ("_fits", "_last", "_lock", "_min_estimated_tokens", "_observed", "_ratios")
+    __slots__ = (
+        "_fits",
+        "_last",
+        "_lock",
+        "_min_estimated_tokens",
+        "_observed",
+        "_priors",
+        "_ratios",
+    )
 
     def __init__(
         self,
@@ -123,6 +140,8 @@ class TokenCalibration:
         # Per key: the reports by class (the latest MAX_OBSERVATIONS), and their fit.
         self._observed: dict[str, list[tuple[ClassCounts, int]]] = {}
         self._fits: dict[str, SlopeFit] = {}
+        # Per key, the slopes a restored fit had: what later fits are pulled towards.
+        self._priors: dict[str, tuple[float, ...]] = {}
         if ratios is not None:
             self.absorb(ratios)
 
@@ -147,6 +166,52 @@ class TokenCalibration:
         """The ratios of ``model``: its own and those of its tool sets."""
         tooled = f"{model} [tools: "
         return {k: v for k, v in self.ratios().items() if k == model or k.startswith(tooled)}
+
+    def saved_of(self, model: str) -> dict[str, SavedEntry]:
+        """What a saved conversation keeps of ``model`` (see ``_saved``): per key of its
+        own and of its tool sets, the ratio, with the fit by class where there is one."""
+        saved: dict[str, SavedEntry] = {}
+        for key, ratio in self.ratios_of(model).items():
+            fitted = self._fits.get(key)
+            if fitted is None:
+                saved[key] = ratio
+                continue
+            slopes: dict[str, object] = dict(zip(CLASSES, fitted.slopes, strict=True))
+            saved[key] = {"ratio": ratio, "intercept": fitted.intercept, "slopes": slopes}
+        return saved
+
+    def restore(self, saved: Mapping[str, object]) -> None:
+        """Take in what a saved conversation kept (:meth:`saved_of`): each ratio becomes
+        the larger of the two, and a saved fit prices a key until a report of its own
+        (its slopes then pull the fit, as a prior).
+
+        Raises:
+            InvalidRequestError: an entry that is neither a positive, finite ratio nor a
+                fit (the error names the key).
+        """
+        checked: dict[str, SavedEntry] = {}
+        for key, value in saved.items():
+            try:
+                checked[key] = check_saved(value)
+            except ValueError as exc:
+                raise InvalidRequestError(f"token calibration {key!r}: {exc}") from None
+        for key, entry in checked.items():
+            self._raise(key, ratio_of(entry))
+            if isinstance(entry, dict):
+                self._restore_fit(key, entry)
+
+    def _restore_fit(self, key: str, entry: dict[str, object]) -> None:
+        given = entry["slopes"]
+        intercept = entry["intercept"]
+        assert isinstance(given, dict)
+        assert isinstance(intercept, float)
+        slopes = tuple(
+            float(given.get(name, prior)) for name, prior in zip(CLASSES, PRIOR_SLOPES, strict=True)
+        )
+        with self._lock:
+            self._priors[key] = slopes
+            if key not in self._observed:
+                self._fits[key] = SlopeFit.restored(slopes, intercept)
 
     def observe(
         self,
@@ -186,7 +251,9 @@ class TokenCalibration:
             observed = self._observed.setdefault(key, [])
             observed.append((counts, reported_tokens))
             del observed[:-MAX_OBSERVATIONS]
-            self._fits[key] = SlopeFit(fit(observed), sent, reported_tokens)
+            if len(observed) >= MIN_FIT_REPORTS or key in self._priors:
+                slopes = fit(observed, self._priors.get(key))
+                self._fits[key] = SlopeFit.of_report(slopes, sent, reported_tokens, counts)
 
     def fitted(self, model: str, tools: Iterable[str] = ()) -> SlopeFit | None:
         """The slopes fitted for ``model`` sent with the tools named ``tools``, and the

@@ -11,7 +11,9 @@ its own for (see ``_slopes``):
   message's text (its content and ``name``), run by run of one script;
   digits, spaces and punctuation belong to the run they sit in;
 - ``tool``: a tool call's id, name and arguments and a tool result's
-  ``tool_call_id``, which chat templates render each in their own way;
+  ``tool_call_id``, with the estimate's framing of each (7 tokens a call, 4
+  a result), which chat templates render each in their own way (some in
+  full, some not at all);
 - ``framing``: the rest of the counter's estimate of the message (its fixed
   overhead, images, replayed reasoning), never below 0.
 
@@ -31,6 +33,7 @@ from typing import TYPE_CHECKING
 from threadline._messages import ImagePart, Message
 from threadline.counting._anchored import message_key
 from threadline.counting._encoding import o200k_base_encoding
+from threadline.counting._framing import TOOL_CALL_TOKENS, TOOL_RESULT_TOKENS
 from threadline.counting._protocol import is_incremental
 
 if TYPE_CHECKING:
@@ -143,9 +146,11 @@ class _Splitter:
             for script, run in classify_text(text):
                 counts[2 + script] += self._tokens(run)
         tool = [call.id + call.name + call.arguments for call in message.tool_calls]
-        if message.tool_call_id:
+        fixed = TOOL_CALL_TOKENS * len(message.tool_calls)
+        if message.tool_call_id is not None:
             tool.append(message.tool_call_id)
-        counts[_TOOL] = sum(map(self._tokens, tool))
+            fixed += TOOL_RESULT_TOKENS
+        counts[_TOOL] = sum(map(self._tokens, tool)) + fixed
         counts[_FRAMING] = max(0, estimated - sum(counts))
         return tuple(counts)
 

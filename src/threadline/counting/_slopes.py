@@ -36,15 +36,32 @@ if TYPE_CHECKING:
     from threadline.counting._protocol import TokenCounter
     from threadline.tools._tools import Tool
 
-__all__ = ["DROPPED_BIAS", "PRIOR_SLOPE", "RIDGE", "UPWARD_BIAS", "ClassAnchoredCounter", "SlopeFit", "fit"]
+__all__ = [
+    "DROPPED_BIAS",
+    "MAX_OBSERVATIONS",
+    "MIN_FIT_REPORTS",
+    "PRIOR_SLOPE",
+    "PRIOR_SLOPES",
+    "RIDGES",
+    "UPWARD_BIAS",
+    "ClassAnchoredCounter",
+    "SlopeFit",
+    "fit",
+]
 
 PRIOR_SLOPE = 1.0
-"""The slope of a class no report has told anything about: the estimate's own."""
+"""The slope of a text class no report has told anything about: the estimate's own."""
 
-RIDGE = 4.0
-"""How strongly each slope is pulled towards :data:`PRIOR_SLOPE` (as if that many
-squared tokens of evidence said so): a class seen in a few tokens is fitted
-mostly from them."""
+PRIOR_SLOPES = (1.0, 0.5, 1.0, 1.0, 1.0, 1.0)
+"""Each class's slope before any report (by :data:`CLASSES`): the estimate's own, but
+for tool calls, which some templates render in full and some leave out: half."""
+
+RIDGES = (4.0, 4.0, 400.0, 4.0, 4.0, 4.0)
+"""How strongly each slope is pulled towards its prior (as if that many squared tokens
+of evidence said so). A class seen in a few tokens is fitted mostly from them; Latin
+text, which most tokenizers spend about as much on as o200k does, holds to its prior
+until a few reports of it say otherwise, so that the first reports (whose new text
+mixes scripts) teach the other scripts rather than move it."""
 
 UPWARD_BIAS = 0.015
 """How much higher new text is priced than its fitted price."""
@@ -53,22 +70,52 @@ DROPPED_BIAS = 0.005
 """How much lower text gone from the reported prompt is priced than its fitted price
 (what leaving it out is taken to save)."""
 
+MIN_FIT_REPORTS = 2
+"""The reports a fit needs before it prices anything: one report cannot tell the
+intercept from the slopes (until a second, calibration scales by the ratio)."""
+
 MAX_OBSERVATIONS = 64
 """The reports a fit is made from, per model and tool set (the latest)."""
 
 
 class SlopeFit:
     """One model's and tool set's fitted slopes (one per class of :data:`CLASSES`),
-    with the last report they price from: its prompt, its class counts, its tokens."""
+    with the last report they price from (its prompt and its tokens) and the
+    intercept that report implies (its tokens less its messages' fitted price).
+    A fit restored from a saved document has no prompt: its anchor is empty and
+    its ``anchor_tokens`` the intercept."""
 
-    __slots__ = ("anchor", "anchor_tokens", "slopes")
+    __slots__ = ("anchor", "anchor_tokens", "intercept", "slopes")
 
     def __init__(
-        self, slopes: Sequence[float], anchor: Sequence[Message], anchor_tokens: int
+        self,
+        slopes: Sequence[float],
+        anchor: Sequence[Message],
+        anchor_tokens: int,
+        *,
+        intercept: float,
     ) -> None:
         self.slopes = tuple(slopes)
         self.anchor = tuple(anchor)
         self.anchor_tokens = anchor_tokens
+        self.intercept = intercept
+
+    @classmethod
+    def of_report(
+        cls,
+        slopes: Sequence[float],
+        anchor: Sequence[Message],
+        anchor_tokens: int,
+        counts: ClassCounts,
+    ) -> SlopeFit:
+        """The fit pricing from one report whose prompt's class counts are ``counts``."""
+        price = sum(b * e for b, e in zip(slopes, counts, strict=True))
+        return cls(slopes, anchor, anchor_tokens, intercept=anchor_tokens - price)
+
+    @classmethod
+    def restored(cls, slopes: Sequence[float], intercept: float) -> SlopeFit:
+        """A saved fit: every message priced from the intercept and the slopes."""
+        return cls(slopes, (), max(0, round(intercept)), intercept=intercept)
 
     def counter(self, counter: TokenCounter, tools: Sequence[Tool]) -> ClassAnchoredCounter:
         """The counter pricing transcripts sent with ``tools`` from this fit."""
@@ -81,25 +128,28 @@ class SlopeFit:
         return f"SlopeFit({shown}, anchor_tokens={self.anchor_tokens})"
 
 
-def fit(observations: Sequence[tuple[ClassCounts, int]]) -> tuple[float, ...]:
+def fit(
+    observations: Sequence[tuple[ClassCounts, int]], prior: Sequence[float] | None = None
+) -> tuple[float, ...]:
     """The slopes that best explain ``observations`` (class counts, reported tokens)
     as an intercept plus a slope per class: ridge least squares with the intercept
-    free, each slope pulled towards :data:`PRIOR_SLOPE` by :data:`RIDGE`; never
-    below 0."""
+    free, each slope pulled towards its ``prior`` (default :data:`PRIOR_SLOPES`, a
+    saved fit's slopes when one was restored) by its :data:`RIDGES`; never below 0."""
     size = len(CLASSES)
+    prior = PRIOR_SLOPES if prior is None else tuple(prior)
     n = len(observations)
     if n == 0:
-        return (PRIOR_SLOPE,) * size
+        return prior
     means = [sum(o[0][k] for o in observations) / n for k in range(size)]
     mean_r = sum(o[1] for o in observations) / n
     centred = [
         ([f - m for f, m in zip(o[0], means, strict=True)], o[1] - mean_r) for o in observations
     ]
     # Solve (X'X + ridge I) (b - prior) = X'(r - X prior): a size x size system.
-    matrix = [[RIDGE if i == j else 0.0 for j in range(size)] for i in range(size)]
+    matrix = [[RIDGES[i] if i == j else 0.0 for j in range(size)] for i in range(size)]
     vector = [0.0] * size
     for x, r in centred:
-        residual = r - PRIOR_SLOPE * sum(x)
+        residual = r - sum(p * e for p, e in zip(prior, x, strict=True))
         for i in range(size):
             if x[i]:
                 vector[i] += x[i] * residual
@@ -107,7 +157,7 @@ def fit(observations: Sequence[tuple[ClassCounts, int]]) -> tuple[float, ...]:
                 for j in range(size):
                     row[j] += x[i] * x[j]
     delta = _solve(matrix, vector)
-    return tuple(max(0.0, PRIOR_SLOPE + d) for d in delta)
+    return tuple(max(0.0, p + d) for p, d in zip(prior, delta, strict=True))
 
 
 def _solve(matrix: list[list[float]], vector: list[float]) -> list[float]:
