@@ -264,7 +264,7 @@ async def test_a_transcript_that_repeats_the_last_prompt_is_counted_from_its_rep
     assert calibrated is not None
     assert third.rounds[0].reported_input_tokens == 75
     assert 45 + 2 * 10 < calibrated < 100
-    assert abs(calibrated - 75) <= 0.06 * 75
+    assert abs(calibrated - 75) <= 0.1 * 75
 
 
 @pytest.mark.anyio
