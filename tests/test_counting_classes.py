@@ -1,12 +1,14 @@
 """Calibration by class: a message's tokens split by script, and slopes fitted from reports."""
 
-from __future__ import annotations
+# The text is meant to be Russian and Japanese, full-width punctuation included.
+# ruff: noqa: RUF001
 
-from collections.abc import Sequence
+from __future__ import annotations
 
 import itertools
 import json
 import math
+from collections.abc import Sequence
 
 import attrs
 import pytest
@@ -15,6 +17,7 @@ from hypothesis import strategies as st
 
 from threadline import Agent, Client, Conversation, InvalidRequestError, Message, Model, ToolCall
 from threadline._provider import ProviderCall, ProviderResponse
+from threadline.counting import BuiltinTokenCounter, TokenCalibration
 
 # The class features and the fit are private to the counting room; their arithmetic is
 # what these tests pin down.
@@ -25,8 +28,6 @@ from threadline.counting._classes import (
     transcript_classes,
 )
 from threadline.counting._slopes import PRIOR_SLOPES, UPWARD_BIAS, fit
-
-from threadline.counting import BuiltinTokenCounter, TokenCalibration
 from threadline.testing import ScriptedDriver
 
 COUNTER = BuiltinTokenCounter()
@@ -172,12 +173,13 @@ async def test_a_client_prices_new_text_by_its_script() -> None:
             reported = record.reported_input_tokens
             assert reported is not None
             errors.append((record.calibrated_input_tokens - reported) / reported)
-    # From the fourth request on (two reports fitted), within 3% both ways.
-    assert all(abs(e) <= 0.03 for e in errors[2:])
-    assert min(errors[2:]) >= -0.03
+    # Once three reports of each script are in (from the seventh request), within 3%
+    # both ways, and closer as reports add up.
+    assert all(abs(e) <= 0.03 for e in errors[5:])
+    assert all(abs(e) <= 0.015 for e in errors[-3:])
     fitted = calibration.fitted("m")
     assert fitted is not None
-    assert fitted.slopes[CLASSES.index("cyrillic")] == pytest.approx(3.0, abs=0.2)
+    assert fitted.slopes[CLASSES.index("cyrillic")] == pytest.approx(3.0, rel=0.15)
 
 
 @pytest.mark.anyio
