@@ -13,12 +13,19 @@ it when it is higher, nothing lowers it. A calibrated estimate therefore errs
 towards counting too much (a turn that keeps a unit less) rather than too
 little (a turn the provider refuses).
 
-The last report is kept too, with the prompt it counted: it is an exact count
-of a transcript the next one mostly repeats. So a transcript that holds most
-of that prompt is counted from the report (:class:`ReportAnchoredCounter`):
-the report, less what is gone from it (at that prompt's own ratio), plus what
-is new (at the calibration's ratio). Only what changed since is estimated.
-Any other transcript is the estimate times the ratio (:class:`CalibratedCounter`).
+One ratio cannot price every script (SmolLM2 spends about o200k's tokens on
+English and three times as many on Russian), so from the second report on a
+key also has a fit by class (``_slopes``): an intercept plus a slope per
+class of the estimate (``_classes``), learned from every report kept. A
+transcript is then counted from the last report, what is gone from its
+prompt and what is new priced by class (:class:`~threadline.counting._slopes.ClassAnchoredCounter`),
+whether or not the transcript holds most of that prompt.
+
+Before a fit, the last report is used as it was: a transcript that holds
+most of its prompt is counted from the report (:class:`ReportAnchoredCounter`),
+the report less what is gone from it (at that prompt's own ratio) plus what
+is new (at the calibration's ratio); any other is the estimate times the
+ratio (:class:`CalibratedCounter`).
 """
 
 from __future__ import annotations
@@ -94,10 +101,12 @@ class TokenCalibration:
     Give one to a client (``Client(driver, calibration=TokenCalibration())``)
     and every round of its requests teaches it: after each response that
     reports its input tokens, the ratio for the request's model becomes the
-    larger of the old ratio and ``reported / estimated``. Limiting then
-    counts ``ceil(estimate * ratio)``. A conversation saves the ratio of its
-    model with its state and gives it back to its client's calibration when
-    loaded, so a resumed conversation does not start uncalibrated.
+    larger of the old ratio and ``reported / estimated``, and from the second
+    report the fit by class is made again (see the module docstring); limiting
+    counts with the fit, or ``ceil(estimate * ratio)`` before there is one. A
+    conversation saves its model's ratios and fits with its state and gives
+    them back to its client's calibration when loaded, so a resumed
+    conversation does not start uncalibrated.
 
     ``ratios`` seeds it (a model's name, or a :func:`calibration_key`, to its ratio);
     ``min_estimated_tokens`` is the smallest estimate a round must have to
@@ -226,7 +235,9 @@ class TokenCalibration:
         """Learn from one response: the prompt (sent with the tools named ``tools``) was
         estimated at ``estimated_tokens`` and the provider reported ``reported_tokens``.
         ``sent``, the prompt's messages, is kept with the report, to count the next
-        transcripts from (see the module docstring). Returns the ratio that applies now.
+        transcripts from (see the module docstring); with ``counter``, the request's
+        estimate, the report also joins the fit by class. Returns the ratio that
+        applies now.
 
         An estimate under :attr:`min_estimated_tokens` or a report of 0 changes nothing.
         """
@@ -268,8 +279,9 @@ class TokenCalibration:
         tools: Sequence[Tool] = (),
     ) -> TokenCounter:
         """The calibrated counter for ``transcript`` of ``model`` sent with ``tools``:
-        counted from the last report when the transcript holds most of its prompt,
-        else ``counter`` times the ratio; ``counter`` itself before any observation."""
+        priced by class from the last report once there is a fit; before, counted
+        from the last report when the transcript holds most of its prompt, else
+        ``counter`` times the ratio; ``counter`` itself before any observation."""
         names = [t.name for t in tools]
         fitted = self._fits.get(calibration_key(model, names))
         if fitted is not None:
