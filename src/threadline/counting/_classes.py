@@ -49,7 +49,7 @@ ClassCounts = tuple[int, ...]
 
 _SCRIPTS = CLASSES[2:]
 _FRAMING, _TOOL = 0, 1
-_CACHE_SIZE = 8192
+_CACHE_SIZE = 32_768
 
 
 def _script_of(char: str) -> int | None:
