@@ -16,7 +16,7 @@ from threadline._errors import InvalidRequestError
 from threadline._messages import Message
 from threadline.counting._protocol import TokenCounter, is_token_counter
 from threadline.limiting._event import TokenLimitEvent, TokenLimitHandler, priced
-from threadline.limiting._units import PinReason, UnitKind, Units
+from threadline.limiting._units import PinReason, UnitKind, Units, spans_of
 
 __all__ = ["drop_oldest_units", "slides_by_one"]
 
@@ -109,6 +109,9 @@ class _Window:
 
     def __init__(self, droppable: Units, pinned: Units, costs: Sequence[int]) -> None:
         self.droppable = droppable
+        # Where each droppable unit starts, read from the listing's own column: the
+        # bisection below reads a dozen of them, and making a Unit for each would cost more.
+        self.starts = spans_of(droppable)[0]
         self.prefix = prefix = list(itertools.accumulate(costs, initial=0))
         self.pinned = list(pinned)  # a few: the system message, the prompt, the live exchange
         self.pinned_starts = [unit.start for unit in self.pinned]
@@ -174,7 +177,8 @@ class _Window:
 
     def _start(self, k: int) -> int:
         """Where the ``k``-th droppable unit starts (the end of the transcript past the last)."""
-        return self.droppable[k].start if k < len(self.droppable) else len(self.prefix) - 1
+        starts = self.starts
+        return starts[k] if k < len(starts) else len(self.prefix) - 1
 
     def _freed(self, k: int) -> int:
         """The tokens of the ``k`` oldest droppable units."""

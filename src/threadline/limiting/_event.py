@@ -27,6 +27,7 @@ from threadline.limiting._units import (
     checked_unit_starts,
     listing,
     match_messages,
+    one_run,
     pinned_messages,
     spans_of,
     unit_starts,
@@ -326,6 +327,9 @@ def _spans(units: Iterable[Unit], size: int) -> list[tuple[int, int]]:
         InvalidRequestError: an item is not a :class:`Unit`, or lies outside ``size``.
     """
     if isinstance(units, Units):
+        run = one_run(units)
+        if run is not None and run[0] >= 0 and run[1] <= size:
+            return [run]
         starts, ends = spans_of(units)
     else:
         chosen = list(units)
