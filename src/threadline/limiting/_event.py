@@ -101,15 +101,31 @@ class TokenLimitEvent:
         prompt_index: int | None = None,
         pinned: Mapping[int, PinReason] | None = None,
     ) -> None:
-        self.messages: list[Message] = list(messages)
-        self._snapshot = list(self.messages)  # never changed: what was handed over
+        snapshot = list(messages)
+        if pinned is None:
+            pinned = pinned_messages(snapshot, prompt_index=prompt_index)
+        self._start(snapshot, tools, budget_tokens, counter, round, dict(pinned))
+        if estimated_tokens is None:
+            estimated_tokens = counter.count(self.messages, self._tools)
+        self.estimated_tokens: int = estimated_tokens
+
+    def _start(
+        self,
+        snapshot: list[Message],
+        tools: Iterable[Tool],
+        budget_tokens: int,
+        counter: TokenCounter,
+        round: int,
+        pinned: Mapping[int, PinReason],
+    ) -> None:
+        """Set the event up over ``snapshot``, a list of its own that nothing changes."""
+        self.messages: list[Message] = list(snapshot)
+        self._snapshot = snapshot  # never changed: what was handed over
         self._tools = tuple(tools)
         self._budget_tokens = budget_tokens
         self._counter = counter
         self._round = round
-        if pinned is None:
-            pinned = pinned_messages(self._snapshot, prompt_index=prompt_index)
-        self._pinned: Mapping[int, PinReason] = dict(pinned)
+        self._pinned: Mapping[int, PinReason] = pinned
         self._checked = False  # checked_event sets it: the engine checked the snapshot
         # Whether messages is still the snapshot less whole units dropped with
         # drop_units: then it is whole by construction (see certified_sources).
@@ -126,9 +142,6 @@ class TokenLimitEvent:
         # Why messages were dropped, as said: (first, end, reason) over the
         # indices handed over; a later word on an index overrides an earlier one.
         self._drop_log: list[tuple[int, int, str]] = []
-        if estimated_tokens is None:
-            estimated_tokens = counter.count(self.messages, self._tools)
-        self.estimated_tokens: int = estimated_tokens
 
     @property
     def tools(self) -> tuple[Tool, ...]:
@@ -380,7 +393,7 @@ def _same_messages(messages: Sequence[Message], known: list[Message]) -> bool:
 
 
 def checked_event(
-    messages: Sequence[Message],
+    messages: list[Message],
     *,
     budget_tokens: int,
     counter: TokenCounter,
@@ -393,18 +406,14 @@ def checked_event(
 ) -> TokenLimitEvent:
     """The engine's event for a transcript it has checked and counted already.
 
-    ``starts`` are its :func:`~threadline.limiting._units.unit_starts` and
-    ``costs`` its messages' costs by ``counter``, when known.
+    ``messages`` becomes the event's snapshot as it is, uncopied: the caller
+    never changes that list. ``pinned`` is taken as it is too. ``starts`` are
+    its :func:`~threadline.limiting._units.unit_starts` and ``costs`` its
+    messages' costs by ``counter``, when known.
     """
-    event = TokenLimitEvent(
-        messages,
-        budget_tokens=budget_tokens,
-        counter=counter,
-        tools=tools,
-        round=round,
-        estimated_tokens=estimated_tokens,
-        pinned=pinned,
-    )
+    event = TokenLimitEvent.__new__(TokenLimitEvent)
+    event._start(messages, tools, budget_tokens, counter, round, pinned)
+    event.estimated_tokens = estimated_tokens
     event._checked = True
     event._costs = costs
     if starts is not None:
