@@ -55,6 +55,7 @@ from threadline.limiting._event import (
     checked_event,
     drop_log,
     handler_name,
+    removed_spans,
 )
 from threadline.limiting._incremental import CheckedHistory, quick_outcome
 from threadline.limiting._ledger import (
@@ -263,7 +264,7 @@ class _Limiting:
         certified = certified_sources(event)
         if certified is not None:
             rewrite, matches = list(event.messages), list(certified)
-            removed = self._checked_removal(name, cast(list[int], matches))
+            removed = self._checked_removal(name, cast(list[int], matches), certified)
             starts = _starts_after(self.starts, removed)
             added = 0
         else:
@@ -316,9 +317,14 @@ class _Limiting:
         else:
             self.sources = [sources[m] if m is not None else None for m in matches]
 
-    def _checked_removal(self, name: str, kept: list[int]) -> list[tuple[int, int]]:
-        """What a rewrite made of whole units removed: ``(start, end)`` spans; none pinned."""
-        removed = _gaps(kept, len(self.current))
+    def _checked_removal(
+        self, name: str, kept: list[int], sources: Sequence[int | None]
+    ) -> list[tuple[int, int]]:
+        """What a rewrite made of whole units removed: ``(start, end)`` spans; none pinned.
+
+        ``kept`` are the indices kept, ``sources`` the event's own form of them.
+        """
+        removed = removed_spans(cast(Sequence[int], sources), len(self.current))
         for index in sorted(self.pinned):
             if not _holds(kept, index):
                 self._refuse_pinned_drop(name, index)
@@ -559,11 +565,3 @@ def _starts_after(starts: list[int], removed: list[tuple[int, int]]) -> list[int
         at = bisect.bisect_left(starts, end, before)
     kept += map(operator.sub, starts[at:], itertools.repeat(shift))
     return kept
-
-
-def _gaps(kept: list[int], size: int) -> list[tuple[int, int]]:
-    """The ``(start, end)`` spans of ``range(size)`` missing from ascending ``kept``."""
-    bounds = [-1, *kept, size]
-    steps = map(operator.sub, itertools.islice(bounds, 1, None), bounds)
-    after = itertools.compress(itertools.count(), map(operator.gt, steps, itertools.repeat(1)))
-    return [(bounds[k] + 1, bounds[k + 1]) for k in after]
