@@ -177,7 +177,9 @@ class _Limiting:
         self.budget = budget
         self.round = round
         self.prompt_index = current_prompt_index(messages, prompt_index)
-        self.pinned: dict[int, PinReason] = pinned_messages(messages, prompt_index=prompt_index)
+        self.pinned: dict[int, PinReason] = pinned_messages(
+            messages, prompt_index=self.prompt_index
+        )
         self.current: list[Message] = list(messages)
         self.sources: Sequence[int | None] = range(len(messages))
         # With an incremental counter each message is priced once, here: the
