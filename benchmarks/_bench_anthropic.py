@@ -117,6 +117,10 @@ class AnthropicClients:
         self.base = f"http://127.0.0.1:{port}/anthropic"
         self.stream_base = f"http://127.0.0.1:{port}/stream/anthropic"
         self.model = Model(MODEL_NAME, context_size=1_000_000)
+        self._open()
+
+    def _open(self) -> None:
+        """Every client, each with a new pool."""
         self.driver = AnthropicDriver(base_url=self.base, api_key=API_KEY, max_retries=0)
         self.threadline = Client(self.driver, default_model=self.model)
         self.threadline_stream = Client(
@@ -130,7 +134,12 @@ class AnthropicClients:
             default_model=self.model,
         )
         self.http = httpx.AsyncClient(limits=DEFAULT_LIMITS, timeout=60.0)
-        self.http_aiohttp = HttpxAiohttpClient(limits=DEFAULT_LIMITS, timeout=60.0)
+        # raw httpx once more, on a pool of its own: the control (see bench_request).
+        self.raw_clients = {
+            "httpx": self.http,
+            "again": httpx.AsyncClient(limits=DEFAULT_LIMITS, timeout=60.0),
+            "aiohttp": HttpxAiohttpClient(limits=DEFAULT_LIMITS, timeout=60.0),
+        }
         self.headers = {
             "accept": "application/json",
             "content-type": "application/json",
@@ -146,28 +155,39 @@ class AnthropicClients:
                 for base in (self.base, self.stream_base)
             )
 
+    async def renew(self) -> None:
+        """Close every pool and open new ones: each timed batch starts from the same state.
+
+        httpx's CPU per request at 50 concurrent grows with the connections in
+        its pool (every request scans them all), and how many a pool holds
+        depends on its past: how many requests once arrived together, and which
+        connections passed their 5 s keep-alive while other clients were timed.
+        """
+        await self.aclose()
+        self._open()
+
     async def aclose(self) -> None:
         await self.threadline.aclose()
         await self.threadline_stream.aclose()
         await self.threadline_aiohttp.aclose()
-        await self.http.aclose()
-        await self.http_aiohttp.aclose()
+        for raw in self.raw_clients.values():
+            await raw.aclose()
         for client in (self.reference, self.reference_stream):
             if client is not None:
                 await client.close()
 
-    async def raw_complete(self, body: dict[str, Any], *, aiohttp: bool = False) -> str:
-        response = await (self.http_aiohttp if aiohttp else self.http).post(
+    async def raw_complete(self, body: dict[str, Any], *, via: str = "httpx") -> str:
+        response = await self.raw_clients[via].post(
             f"{self.base}/v1/messages", content=json.dumps(body).encode(), headers=self.headers
         )
         response.raise_for_status()
         text: str = json.loads(response.content)["content"][0]["text"]
         return text
 
-    async def raw_stream(self, body: dict[str, Any]) -> str:
+    async def raw_stream(self, body: dict[str, Any], *, via: str = "httpx") -> str:
         pieces = []
         headers = {**self.headers, "accept": "text/event-stream"}
-        async with self.http.stream(
+        async with self.raw_clients[via].stream(
             "POST",
             f"{self.stream_base}/v1/messages",
             content=json.dumps(body).encode(),

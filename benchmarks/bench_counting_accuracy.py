@@ -685,11 +685,17 @@ async def _main(args: argparse.Namespace, python_url: str, upstream_root: str) -
         results = await measure_all(found, args.turns, policy=args.policy, progress=True)
         print(report(results))
         print(f"\n({time.monotonic() - started:.0f} s)")
-    failures = [
-        f
-        for t, rows in results
-        for f in summarize(t.name, rows).failures(engine_exact=t.engine_exact)
-    ]
+    failures = []
+    for t, rows in results:
+        summary = summarize(t.name, rows)
+        missed = summary.failures(engine_exact=t.engine_exact)
+        failures += missed
+        if not missed:
+            print(
+                f"targets met: {t.name} (calibrated within 3% on {summary.calibrated_within:.0%}"
+                f" of calls from turn {CALIBRATION_TURNS + 1}, worst under "
+                f"{summary.calibrated_worst_under:+.1%})"
+            )
     for failure in failures:
         print(f"target missed: {failure}")
     return 1 if failures else 0

@@ -30,17 +30,38 @@ Cases and targets (time ratio to raw httpx):
   request whose messages were never encoded before;
 - consuming a 200-chunk stream, median of repeated runs: <= 1.25.
 
-Why a ratio used to move between runs: the machine's 2 cores are shared, and
-raw httpx at 50 concurrent is not bound by its own CPU but by when it gets
-scheduled. Under a load average of 9, back-to-back batches of the same raw
-client ran at 75 to 260 requests/s, single requests took up to 2.5 s, and
-connections idled past httpcore's 5 s keep-alive and were re-opened (50
-pooled connections fell to 12-16). Medians taken separately per client over
-a few long batches then compare different stretches of load. So each ratio
-is taken between neighbours: every repetition times every client once, back
-to back, in an order turned every other repetition, and the target is the
-median of those paired ratios (quartiles and the CPU ratio printed beside
-it, a load average above the core count flagged).
+Why a ratio moved between runs, as measured on the shared 2-core machine:
+
+- Not the server: it is its own process and spends 30-60 ms of CPU per
+  300-request batch, where the client side spends 0.5-2.5 s.
+- Raw httpx at 50 concurrent is bound by its own CPU (httpcore's pool checks
+  every connection for every request: ~3,000 ``is_idle`` calls each, 2-8 ms
+  of CPU per request), and at a load average of 4-6 a batch's wall time is
+  2-2.5 times its CPU time, a factor that moves over seconds with the other
+  processes. Medians taken separately per client compare different
+  stretches of that load, so each ratio is taken between neighbours: every
+  repetition times every client once, back to back, in an order turned
+  every other repetition, and the target holds for the median of those
+  paired ratios (quartiles and the CPU ratio printed beside it, a load
+  average above the core count flagged).
+- The pool's past: httpx's CPU per request grows with the connections its
+  pool holds (a batch cost 2.2 s of CPU on a pool of 50, 1.1 s on one the
+  previous batch had left at 12), and that number depends on what the pool
+  went through: bursts that opened connections, keep-alives that expired
+  while the other clients were timed. A client timed twice in a row (the
+  last of one repetition, the first of the next) ran at half the CPU. So
+  every timed batch starts on new pools, after an untimed wave of 50
+  requests has opened their connections.
+- The garbage collector walking the set-up's objects (the 1,000-message
+  histories, the clients, the modules) in whichever batch ran a full
+  collection: they are frozen out of its sight while timing.
+- Spans nobody records: the official ``anthropic`` client imports
+  ``opentelemetry.trace``, and threadline took that as tracing on and made
+  (no-op) spans every run; it now makes spans only when a tracer provider is
+  configured.
+
+"raw httpx again" times raw httpx on a second pool as if it were another
+client: its ratio is 1.00 but for the noise left, which its quartiles show.
 """
 
 from __future__ import annotations
@@ -76,6 +97,9 @@ MODEL_NAME = "bench-model"
 API_KEY = "bench-key"
 STREAM_CHUNKS = 200
 HISTORY_MESSAGES = 1000
+PROTOCOLS = ("openai", "anthropic")
+CASES = ("small", "history", "stream")
+SHOW_TIMES = False
 
 # --- the mock server (runs in its own process) -------------------------------
 
@@ -147,46 +171,69 @@ def _http_response(body: bytes, content_type: bytes) -> bytes:
     )
 
 
+class _CannedServer(asyncio.Protocol):
+    """One connection of the mock server: HTTP/1.1 keep-alive, canned answers.
+
+    A protocol rather than asyncio streams: it parses and answers in
+    ``data_received`` without a task or a buffer copy per request, so the
+    server spends as little of the shared cores as it can, and what is timed
+    is the client's side.
+    """
+
+    def __init__(self, answers: dict[tuple[bool, bool], list[bytes]]) -> None:
+        self._answers = answers
+        self._buffer = bytearray()
+        self._transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self._buffer
+        buffer += data
+        while True:
+            end = buffer.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            head = bytes(buffer[:end])
+            length = 0
+            for line in head.split(b"\r\n")[1:]:
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    length = int(value)
+            if len(buffer) < end + 4 + length:
+                return  # the body is still on its way
+            del buffer[: end + 4 + length]
+            path = head.split(b" ", 2)[1]
+            answer = self._answers[(path.startswith(b"/stream/"), b"/anthropic/" in path)]
+            assert self._transport is not None
+            # One write per piece: a stream goes out one event per write, as model
+            # servers send it (each write is its own TCP segment: no Nagle delay).
+            for piece in answer:
+                self._transport.write(piece)
+
+
 async def _serve() -> None:
-    small = _http_response(_completion("Hello from the mock server."), b"application/json")
     stream_head = (
         b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
         b"transfer-encoding: chunked\r\ncache-control: no-cache\r\n\r\n"
     )
-    stream_chunks = _stream_events()
-    anthropic_small = _http_response(
-        _bench_anthropic.message_body("Hello from the mock server."), b"application/json"
-    )
-    anthropic_chunks = _bench_anthropic.stream_events(STREAM_CHUNKS)
-
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                request_line, _, header_block = head.partition(b"\r\n")
-                length = 0
-                for line in header_block.split(b"\r\n"):
-                    name, _, value = line.partition(b":")
-                    if name.strip().lower() == b"content-length":
-                        length = int(value)
-                if length:
-                    await reader.readexactly(length)
-                path = request_line.split(b" ")[1]
-                messages_api = b"/anthropic/" in path
-                if path.startswith(b"/stream/"):
-                    writer.write(stream_head)
-                    for chunk in anthropic_chunks if messages_api else stream_chunks:
-                        writer.write(chunk)
-                        await writer.drain()
-                else:
-                    writer.write(anthropic_small if messages_api else small)
-                    await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
-
-    server = await asyncio.start_server(handle, "127.0.0.1", 0, backlog=1024)
+    # (streamed, Messages API) -> what is written, piece by piece.
+    answers = {
+        (False, False): [
+            _http_response(_completion("Hello from the mock server."), b"application/json")
+        ],
+        (False, True): [
+            _http_response(
+                _bench_anthropic.message_body("Hello from the mock server."), b"application/json"
+            )
+        ],
+        (True, False): [stream_head, *_stream_events()],
+        (True, True): [stream_head, *_bench_anthropic.stream_events(STREAM_CHUNKS)],
+    }
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: _CannedServer(answers), "127.0.0.1", 0, backlog=1024)
     port = server.sockets[0].getsockname()[1]
     print(port, flush=True)
     async with server:
@@ -217,6 +264,10 @@ class Clients:
         self.base = f"http://127.0.0.1:{port}/v1"
         self.stream_base = f"http://127.0.0.1:{port}/stream/v1"
         self.model = Model(MODEL_NAME, context_size=1_000_000)
+        self._open()
+
+    def _open(self) -> None:
+        """Every client, each with a new pool."""
         self.driver = OpenAIChatDriver(self.base, api_key=API_KEY, max_retries=0)
         self.threadline = Client(self.driver, default_model=self.model)
         self.threadline_stream = Client(
@@ -228,7 +279,12 @@ class Clients:
             default_model=self.model,
         )
         self.http = httpx.AsyncClient(limits=DEFAULT_LIMITS, timeout=60.0)
-        self.http_aiohttp = HttpxAiohttpClient(limits=DEFAULT_LIMITS, timeout=60.0)
+        # raw httpx once more, on a pool of its own: the control (see _family).
+        self.raw_clients = {
+            "httpx": self.http,
+            "again": httpx.AsyncClient(limits=DEFAULT_LIMITS, timeout=60.0),
+            "aiohttp": HttpxAiohttpClient(limits=DEFAULT_LIMITS, timeout=60.0),
+        }
         self.headers = {
             "accept": "application/json",
             "content-type": "application/json",
@@ -250,30 +306,41 @@ class Clients:
                 http_client=httpx.AsyncClient(limits=DEFAULT_LIMITS, timeout=60.0),
             )
 
+    async def renew(self) -> None:
+        """Close every pool and open new ones: each timed batch starts from the same state.
+
+        httpx's CPU per request at 50 concurrent grows with the connections in
+        its pool (every request scans them all), and how many a pool holds
+        depends on its past: how many requests once arrived together, and which
+        connections passed their 5 s keep-alive while other clients were timed.
+        """
+        await self.aclose()
+        self._open()
+
     async def aclose(self) -> None:
         await self.threadline.aclose()
         await self.threadline_stream.aclose()
         await self.threadline_aiohttp.aclose()
-        await self.http.aclose()
-        await self.http_aiohttp.aclose()
+        for raw in self.raw_clients.values():
+            await raw.aclose()
         for client in (self.openai, self.openai_stream):
             if client is not None:
                 await client.close()
 
     # raw httpx ------------------------------------------------------------------
 
-    async def raw_complete(self, body: dict[str, Any], *, aiohttp: bool = False) -> str:
-        response = await (self.http_aiohttp if aiohttp else self.http).post(
+    async def raw_complete(self, body: dict[str, Any], *, via: str = "httpx") -> str:
+        response = await self.raw_clients[via].post(
             f"{self.base}/chat/completions", content=json.dumps(body).encode(), headers=self.headers
         )
         response.raise_for_status()
         text: str = json.loads(response.content)["choices"][0]["message"]["content"]
         return text
 
-    async def raw_stream(self, body: dict[str, Any]) -> str:
+    async def raw_stream(self, body: dict[str, Any], *, via: str = "httpx") -> str:
         pieces = []
         headers = {**self.headers, "accept": "text/event-stream"}
-        async with self.http.stream(
+        async with self.raw_clients[via].stream(
             "POST",
             f"{self.stream_base}/chat/completions",
             content=json.dumps(body).encode(),
@@ -394,7 +461,10 @@ class Timings:
 
 
 async def _compare(
-    cases: dict[str, Case], repetitions: int, timer: Callable[[Case], Awaitable[float]]
+    cases: dict[str, Case],
+    repetitions: int,
+    timer: Callable[[Case], Awaitable[float]],
+    warm: Callable[[Case], Awaitable[float]] | None = None,
 ) -> Timings:
     """Time every case once per repetition, back to back, the order turned every other time.
 
@@ -402,23 +472,37 @@ async def _compare(
     seconds; a case timed just after raw httpx (and, next repetition, just
     before it) meets the same load, so their ratio within a repetition does
     not move with it, where the ratio of separately taken medians does.
+
+    ``warm`` runs (untimed) just before each timed batch, to start it from
+    the same state as every other (see ``Clients.renew``). What is left over
+    from the set-up (the history, the clients, the modules) is frozen out of
+    the garbage collector's sight, so a collection costs what the timed
+    requests' own objects cost.
     """
     names = list(cases)
     for work in cases.values():  # warm up: connections, caches, imports
         await timer(work)
+    gc.collect()
+    gc.freeze()
     timings = Timings(names)
-    for repetition in range(repetitions):
-        for name in names if repetition % 2 == 0 else names[::-1]:
-            gc.collect()
-            cpu = time.process_time()
-            timings.wall[name].append(await timer(cases[name]))
-            timings.cpu[name].append(time.process_time() - cpu)
+    try:
+        for repetition in range(repetitions):
+            for name in names if repetition % 2 == 0 else names[::-1]:
+                if warm is not None:
+                    await warm(cases[name])
+                gc.collect()
+                cpu = time.process_time()
+                timings.wall[name].append(await timer(cases[name]))
+                timings.cpu[name].append(time.process_time() - cpu)
+    finally:
+        gc.unfreeze()
     return timings
 
 
 # case -> ("time", most time over raw httpx) or ("throughput", least requests/s over raw httpx)
 Targets = dict[str, tuple[str, float]]
 _NOTES = {
+    "raw httpx again": "(raw httpx on a second pool: the control, 1.00 but for noise)",
     "  uncached": "(threadline, no message JSON reused: a first request)",
     "raw aiohttp": "(raw httpx posting through httpx-aiohttp: the transport's own speed)",
 }
@@ -432,6 +516,11 @@ def _quartiles(values: list[float]) -> tuple[float, float, float]:
 
 
 def _report(title: str, targets: Targets, timings: Timings, unit: str) -> bool:
+    if SHOW_TIMES:
+        for name, wall in timings.wall.items():
+            cpu = timings.cpu[name]
+            print(f"  {name}: wall ms {[round(t * 1000) for t in wall]}")
+            print(f"  {' ' * len(name)}   CPU ms {[round(t * 1000) for t in cpu]}")
     print(f"\n{title}")
     print(
         f"  {'':<18} {'median':>10}       time ratio to raw httpx, paired per repetition:"
@@ -460,7 +549,7 @@ def _report(title: str, targets: Targets, timings: Timings, unit: str) -> bool:
     return met
 
 
-async def _bench(port: int, quick: bool) -> bool:
+async def _bench(port: int, options: argparse.Namespace) -> bool:
     history = _history()
     prompt = "What did the committee agree on?"
     clients = Clients(port)
@@ -471,7 +560,27 @@ async def _bench(port: int, quick: bool) -> bool:
     load = os.getloadavg()[0]
     print(f"load average {load:.1f} on {os.cpu_count()} cores", end="")
     print(": a busy machine, expect wide quartiles" if load > (os.cpu_count() or 1) else "")
+    print(
+        "Each target holds for the median of the paired ratios (a client's time over raw\n"
+        "httpx's in the same repetition); the quartiles, and 'raw httpx again' (raw httpx\n"
+        "on a second pool, 1.00 but for noise), show how far one run can be trusted."
+    )
     assert big_body["messages"] == _wire([*history, Message.user(prompt)])
+    met = True
+    if "openai" in options.protocol:
+        met &= await _openai(clients, (small_body, big_body, stream_body), history, prompt, options)
+    if "anthropic" in options.protocol:
+        met &= await _anthropic(port, history, prompt, options)
+    return met
+
+
+async def _openai(
+    clients: Clients,
+    bodies: tuple[dict[str, Any], dict[str, Any], dict[str, Any]],
+    history: list[Message],
+    prompt: str,
+    options: argparse.Namespace,
+) -> bool:
     try:
         met = await _family(
             "OpenAI Chat Completions",
@@ -484,17 +593,23 @@ async def _bench(port: int, quick: bool) -> bool:
                 reference="openai" if clients.openai is not None else None,
                 reference_complete=clients.openai_complete,
                 reference_stream=clients.openai_consume_stream,
+                renew=clients.renew,
             ),
-            (small_body, big_body, stream_body),
+            bodies,
             history,
             prompt,
-            quick,
+            options,
         )
     finally:
         await clients.aclose()
     if clients.openai is None:
         print("\n(openai is not installed: pip install openai to print its ratios too)")
+    return met
 
+
+async def _anthropic(
+    port: int, history: list[Message], prompt: str, options: argparse.Namespace
+) -> bool:
     messages_api = _bench_anthropic.AnthropicClients(port)
     bodies = (
         _bench_anthropic.same_body([], "Hello", stream=False),
@@ -502,7 +617,7 @@ async def _bench(port: int, quick: bool) -> bool:
         _bench_anthropic.same_body([], "Stream me a story", stream=True),
     )
     try:
-        met &= await _family(
+        met = await _family(
             "Anthropic Messages",
             _Family(
                 raw_complete=messages_api.raw_complete,
@@ -513,11 +628,12 @@ async def _bench(port: int, quick: bool) -> bool:
                 reference="anthropic" if messages_api.reference is not None else None,
                 reference_complete=messages_api.reference_complete,
                 reference_stream=messages_api.reference_consume_stream,
+                renew=messages_api.renew,
             ),
             bodies,
             history,
             prompt,
-            quick,
+            options,
         )
     finally:
         await messages_api.aclose()
@@ -531,7 +647,7 @@ class _Family:
 
     def __init__(self, **calls: Any) -> None:
         self.raw_complete: Callable[..., Awaitable[str]] = calls["raw_complete"]
-        self.raw_stream: Callable[[dict[str, Any]], Awaitable[str]] = calls["raw_stream"]
+        self.raw_stream: Callable[..., Awaitable[str]] = calls["raw_stream"]
         self.complete: Callable[..., Awaitable[str]] = calls["complete"]
         self.complete_uncached: Callable[[list[Message], str], Awaitable[str]] = calls[
             "complete_uncached"
@@ -540,6 +656,7 @@ class _Family:
         self.reference: str | None = calls["reference"]
         self.reference_complete: Callable[[Any], Awaitable[str]] = calls["reference_complete"]
         self.reference_stream: Callable[[Any], Awaitable[str]] = calls["reference_stream"]
+        self.renew: Callable[[], Awaitable[None]] = calls["renew"]
 
 
 async def _family(
@@ -548,9 +665,10 @@ async def _family(
     bodies: tuple[dict[str, Any], dict[str, Any], dict[str, Any]],
     history: list[Message],
     prompt: str,
-    quick: bool,
+    options: argparse.Namespace,
 ) -> bool:
     small_body, big_body, stream_body = bodies
+    quick = options.quick
     print(f"\n=== {protocol} ===")
     # The answers must be the same through every client before timing them.
     assert await family.complete([], "Hello") == await family.raw_complete(small_body)
@@ -558,70 +676,96 @@ async def _family(
     assert await family.consume_stream("Stream me a story") == streamed
     if family.reference is not None:
         assert await family.reference_stream(stream_body["messages"]) == streamed
+    results = []
 
-    # Short batches, many of them: each ratio is taken between neighbours in time.
-    requests, concurrency = 300, 50
-    assert await family.complete([], "Hello", aiohttp=True) == await family.raw_complete(
-        small_body, aiohttp=True
-    )
-    small: dict[str, Case] = {
-        "raw httpx": lambda: family.raw_complete(small_body),
-        "threadline": lambda: family.complete([], "Hello"),
-        "threadline aiohttp": lambda: family.complete([], "Hello", aiohttp=True),
-        "raw aiohttp": lambda: family.raw_complete(small_body, aiohttp=True),
-    }
-    if family.reference is not None:
-        small[family.reference] = lambda: family.reference_complete(small_body["messages"])
-    timings = await _compare(
-        small, 7 if quick else 15, lambda work: _concurrently(work, requests, concurrency)
-    )
-    results = [
-        _report(
-            f"{requests:,} small requests, {concurrency} at a time (total time of a batch)",
-            {"threadline": ("time", 1.15), "threadline aiohttp": ("throughput", 3.0)},
-            timings,
-            " total",
+    if "small" in options.case:
+        # Short batches, many of them: each ratio is taken between neighbours in time.
+        requests, concurrency = 300, 50
+        assert await family.complete([], "Hello", aiohttp=True) == await family.raw_complete(
+            small_body, via="aiohttp"
         )
-    ]
+        small: dict[str, Case] = {
+            "raw httpx": lambda: family.raw_complete(small_body),
+            "threadline": lambda: family.complete([], "Hello"),
+            "raw httpx again": lambda: family.raw_complete(small_body, via="again"),
+            "threadline aiohttp": lambda: family.complete([], "Hello", aiohttp=True),
+            "raw aiohttp": lambda: family.raw_complete(small_body, via="aiohttp"),
+        }
+        if family.reference is not None:
+            small[family.reference] = lambda: family.reference_complete(small_body["messages"])
 
-    big: dict[str, Case] = {
-        "raw httpx": lambda: family.raw_complete(big_body),
-        "threadline": lambda: family.complete(history, prompt),
-        "  uncached": lambda: family.complete_uncached(history, prompt),
-    }
-    if family.reference is not None:
-        big[family.reference] = lambda: family.reference_complete(big_body["messages"])
-    timings = await _compare(big, 9 if quick else 25, _once)
-    results.append(
-        _report(
-            f"one request with a {HISTORY_MESSAGES:,}-message history",
-            {"threadline": ("time", 1.3)},
-            timings,
-            "      ",
-        )
-    )
+        async def fresh_pools(work: Case) -> float:
+            # New pools, then one wave of requests to open their connections.
+            await family.renew()
+            return await _concurrently(work, concurrency, concurrency)
 
-    stream: dict[str, Case] = {
-        "raw httpx": lambda: family.raw_stream(stream_body),
-        "threadline": lambda: family.consume_stream("Stream me a story"),
-    }
-    if family.reference is not None:
-        stream[family.reference] = lambda: family.reference_stream(stream_body["messages"])
-    timings = await _compare(stream, 11 if quick else 41, _once)
-    results.append(
-        _report(
-            f"consuming a {STREAM_CHUNKS}-chunk stream",
-            {"threadline": ("time", 1.25)},
-            timings,
-            "      ",
+        timings = await _compare(
+            small,
+            9 if quick else 21,
+            lambda work: _concurrently(work, requests, concurrency),
+            warm=fresh_pools,
         )
-    )
+        results.append(
+            _report(
+                f"{requests:,} small requests, {concurrency} at a time (total time of a batch)",
+                {"threadline": ("time", 1.15), "threadline aiohttp": ("throughput", 3.0)},
+                timings,
+                " total",
+            )
+        )
+
+    if "history" in options.case:
+        big: dict[str, Case] = {
+            "raw httpx": lambda: family.raw_complete(big_body),
+            "threadline": lambda: family.complete(history, prompt),
+            "raw httpx again": lambda: family.raw_complete(big_body, via="again"),
+            "  uncached": lambda: family.complete_uncached(history, prompt),
+        }
+        if family.reference is not None:
+            big[family.reference] = lambda: family.reference_complete(big_body["messages"])
+        timings = await _compare(big, 9 if quick else 25, _once)
+        results.append(
+            _report(
+                f"one request with a {HISTORY_MESSAGES:,}-message history",
+                {"threadline": ("time", 1.3)},
+                timings,
+                "      ",
+            )
+        )
+
+    if "stream" in options.case:
+        stream: dict[str, Case] = {
+            "raw httpx": lambda: family.raw_stream(stream_body),
+            "threadline": lambda: family.consume_stream("Stream me a story"),
+            "raw httpx again": lambda: family.raw_stream(stream_body, via="again"),
+        }
+        if family.reference is not None:
+            stream[family.reference] = lambda: family.reference_stream(stream_body["messages"])
+        timings = await _compare(stream, 15 if quick else 41, _once)
+        results.append(
+            _report(
+                f"consuming a {STREAM_CHUNKS}-chunk stream",
+                {"threadline": ("time", 1.25)},
+                timings,
+                "      ",
+            )
+        )
     return all(results)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer requests and repetitions")
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    parser.add_argument(
+        "--protocol",
+        action="append",
+        choices=PROTOCOLS,
+        help="time only this protocol (repeatable; default: both)",
+    )
+    parser.add_argument(
+        "--case", action="append", choices=CASES, help="time only this case (repeatable)"
+    )
+    parser.add_argument("--times", action="store_true", help="print every repetition's times")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
@@ -633,7 +777,11 @@ def main() -> None:
     try:
         assert server.stdout is not None
         port = int(server.stdout.readline())
-        met = anyio.run(_bench, port, args.quick)
+        global SHOW_TIMES
+        SHOW_TIMES = args.times
+        args.protocol = args.protocol or list(PROTOCOLS)
+        args.case = args.case or list(CASES)
+        met = anyio.run(_bench, port, args)
     finally:
         server.terminate()
         server.wait(10)

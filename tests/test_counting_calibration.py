@@ -182,7 +182,20 @@ async def test_a_client_without_calibration_keeps_the_saved_ratio_for_the_next_s
     assert json.loads(restored.to_json())["settings"]["token_calibration"] == {"m": 1.4}
 
 
-@pytest.mark.parametrize("saved", [[1.2], {"m": -1}, {"m": "x"}, {"m": True}])
+@pytest.mark.parametrize(
+    "saved",
+    [
+        [1.2],
+        {"m": -1},
+        {"m": "x"},
+        {"m": True},
+        {"m": {"ratio": 1.2}},
+        {"m": {"ratio": 1.2, "intercept": "x", "slopes": {}}},
+        {"m": {"ratio": 0, "intercept": 3.0, "slopes": {}}},
+        {"m": {"ratio": 1.2, "intercept": 3.0, "slopes": {"latin": -1}}},
+        {"m": {"ratio": 1.2, "intercept": 3.0, "slopes": [1.0]}},
+    ],
+)
 def test_a_malformed_saved_calibration_is_refused_with_its_path(saved: object) -> None:
     document = json.loads(Conversation(Agent(Client(ScriptedDriver()), model=MODEL)).to_json())
     document["settings"]["token_calibration"] = saved
@@ -244,9 +257,14 @@ async def test_a_transcript_that_repeats_the_last_prompt_is_counted_from_its_rep
     second = await client.request().with_messages(first.messages).with_prompt("two").run()
     assert second.rounds[0].reported_input_tokens == 45  # 30 estimated: the ratio stays 2.0
     third = await client.request().with_messages(second.messages).with_prompt("three").run()
-    # The 45 reported for the three messages sent before, and the two new ones at 2.0,
-    # where scaling the whole estimate would say 5 * 10 * 2.0 = 100.
-    assert third.rounds[0].calibrated_input_tokens == 45 + 2 * 20
+    # Two reports: the 45 reported for the three messages sent before, and the two new
+    # ones at the slopes the reports fitted (25 tokens for two messages), where scaling
+    # the whole estimate would say 5 * 10 * 2.0 = 100. The server reports 75.
+    calibrated = third.rounds[0].calibrated_input_tokens
+    assert calibrated is not None
+    assert third.rounds[0].reported_input_tokens == 75
+    assert 45 + 2 * 10 < calibrated < 100
+    assert abs(calibrated - 75) <= 0.1 * 75
 
 
 @pytest.mark.anyio

@@ -102,6 +102,34 @@ def test_spans_go_to_the_global_provider_of_an_application_that_configured_one()
     assert names == str(expected)
 
 
+def test_opentelemetry_imported_without_a_provider_makes_no_span_until_one_is_set() -> None:
+    # What the official anthropic client does: import opentelemetry.trace, set nothing.
+    configure = """
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    """
+    # The span module is imported by the first run that makes a span, and only then.
+    report = "print('threadline._telemetry._spans' in sys.modules)\n"
+    names = "print(sorted(s.name for s in exporter.get_finished_spans()))"
+    out = python(
+        "import sys\nimport opentelemetry.trace\n"
+        + RUN_WITH_A_TOOL
+        + report
+        + textwrap.dedent(configure)
+        + RUN_WITH_A_TOOL
+        + report
+        + names
+    )
+    expected = ["chat fake"] * 3 + ["execute_tool add"] + ["invoke_agent"] * 2
+    assert out.splitlines() == ["False", "True", str(expected)]
+
+
 # -- the opt-ins ---------------------------------------------------------------------
 
 

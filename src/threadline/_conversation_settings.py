@@ -8,21 +8,22 @@ version does not know are kept as they are, so a newer document survives a
 round trip.
 
 It also carries the conversation's counting state: ``token_calibration``,
-the calibration ratio of each model the conversation ran with (a model's
-name to a positive number), written when the agent's client has a
+the calibration of each model (and tool set) the conversation ran with: a
+positive ratio, or a ratio with its fit by class (``counting._saved``),
+written when the agent's client has a
 :class:`~threadline.counting.TokenCalibration`. A loaded conversation hands
 it back to its client's calibration, which keeps the larger ratio.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any, cast
 
 from threadline._errors import ConversationFormatError, InvalidRequestError
 from threadline._sentinel import NotGiven
 from threadline._settings import RequestSettings, SettingsChanges
+from threadline.counting._saved import SavedEntry, check_saved, merged
 from threadline.serialization._documents import ConversationDocument, JsonValue
 
 __all__ = ["CALIBRATION_KEY", "saved_calibration", "saved_changes", "saved_settings"]
@@ -56,12 +57,13 @@ def saved_changes(document: ConversationDocument) -> tuple[SettingsChanges, dict
     return cast(SettingsChanges, changes), extra
 
 
-def saved_calibration(extra: Mapping[str, JsonValue]) -> dict[str, float]:
-    """The calibration ratios kept among a document's settings (empty when none).
+def saved_calibration(extra: Mapping[str, JsonValue]) -> dict[str, SavedEntry]:
+    """The calibration kept among a document's settings (empty when none): per key, a
+    ratio or a ratio with its fit by class (see ``threadline.counting._saved``).
 
     Raises:
-        ConversationFormatError: ``token_calibration`` is not a mapping of model names
-            to positive, finite numbers.
+        ConversationFormatError: ``token_calibration`` is not a mapping of keys to
+            positive, finite ratios or fits.
     """
     saved = extra.get(CALIBRATION_KEY)
     if saved is None:
@@ -71,23 +73,19 @@ def saved_calibration(extra: Mapping[str, JsonValue]) -> dict[str, float]:
         raise ConversationFormatError(
             f"expected a mapping of model names to ratios, not {type(saved).__name__}", path=path
         )
-    ratios: dict[str, float] = {}
-    for model, ratio in saved.items():
-        if isinstance(ratio, bool) or not isinstance(ratio, int | float):
-            ratio = math.nan
-        if not math.isfinite(ratio) or ratio <= 0:
-            raise ConversationFormatError(
-                f"a calibration ratio is a positive number, not {saved[model]!r}",
-                path=f"{path}.{model}",
-            )
-        ratios[model] = float(ratio)
-    return ratios
+    entries: dict[str, SavedEntry] = {}
+    for model, value in saved.items():
+        try:
+            entries[model] = check_saved(value)
+        except ValueError as exc:
+            raise ConversationFormatError(str(exc), path=f"{path}.{model}") from None
+    return entries
 
 
 def saved_settings(
     settings: RequestSettings,
     extra: dict[str, JsonValue],
-    calibration: Mapping[str, float] | None = None,
+    calibration: Mapping[str, SavedEntry] | None = None,
 ) -> dict[str, JsonValue]:
     """The ``settings`` of a saved document; an unset reserve is left out.
 
@@ -97,9 +95,9 @@ def saved_settings(
     saved: dict[str, JsonValue] = dict(extra)
     if calibration:
         ratios = saved_calibration(extra)
-        for model, ratio in calibration.items():
-            ratios[model] = max(ratio, ratios.get(model, ratio))
-        saved[CALIBRATION_KEY] = dict(ratios)
+        for model, entry in calibration.items():
+            ratios[model] = merged(ratios.get(model), entry)
+        saved[CALIBRATION_KEY] = cast(JsonValue, ratios)
     saved["max_context_tokens"] = settings.max_context_tokens
     reserve = settings.output_reserve_tokens
     if not isinstance(reserve, NotGiven):

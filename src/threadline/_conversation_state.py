@@ -42,6 +42,7 @@ from threadline._transcript import Transcript, Turn
 from threadline._validate import fail, non_negative_int
 from threadline.counting._protocol import is_incremental
 from threadline.counting._resolution import default_token_counter
+from threadline.counting._saved import SavedEntry
 from threadline.limiting._drop_oldest import slides_by_one
 from threadline.serialization._converter import dumps_conversation
 from threadline.serialization._documents import ConversationDocument, ConversationEvent, JsonValue
@@ -365,19 +366,19 @@ class ConversationState:
 
     # -- counting state -----------------------------------------------------------------
 
-    def _calibration_ratios(self) -> dict[str, float]:
+    def _calibration_ratios(self) -> dict[str, SavedEntry]:
         """What the client's calibration knows of the agent's model, to be saved."""
         calibration = self._agent.client.calibration
         model = self._agent.model
         if calibration is None or model is None:
             return {}
-        return calibration.ratios_of(model.name)
+        return calibration.saved_of(model.name)
 
     def _restore_calibration(self) -> None:
         """Give the ratios a loaded document saved to the client's calibration, if any."""
         calibration = self._agent.client.calibration
         if calibration is not None:
-            calibration.absorb(saved_calibration(self._extra_settings))
+            calibration.restore(saved_calibration(self._extra_settings))
 
     # -- documents ----------------------------------------------------------------------
 

@@ -15,8 +15,9 @@ limit that passed meanwhile fires at the next wait on the provider.
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Iterator
+from contextlib import AbstractAsyncContextManager, contextmanager
+from types import TracebackType
 
 import anyio
 import anyio.lowlevel
@@ -27,7 +28,12 @@ __all__ = ["CallDeadline"]
 
 
 class CallDeadline:
-    """The time limits of one provider call (``None``: no such limit)."""
+    """The time limits of one provider call (``None``: no such limit).
+
+    A call without limits (the default) costs nothing: no cancel scope is
+    entered, and handing an event over touches nothing. It runs once per
+    streamed token.
+    """
 
     def __init__(
         self,
@@ -39,12 +45,14 @@ class CallDeadline:
         self._timeout = timeout
         self._first_token_timeout = first_token_timeout
         self._provider = provider
+        self._limited = timeout is not None or first_token_timeout is not None
         self._whole_until = math.inf
         self._first_until = math.inf
         self._first_seen = False
         self._first_in_force = False
         """Whether the deadline last set on the scope was the first-token one."""
         self._scope: anyio.CancelScope | None = None
+        self._handing_over = _HandingOver(self)
 
     @contextmanager
     def bound(self) -> Iterator[None]:
@@ -53,6 +61,9 @@ class CallDeadline:
         Raises:
             RequestTimeoutError: a limit passed before the body was done.
         """
+        if not self._limited:
+            yield
+            return
         now = anyio.current_time()
         if self._timeout is not None:
             self._whole_until = now + self._timeout
@@ -69,9 +80,11 @@ class CallDeadline:
         """The reply has begun: from now on only the whole call's limit holds."""
         self._first_seen = True
 
-    @asynccontextmanager
-    async def handed_over(self) -> AsyncIterator[None]:
-        """Lift the limits while an event is with the caller."""
+    def handed_over(self) -> AbstractAsyncContextManager[None]:
+        """Lift the limits while an event is with the caller (inside :meth:`bound`)."""
+        return self._handing_over
+
+    async def _lift(self) -> None:
         scope = self._scope
         assert scope is not None, "handed_over() is used inside bound()"
         if scope.cancel_called:
@@ -79,8 +92,6 @@ class CallDeadline:
             # cancellation land here, inside the call, not in the caller's code.
             await anyio.lowlevel.checkpoint()
         scope.deadline = math.inf
-        yield
-        self._arm()
 
     def _arm(self) -> None:
         assert self._scope is not None
@@ -97,3 +108,28 @@ class CallDeadline:
             )
         assert self._timeout is not None
         return RequestTimeoutError(limit="timeout", seconds=self._timeout, provider=self._provider)
+
+
+class _HandingOver(AbstractAsyncContextManager[None]):
+    """What :meth:`CallDeadline.handed_over` returns: a class, not a generator,
+    as it is entered once per streamed event."""
+
+    __slots__ = ("_deadline",)
+
+    def __init__(self, deadline: CallDeadline) -> None:
+        self._deadline = deadline
+
+    async def __aenter__(self) -> None:
+        if self._deadline._limited:
+            await self._deadline._lift()
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        # Re-armed only when the caller asks for more: a caller who left (or
+        # failed) is past the call, whose scope is being left too.
+        if kind is None and self._deadline._limited:
+            self._deadline._arm()

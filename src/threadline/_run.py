@@ -302,6 +302,7 @@ class Run:
                 reported_tokens=reported,
                 tools=self.plan.toolset.names,
                 sent=current.sent,
+                counter=self.plan.counter,
             )
         record = RoundRecord(
             round=current.number,

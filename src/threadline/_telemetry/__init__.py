@@ -7,10 +7,11 @@ children of the run span. Names and attributes follow the OpenTelemetry GenAI
 semantic conventions; threadline's own facts (the budget, estimated against
 reported tokens, what limiting dropped) are under ``threadline.``.
 
-The cost when nobody traces is one dictionary look-up per run: spans are made
-only when the application uses OpenTelemetry (``opentelemetry.trace`` is
-imported) or handed threadline a tracer provider. ``import threadline`` never
-imports OpenTelemetry.
+The cost when nobody traces is a look-up or two per run: spans are made only
+when OpenTelemetry has a tracer provider configured (the global one, set by the
+application or its ``OTEL_PYTHON_TRACER_PROVIDER``) or threadline was handed
+one. ``opentelemetry.trace`` merely imported (another library does it) makes
+no span. ``import threadline`` never imports OpenTelemetry.
 
 The run loop is an async generator, and a context attached across a ``yield``
 would leak into the consumer's code. So no span is current across a yield:
@@ -109,21 +110,35 @@ def _tracer() -> Tracer | None:
     """The tracer for threadline's spans, or ``None`` when nobody traces."""
     global _tracer_cache
     provider = _tracer_provider
-    if provider is None and "opentelemetry.trace" not in sys.modules:
-        # Nobody could have configured a provider: no span would go anywhere.
-        return None
+    if provider is None:
+        if "opentelemetry.trace" not in sys.modules:
+            # Nobody could have configured a provider: no span would go anywhere.
+            return None
+        provider = _configured_global_provider()
+        if provider is None:
+            return None
     if _tracer_cache is not None and _tracer_cache[0] is provider:
         return _tracer_cache[1]
-    from opentelemetry import trace as otel_trace
-
-    version = _version()
-    tracer = (
-        provider.get_tracer("threadline", version)
-        if provider is not None
-        else otel_trace.get_tracer("threadline", version)
-    )
+    tracer = provider.get_tracer("threadline", _version())
     _tracer_cache = (provider, tracer)
     return tracer
+
+
+def _configured_global_provider() -> TracerProvider | None:
+    """OpenTelemetry's global tracer provider, or ``None`` while none is configured.
+
+    A library may import ``opentelemetry.trace`` (the official ``anthropic``
+    client does) in an application that never sets a provider. The global is
+    then a proxy (or the no-op provider) whose spans record nothing and carry
+    their parent's context, so threadline making none of its own is the same
+    to every observer, and saves a run the cost of making them.
+    """
+    from opentelemetry import trace as otel_trace
+
+    provider = otel_trace.get_tracer_provider()
+    if isinstance(provider, otel_trace.ProxyTracerProvider | otel_trace.NoOpTracerProvider):
+        return None
+    return provider
 
 
 def _version() -> str:

@@ -80,7 +80,7 @@ class AnchoredCounter:
         self._tools = tuple(tools)
         self._dropped_ratio = dropped_ratio
         self._added_ratio = added_ratio
-        shares = [math.floor(dropped_ratio * self._estimated_cost(m)) for m in anchor]
+        shares = [self._share(m) for m in anchor]
         self._anchor_costs: dict[Message, int] = {
             message_key(m): share for m, share in zip(anchor, shares, strict=True)
         }
@@ -124,13 +124,21 @@ class AnchoredCounter:
             return self._estimate.message_tokens(message)
         return self._estimate.count([message], ()) - self._estimate.count([], ())
 
+    def _share(self, message: Message) -> int:
+        """What leaving ``message`` of the anchor out saves."""
+        return math.floor(self._dropped_ratio * self._estimated_cost(message))
+
+    def _added(self, message: Message) -> int:
+        """What ``message``, not in the anchor, costs."""
+        return scaled(self._estimated_cost(message), self._added_ratio)
+
     def message_tokens(self, message: Message) -> int:
         """What ``message`` adds: its share of the exact count when it is in the anchor,
         otherwise its estimate scaled up."""
         share = self._anchor_costs.get(message_key(message))
         if share is not None:
             return share
-        return scaled(self._estimated_cost(message), self._added_ratio)
+        return self._added(message)
 
     def overhead_tokens(self, tools: Sequence[Tool] = ()) -> int:
         """The part of the exact count no anchored message accounts for, with tools

@@ -13,12 +13,19 @@ it when it is higher, nothing lowers it. A calibrated estimate therefore errs
 towards counting too much (a turn that keeps a unit less) rather than too
 little (a turn the provider refuses).
 
-The last report is kept too, with the prompt it counted: it is an exact count
-of a transcript the next one mostly repeats. So a transcript that holds most
-of that prompt is counted from the report (:class:`ReportAnchoredCounter`):
-the report, less what is gone from it (at that prompt's own ratio), plus what
-is new (at the calibration's ratio). Only what changed since is estimated.
-Any other transcript is the estimate times the ratio (:class:`CalibratedCounter`).
+One ratio cannot price every script (SmolLM2 spends about o200k's tokens on
+English and three times as many on Russian), so from the second report on a
+key also has a fit by class (``_slopes``): an intercept plus a slope per
+class of the estimate (``_classes``), learned from every report kept. A
+transcript is then counted from the last report, what is gone from its
+prompt and what is new priced by class (:class:`~threadline.counting._slopes.ClassAnchoredCounter`),
+whether or not the transcript holds most of that prompt.
+
+Before a fit, the last report is used as it was: a transcript that holds
+most of its prompt is counted from the report (:class:`ReportAnchoredCounter`),
+the report less what is gone from it (at that prompt's own ratio) plus what
+is new (at the calibration's ratio); any other is the estimate times the
+ratio (:class:`CalibratedCounter`).
 """
 
 from __future__ import annotations
@@ -28,9 +35,20 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from threadline._errors import InvalidRequestError
 from threadline._validate import fail, non_negative_int
 from threadline.counting._anchored import AnchoredCounter, message_key
+from threadline.counting._classes import CLASSES, ClassCounts, transcript_classes
+from threadline.counting._saved import SavedEntry, check_saved, ratio_of
 from threadline.counting._scaling import scaled
+from threadline.counting._slopes import (
+    MAX_OBSERVATIONS,
+    MIN_FIT_REPORTS,
+    PRIOR_SLOPES,
+    ClassAnchoredCounter,
+    SlopeFit,
+    fit,
+)
 
 if TYPE_CHECKING:
     from threadline._messages import Message
@@ -83,10 +101,12 @@ class TokenCalibration:
     Give one to a client (``Client(driver, calibration=TokenCalibration())``)
     and every round of its requests teaches it: after each response that
     reports its input tokens, the ratio for the request's model becomes the
-    larger of the old ratio and ``reported / estimated``. Limiting then
-    counts ``ceil(estimate * ratio)``. A conversation saves the ratio of its
-    model with its state and gives it back to its client's calibration when
-    loaded, so a resumed conversation does not start uncalibrated.
+    larger of the old ratio and ``reported / estimated``, and from the second
+    report the fit by class is made again (see the module docstring); limiting
+    counts with the fit, or ``ceil(estimate * ratio)`` before there is one. A
+    conversation saves its model's ratios and fits with its state and gives
+    them back to its client's calibration when loaded, so a resumed
+    conversation does not start uncalibrated.
 
     ``ratios`` seeds it (a model's name, or a :func:`calibration_key`, to its ratio);
     ``min_estimated_tokens`` is the smallest estimate a round must have to
@@ -105,7 +125,15 @@ class TokenCalibration:
         calibration.ratio("smollm2")  # e.g. 1.31 after a few turns
     """
 
-    __slots__ = ("_last", "_lock", "_min_estimated_tokens", "_ratios")
+    __slots__ = (
+        "_fits",
+        "_last",
+        "_lock",
+        "_min_estimated_tokens",
+        "_observed",
+        "_priors",
+        "_ratios",
+    )
 
     def __init__(
         self,
@@ -118,6 +146,11 @@ class TokenCalibration:
         self._ratios: dict[str, float] = {}
         # The last report per key, with the prompt it counted: (messages, tokens).
         self._last: dict[str, tuple[tuple[Message, ...], int]] = {}
+        # Per key: the reports by class (the latest MAX_OBSERVATIONS), and their fit.
+        self._observed: dict[str, list[tuple[ClassCounts, int]]] = {}
+        self._fits: dict[str, SlopeFit] = {}
+        # Per key, the slopes a restored fit had: what later fits are pulled towards.
+        self._priors: dict[str, tuple[float, ...]] = {}
         if ratios is not None:
             self.absorb(ratios)
 
@@ -143,6 +176,52 @@ class TokenCalibration:
         tooled = f"{model} [tools: "
         return {k: v for k, v in self.ratios().items() if k == model or k.startswith(tooled)}
 
+    def saved_of(self, model: str) -> dict[str, SavedEntry]:
+        """What a saved conversation keeps of ``model`` (see ``_saved``): per key of its
+        own and of its tool sets, the ratio, with the fit by class where there is one."""
+        saved: dict[str, SavedEntry] = {}
+        for key, ratio in self.ratios_of(model).items():
+            fitted = self._fits.get(key)
+            if fitted is None:
+                saved[key] = ratio
+                continue
+            slopes: dict[str, object] = dict(zip(CLASSES, fitted.slopes, strict=True))
+            saved[key] = {"ratio": ratio, "intercept": fitted.intercept, "slopes": slopes}
+        return saved
+
+    def restore(self, saved: Mapping[str, object]) -> None:
+        """Take in what a saved conversation kept (:meth:`saved_of`): each ratio becomes
+        the larger of the two, and a saved fit prices a key until a report of its own
+        (its slopes then pull the fit, as a prior).
+
+        Raises:
+            InvalidRequestError: an entry that is neither a positive, finite ratio nor a
+                fit (the error names the key).
+        """
+        checked: dict[str, SavedEntry] = {}
+        for key, value in saved.items():
+            try:
+                checked[key] = check_saved(value)
+            except ValueError as exc:
+                raise InvalidRequestError(f"token calibration {key!r}: {exc}") from None
+        for key, entry in checked.items():
+            self._raise(key, ratio_of(entry))
+            if isinstance(entry, dict):
+                self._restore_fit(key, entry)
+
+    def _restore_fit(self, key: str, entry: dict[str, object]) -> None:
+        given = entry["slopes"]
+        intercept = entry["intercept"]
+        assert isinstance(given, dict)
+        assert isinstance(intercept, float)
+        slopes = tuple(
+            float(given.get(name, prior)) for name, prior in zip(CLASSES, PRIOR_SLOPES, strict=True)
+        )
+        with self._lock:
+            self._priors[key] = slopes
+            if key not in self._observed:
+                self._fits[key] = SlopeFit.restored(slopes, intercept)
+
     def observe(
         self,
         model: str,
@@ -151,11 +230,14 @@ class TokenCalibration:
         reported_tokens: int,
         tools: Iterable[str] = (),
         sent: Sequence[Message] | None = None,
+        counter: TokenCounter | None = None,
     ) -> float | None:
         """Learn from one response: the prompt (sent with the tools named ``tools``) was
         estimated at ``estimated_tokens`` and the provider reported ``reported_tokens``.
         ``sent``, the prompt's messages, is kept with the report, to count the next
-        transcripts from (see the module docstring). Returns the ratio that applies now.
+        transcripts from (see the module docstring); with ``counter``, the request's
+        estimate, the report also joins the fit by class. Returns the ratio that
+        applies now.
 
         An estimate under :attr:`min_estimated_tokens` or a report of 0 changes nothing.
         """
@@ -164,9 +246,30 @@ class TokenCalibration:
             return self.ratio(model, tools)
         key = calibration_key(model, tools)
         if sent is not None:
+            sent = tuple(sent)
             with self._lock:
-                self._last[key] = (tuple(sent), reported_tokens)
+                self._last[key] = (sent, reported_tokens)
+            if counter is not None:
+                self._learn(key, counter, sent, reported_tokens)
         return self._raise(key, reported_tokens / estimated_tokens)
+
+    def _learn(
+        self, key: str, counter: TokenCounter, sent: tuple[Message, ...], reported_tokens: int
+    ) -> None:
+        """Fit the slopes of ``key`` again with one more report (see ``_slopes``)."""
+        counts = transcript_classes(counter, sent)
+        with self._lock:
+            observed = self._observed.setdefault(key, [])
+            observed.append((counts, reported_tokens))
+            del observed[:-MAX_OBSERVATIONS]
+            if len(observed) >= MIN_FIT_REPORTS or key in self._priors:
+                slopes = fit(observed, self._priors.get(key))
+                self._fits[key] = SlopeFit.of_report(slopes, sent, reported_tokens, counts)
+
+    def fitted(self, model: str, tools: Iterable[str] = ()) -> SlopeFit | None:
+        """The slopes fitted for ``model`` sent with the tools named ``tools``, and the
+        report they price from; ``None`` before a report with its prompt's counter."""
+        return self._fits.get(calibration_key(model, tools))
 
     def estimate(
         self,
@@ -176,9 +279,13 @@ class TokenCalibration:
         tools: Sequence[Tool] = (),
     ) -> TokenCounter:
         """The calibrated counter for ``transcript`` of ``model`` sent with ``tools``:
-        counted from the last report when the transcript holds most of its prompt,
-        else ``counter`` times the ratio; ``counter`` itself before any observation."""
+        priced by class from the last report once there is a fit; before, counted
+        from the last report when the transcript holds most of its prompt, else
+        ``counter`` times the ratio; ``counter`` itself before any observation."""
         names = [t.name for t in tools]
+        fitted = self._fits.get(calibration_key(model, names))
+        if fitted is not None:
+            return fitted.counter(counter, tools)
         ratio = self.ratio(model, names)
         if ratio is None:
             return counter
@@ -298,6 +405,6 @@ def calibrated_estimate(counter: TokenCounter) -> TokenCounter | None:
     """The uncalibrated counter under a calibrated one; ``None`` for any other counter."""
     if isinstance(counter, CalibratedCounter):
         return counter.counter
-    if isinstance(counter, ReportAnchoredCounter):
+    if isinstance(counter, ReportAnchoredCounter | ClassAnchoredCounter):
         return counter.estimate
     return None

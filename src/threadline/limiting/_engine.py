@@ -55,6 +55,7 @@ from threadline.limiting._event import (
     checked_event,
     drop_log,
     handler_name,
+    removed_spans,
 )
 from threadline.limiting._incremental import CheckedHistory, quick_outcome
 from threadline.limiting._ledger import (
@@ -68,20 +69,21 @@ from threadline.limiting._ledger import (
 )
 from threadline.limiting._units import (
     PinReason,
-    check_integrity,
     checked_unit_starts,
     current_prompt_index,
     match_messages,
     pinned_messages,
     pinned_units,
     unit_kind,
-    unit_starts,
 )
 from threadline.tools._tools import Tool
 
 __all__ = ["apply_limits"]
 
 logger = logging.getLogger("threadline.limiting")
+
+# The Pre handler when none is given. It keeps no state, so one serves every step.
+_BUILT_IN_PRE = drop_oldest_units(None)
 
 
 async def apply_limits(
@@ -137,7 +139,7 @@ async def apply_limits(
             return quick
     state = _Limiting(tuple(messages), tuple(tools), counter, budget, round, prompt_index)
     if budget is not None:
-        first = pre if pre is not None else drop_oldest_units(None)
+        first = pre if pre is not None else _BUILT_IN_PRE
         if exact_counter is not None and exact_margin is not None:
             built_in = first if pre is None else None
             await state.count_exactly(
@@ -166,13 +168,18 @@ class _Limiting:
         prompt_index: int | None,
     ) -> None:
         self.original_starts = checked_unit_starts(messages)
+        # Where the units of the current transcript start: carried across each
+        # rewrite, so no step walks a transcript twice to find them.
+        self.starts = self.original_starts
         self.original = messages
         self.tools = tools
         self.counter = counter
         self.budget = budget
         self.round = round
         self.prompt_index = current_prompt_index(messages, prompt_index)
-        self.pinned: dict[int, PinReason] = pinned_messages(messages, prompt_index=prompt_index)
+        self.pinned: dict[int, PinReason] = pinned_messages(
+            messages, prompt_index=self.prompt_index
+        )
         self.current: list[Message] = list(messages)
         self.sources: Sequence[int | None] = range(len(messages))
         # With an incremental counter each message is priced once, here: the
@@ -250,7 +257,7 @@ class _Limiting:
             round=self.round,
             estimated_tokens=self.tokens,
             pinned=self.pinned,
-            starts=self.original_starts if isinstance(self.sources, range) else None,
+            starts=self.starts,
             costs=self.costs,
         )
         result = handler(event)
@@ -259,15 +266,17 @@ class _Limiting:
         certified = certified_sources(event)
         if certified is not None:
             rewrite, matches = list(event.messages), list(certified)
-            removed = self._checked_removal(name, cast(list[int], matches))
+            removed = self._checked_removal(name, cast(list[int], matches), certified)
+            starts = _starts_after(self.starts, removed)
             added = 0
         else:
-            rewrite, matches, removed = self._checked_rewrite(event, name)
+            rewrite, matches, removed, starts = self._checked_rewrite(event, name)
             added = matches.count(None)
         reason = f"over budget: {self.tokens} > {budget.prompt_tokens} tokens"
         self._record_drops(name, phase, removed, drop_log(event), reason)
         self._follow(matches, added == 0)
         self.current = rewrite
+        self.starts = starts
         before = self.tokens
         costs = self.costs
         if certified is not None and costs is not None and is_incremental(self.counter):
@@ -310,9 +319,14 @@ class _Limiting:
         else:
             self.sources = [sources[m] if m is not None else None for m in matches]
 
-    def _checked_removal(self, name: str, kept: list[int]) -> list[tuple[int, int]]:
-        """What a rewrite made of whole units removed: ``(start, end)`` spans; none pinned."""
-        removed = _gaps(kept, len(self.current))
+    def _checked_removal(
+        self, name: str, kept: list[int], sources: Sequence[int | None]
+    ) -> list[tuple[int, int]]:
+        """What a rewrite made of whole units removed: ``(start, end)`` spans; none pinned.
+
+        ``kept`` are the indices kept, ``sources`` the event's own form of them.
+        """
+        removed = removed_spans(cast(Sequence[int], sources), len(self.current))
         for index in sorted(self.pinned):
             if not _holds(kept, index):
                 self._refuse_pinned_drop(name, index)
@@ -330,7 +344,9 @@ class _Limiting:
 
     def _checked_rewrite(
         self, event: TokenLimitEvent, name: str
-    ) -> tuple[list[Message], list[int | None], list[tuple[int, int]]]:
+    ) -> tuple[list[Message], list[int | None], list[tuple[int, int]], list[int]]:
+        """A handler's own rewrite, checked in full: it, where its messages came
+        from, what of the given transcript it removed, and where its units start."""
         output: object = event.messages
         if not isinstance(output, list | tuple):
             raise HandlerError(
@@ -348,7 +364,7 @@ class _Limiting:
                     index=index,
                 )
         try:
-            check_integrity(rewrite)
+            starts = checked_unit_starts(rewrite)
         except TranscriptIntegrityError as exc:
             raise HandlerError(
                 f"limiting handler {name!r} left a broken transcript: message {exc.index}: "
@@ -370,7 +386,7 @@ class _Limiting:
             for index in range(start, end):
                 if index in self.pinned:
                     self._refuse_pinned_drop(name, index)
-        return rewrite, matches, removed
+        return rewrite, matches, removed, starts
 
     def _record_drops(
         self,
@@ -395,10 +411,7 @@ class _Limiting:
     def outcome(self) -> LimitingOutcome:
         budget = self.budget
         over = budget is not None and self.tokens > budget.prompt_tokens
-        if isinstance(self.sources, range):
-            starts = self.original_starts
-        else:
-            starts = unit_starts(self.current, checked=True)
+        starts = self.starts
         if over and budget is not None:
             only_pinned = len(pinned_units(starts, self.pinned)) == len(starts)
             logger.warning(
@@ -533,9 +546,24 @@ def _holds(kept: list[int], index: int) -> bool:
     return at < len(kept) and kept[at] == index
 
 
-def _gaps(kept: list[int], size: int) -> list[tuple[int, int]]:
-    """The ``(start, end)`` spans of ``range(size)`` missing from ascending ``kept``."""
-    bounds = [-1, *kept, size]
-    steps = map(operator.sub, itertools.islice(bounds, 1, None), bounds)
-    after = itertools.compress(itertools.count(), map(operator.gt, steps, itertools.repeat(1)))
-    return [(bounds[k] + 1, bounds[k + 1]) for k in after]
+def _starts_after(starts: list[int], removed: list[tuple[int, int]]) -> list[int]:
+    """Where units start once the ``removed`` spans, whole units in order, are gone.
+
+    The starts between two spans move back by what went before them: slices
+    of ``starts``, found by bisection, with no walk over the messages.
+    """
+    if not removed:
+        return starts
+    kept: list[int] = []
+    shift = at = 0
+    for start, end in removed:
+        before = bisect.bisect_left(starts, start, at)
+        kept += (
+            map(operator.sub, starts[at:before], itertools.repeat(shift))
+            if shift
+            else starts[at:before]
+        )
+        shift += end - start
+        at = bisect.bisect_left(starts, end, before)
+    kept += map(operator.sub, starts[at:], itertools.repeat(shift))
+    return kept

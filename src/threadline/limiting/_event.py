@@ -12,8 +12,8 @@ from __future__ import annotations
 import bisect
 import itertools
 import operator
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import TypeAlias
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TypeAlias, overload
 
 from threadline._errors import InvalidRequestError
 from threadline._messages import Message
@@ -27,6 +27,7 @@ from threadline.limiting._units import (
     checked_unit_starts,
     listing,
     match_messages,
+    one_run,
     pinned_messages,
     spans_of,
     unit_starts,
@@ -42,6 +43,7 @@ __all__ = [
     "drop_reasons",
     "handler_name",
     "priced",
+    "removed_spans",
 ]
 
 # Where the messages of a list came from: for each, its index in the messages
@@ -100,15 +102,31 @@ class TokenLimitEvent:
         prompt_index: int | None = None,
         pinned: Mapping[int, PinReason] | None = None,
     ) -> None:
-        self.messages: list[Message] = list(messages)
-        self._snapshot = list(self.messages)  # never changed: what was handed over
+        snapshot = list(messages)
+        if pinned is None:
+            pinned = pinned_messages(snapshot, prompt_index=prompt_index)
+        self._start(snapshot, tools, budget_tokens, counter, round, dict(pinned))
+        if estimated_tokens is None:
+            estimated_tokens = counter.count(self.messages, self._tools)
+        self.estimated_tokens: int = estimated_tokens
+
+    def _start(
+        self,
+        snapshot: list[Message],
+        tools: Iterable[Tool],
+        budget_tokens: int,
+        counter: TokenCounter,
+        round: int,
+        pinned: Mapping[int, PinReason],
+    ) -> None:
+        """Set the event up over ``snapshot``, a list of its own that nothing changes."""
+        self.messages: list[Message] = list(snapshot)
+        self._snapshot = snapshot  # never changed: what was handed over
         self._tools = tuple(tools)
         self._budget_tokens = budget_tokens
         self._counter = counter
         self._round = round
-        if pinned is None:
-            pinned = pinned_messages(self._snapshot, prompt_index=prompt_index)
-        self._pinned: Mapping[int, PinReason] = dict(pinned)
+        self._pinned: Mapping[int, PinReason] = pinned
         self._checked = False  # checked_event sets it: the engine checked the snapshot
         # Whether messages is still the snapshot less whole units dropped with
         # drop_units: then it is whole by construction (see certified_sources).
@@ -125,9 +143,6 @@ class TokenLimitEvent:
         # Why messages were dropped, as said: (first, end, reason) over the
         # indices handed over; a later word on an index overrides an earlier one.
         self._drop_log: list[tuple[int, int, str]] = []
-        if estimated_tokens is None:
-            estimated_tokens = counter.count(self.messages, self._tools)
-        self.estimated_tokens: int = estimated_tokens
 
     @property
     def tools(self) -> tuple[Tool, ...]:
@@ -216,15 +231,22 @@ class TokenLimitEvent:
         if self._whole_units:
             self._whole_units = whole and self._checked and self._on_unit_borders(sources, spans)
         kept: list[Message] = []
-        kept_sources: list[int | None] = []
+        pieces: list[tuple[int, int]] = []  # the positions kept, in runs
         at = 0
         for start, end in spans:
             kept.extend(messages[at:start])
-            kept_sources.extend(sources[at:start])
+            pieces.append((at, start))
             self._log_drop(sources, whole, start, end, reason)
             at = end
         kept.extend(messages[at:])
-        kept_sources.extend(sources[at:])
+        pieces.append((at, len(messages)))
+        kept_sources: _Sources
+        if isinstance(sources, range | _Runs):  # ascending: kept as runs, not index by index
+            kept_sources = _Runs.cut(sources, pieces)
+        else:
+            kept_sources = list(
+                itertools.chain.from_iterable(sources[start:end] for start, end in pieces)
+            )
         self.messages = kept
         self._view = (list(kept), kept_sources, whole)
 
@@ -311,6 +333,88 @@ class TokenLimitEvent:
 
 _Layout: TypeAlias = tuple[list[Message], list[int], Mapping[int, PinReason]]
 
+
+class _Runs(Sequence[int]):
+    """Ascending indices kept as runs of consecutive ones (``range`` objects).
+
+    What is left of the snapshot's indices once units are dropped: a drop
+    cuts a few runs, where a list would hold an int for every message kept.
+    """
+
+    __slots__ = ("_offsets", "_runs")
+
+    def __init__(self, runs: Iterable[range]) -> None:
+        self._runs = [run for run in runs if run]
+        self._offsets = list(itertools.accumulate(map(len, self._runs), initial=0))
+
+    @staticmethod
+    def cut(sources: range | _Runs, pieces: list[tuple[int, int]]) -> _Runs:
+        """The runs of ``sources`` at the positions ``pieces`` (ascending spans)."""
+        whole = sources if isinstance(sources, _Runs) else _Runs([sources])
+        return _Runs(run for start, end in pieces for run in whole._take(start, end))
+
+    def gaps(self, size: int) -> list[tuple[int, int]]:
+        """The ``(start, end)`` spans of ``range(size)`` that no run holds."""
+        bounds = [0, *(edge for run in self._runs for edge in (run.start, run.stop)), size]
+        return [
+            (bounds[k], bounds[k + 1])
+            for k in range(0, len(bounds), 2)
+            if bounds[k] < bounds[k + 1]
+        ]
+
+    def _take(self, start: int, end: int) -> list[range]:
+        """The runs holding positions ``start`` to ``end``."""
+        runs, offsets = self._runs, self._offsets
+        taken: list[range] = []
+        k = bisect.bisect_right(offsets, start) - 1
+        while start < end:
+            base = offsets[k]
+            run = runs[k]
+            stop = min(end - base, len(run))
+            taken.append(run[start - base : stop])
+            start = base + stop
+            k += 1
+        return taken
+
+    def __len__(self) -> int:
+        return self._offsets[-1]
+
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[int]: ...
+
+    def __getitem__(self, index: int | slice) -> int | Sequence[int]:
+        if isinstance(index, slice):
+            start, stop, step = index.indices(len(self))
+            if step != 1:
+                return list(self)[index]
+            return _Runs(self._take(start, stop))
+        size = len(self)
+        if index < 0:
+            index += size
+        if not 0 <= index < size:
+            raise IndexError("index out of range")
+        k = bisect.bisect_right(self._offsets, index) - 1
+        return self._runs[k][index - self._offsets[k]]
+
+    def __iter__(self) -> Iterator[int]:
+        return itertools.chain.from_iterable(self._runs)
+
+
+def removed_spans(sources: Sequence[int], size: int) -> list[tuple[int, int]]:
+    """The ``(start, end)`` spans of ``range(size)`` missing from ascending ``sources``."""
+    if isinstance(sources, _Runs):
+        return sources.gaps(size)
+    if isinstance(sources, range):
+        return _Runs([sources]).gaps(size)
+    bounds = [-1, *sources, size]
+    steps = map(operator.sub, itertools.islice(bounds, 1, None), bounds)
+    after = itertools.compress(itertools.count(), map(operator.gt, steps, itertools.repeat(1)))
+    return [(bounds[k] + 1, bounds[k + 1]) for k in after]
+
+
 TokenLimitHandler: TypeAlias = Callable[[TokenLimitEvent], Awaitable[None] | None]
 """A limiting handler: ``async def handler(event) -> None`` or a plain function."""
 
@@ -326,6 +430,9 @@ def _spans(units: Iterable[Unit], size: int) -> list[tuple[int, int]]:
         InvalidRequestError: an item is not a :class:`Unit`, or lies outside ``size``.
     """
     if isinstance(units, Units):
+        run = one_run(units)
+        if run is not None and run[0] >= 0 and run[1] <= size:
+            return [run]
         starts, ends = spans_of(units)
     else:
         chosen = list(units)
@@ -376,7 +483,7 @@ def _same_messages(messages: Sequence[Message], known: list[Message]) -> bool:
 
 
 def checked_event(
-    messages: Sequence[Message],
+    messages: list[Message],
     *,
     budget_tokens: int,
     counter: TokenCounter,
@@ -389,18 +496,14 @@ def checked_event(
 ) -> TokenLimitEvent:
     """The engine's event for a transcript it has checked and counted already.
 
-    ``starts`` are its :func:`~threadline.limiting._units.unit_starts` and
-    ``costs`` its messages' costs by ``counter``, when known.
+    ``messages`` becomes the event's snapshot as it is, uncopied: the caller
+    never changes that list. ``pinned`` is taken as it is too. ``starts`` are
+    its :func:`~threadline.limiting._units.unit_starts` and ``costs`` its
+    messages' costs by ``counter``, when known.
     """
-    event = TokenLimitEvent(
-        messages,
-        budget_tokens=budget_tokens,
-        counter=counter,
-        tools=tools,
-        round=round,
-        estimated_tokens=estimated_tokens,
-        pinned=pinned,
-    )
+    event = TokenLimitEvent.__new__(TokenLimitEvent)
+    event._start(messages, tools, budget_tokens, counter, round, pinned)
+    event.estimated_tokens = estimated_tokens
     event._checked = True
     event._costs = costs
     if starts is not None:

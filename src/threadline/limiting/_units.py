@@ -53,6 +53,7 @@ __all__ = [
     "current_prompt_index",
     "listing",
     "match_messages",
+    "one_run",
     "pinned_messages",
     "pinned_units",
     "spans_of",
@@ -335,14 +336,17 @@ def listing(
     ``keep`` ``None`` lists them all, ``True`` the pinned ones, ``False`` the
     droppable ones.
     """
-    ends = [*starts[1:], len(messages)] if starts else []
     by_unit = pinned_units(starts, pinned)
     reasons = {starts[k]: reason for k, reason in by_unit.items()}
-    if keep is None:
-        return Units(messages, starts, ends, reasons)
     chosen = sorted(by_unit)
-    if keep:
-        return Units(messages, [starts[k] for k in chosen], [ends[k] for k in chosen], reasons)
+    if keep:  # a few: no column of ends for the whole transcript
+        bounds = [*starts, len(messages)]
+        return _listed(
+            messages, [starts[k] for k in chosen], [bounds[k + 1] for k in chosen], reasons
+        )
+    ends = [*starts[1:], len(messages)] if starts else []
+    if keep is None:
+        return _listed(messages, starts, ends, reasons)
     # The droppable ones: everything between the pinned units, a slice at a time.
     kept_starts: list[int] = []
     kept_ends: list[int] = []
@@ -351,7 +355,19 @@ def listing(
         kept_starts += starts[after:k]
         kept_ends += ends[after:k]
         after = k + 1
-    return Units(messages, kept_starts, kept_ends, {})
+    return _listed(messages, kept_starts, kept_ends, {})
+
+
+def _listed(
+    messages: Sequence[Message],
+    starts: list[int],
+    ends: list[int],
+    reasons: Mapping[int, PinReason],
+) -> Units:
+    """A :class:`Units` of units read off a transcript, each holding at least one message."""
+    units = Units(messages, starts, ends, reasons)
+    units._listed = True
+    return units
 
 
 class Units(Sequence[Unit]):
@@ -365,7 +381,7 @@ class Units(Sequence[Unit]):
     it is, without reading its units one by one.
     """
 
-    __slots__ = ("_ends", "_made", "_messages", "_reasons", "_starts")
+    __slots__ = ("_ends", "_listed", "_made", "_messages", "_reasons", "_starts")
 
     def __init__(
         self,
@@ -379,6 +395,9 @@ class Units(Sequence[Unit]):
         self._ends = ends
         self._reasons = reasons  # by the position where a pinned unit starts
         self._made: list[Unit] | None = None
+        # Made by listing a transcript (or a slice of such), so no unit is empty:
+        # then units whose ends meet the next ones' starts are one run of messages.
+        self._listed = False
 
     def __len__(self) -> int:
         return len(self._starts)
@@ -391,7 +410,9 @@ class Units(Sequence[Unit]):
 
     def __getitem__(self, index: int | slice) -> Unit | Units:
         if isinstance(index, slice):
-            return Units(self._messages, self._starts[index], self._ends[index], self._reasons)
+            part = Units(self._messages, self._starts[index], self._ends[index], self._reasons)
+            part._listed = self._listed
+            return part
         if self._made is not None:
             return self._made[index]
         start = self._starts[index]
@@ -442,6 +463,17 @@ def unit_kind(first: Message) -> UnitKind:
 def spans_of(units: Units) -> tuple[list[int], list[int]]:
     """The starts and ends of a :class:`Units`, without making its units."""
     return units._starts, units._ends
+
+
+def one_run(units: Units) -> tuple[int, int] | None:
+    """``(start, end)`` when ``units`` were listed off a transcript and follow one
+    another without a gap, oldest first (what a slice of a listing usually is)."""
+    starts, ends = units._starts, units._ends
+    # Each unit holds a message, so ends meeting the next starts make the starts
+    # ascend too; ends were built from the starts, so this compares identities.
+    if units._listed and starts and ends[:-1] == starts[1:]:
+        return starts[0], ends[-1]
+    return None
 
 
 def match_messages(before: Sequence[Message], after: Sequence[Message]) -> list[int | None]:
