@@ -438,3 +438,27 @@ def test_the_cost_cache_keeps_no_counted_message_alive() -> None:
     assert counter.count([kept]) == before - sum(
         counter.count([Message.user(f"a copy made for one call {i}")]) - 3 for i in range(50)
     )
+
+
+class DoublingEncoding:
+    """Two tokens for every o200k_base token: a counter that prices differently."""
+
+    def __init__(self) -> None:
+        self._encoding = o200k_base_encoding()
+
+    def encode_ordinary(self, text: str) -> list[int]:
+        return self._encoding.encode_ordinary(text) * 2
+
+
+def test_counters_that_price_differently_never_take_each_others_cached_costs() -> None:
+    messages = transcript(40)
+    plain_expected = BuiltinTokenCounter().count(list(transcript(40)))
+    doubled_expected = BuiltinTokenCounter(encoding=DoublingEncoding()).count(transcript(40))
+    plain, doubled = BuiltinTokenCounter(), BuiltinTokenCounter(encoding=DoublingEncoding())
+    for _ in range(3):  # warm and cold, in both orders, on the very same message objects
+        assert doubled.count(messages) == doubled_expected
+        assert plain.count(messages) == plain_expected
+        assert sum(map(doubled.message_tokens, messages)) == sum(
+            map(doubled.message_tokens, transcript(40))
+        )
+    assert plain_expected != doubled_expected

@@ -4,8 +4,20 @@ from __future__ import annotations
 
 import pytest
 
-from threadline import Client, InvalidRequestError, Message, Model, Reasoning, ToolCall, tool
+from threadline import (
+    Agent,
+    Client,
+    Conversation,
+    InvalidRequestError,
+    Message,
+    Model,
+    Origin,
+    Reasoning,
+    ToolCall,
+    tool,
+)
 from threadline.limiting import DroppedReasoning
+from threadline.serialization import ConversationEvent
 from threadline.testing import ScriptedDriver
 
 pytestmark = pytest.mark.anyio
@@ -95,3 +107,43 @@ async def test_reasoning_of_this_driver_and_model_is_replayed() -> None:
     result = await request.with_prompt("again").run()
     assert driver.calls[0].messages[1].reasoning == reasoning
     assert result.rounds[0].reasoning_dropped == ()
+
+
+async def test_a_conversation_leaves_out_foreign_reasoning_of_every_earlier_turn() -> None:
+    foreign = Reasoning(text="shown", provider_reasoning=THINKING, provider="anthropic:claude-x")
+    ours = Reasoning(text="mine", provider_reasoning=THINKING, provider=OURS)
+    replies = [
+        Message.assistant("one", reasoning=foreign),
+        "two",
+        Message.assistant("three", reasoning=ours),
+        "four",
+    ]
+    driver = ScriptedDriver(replies)
+    conv = Conversation(Agent(Client(driver), model=MODEL, instructions="Be brief."))
+    for prompt in ("a", "b", "c", "d"):
+        result = await conv.run(prompt)
+    sent = driver.calls[-1].messages  # system, then a, one, b, two, c, three, d
+    assert [m.text for m in sent] == ["Be brief.", "a", "one", "b", "two", "c", "three", "d"]
+    assert sent[2].reasoning is not None
+    assert not sent[2].reasoning.has_provider_reasoning()
+    assert sent[6].reasoning == ours
+    assert result.reasoning_dropped == (
+        DroppedReasoning(index=2, provider="anthropic:claude-x", sent_to=OURS),
+    )
+    assert conv.events[1].message.reasoning == foreign  # the transcript keeps it
+
+
+async def test_a_conversation_refuses_replay_state_its_installed_events_hold() -> None:
+    bad = Reasoning(provider_reasoning=b"{not json", provider=OURS)
+    driver = ScriptedDriver(["never"])
+    conv = Conversation(Agent(Client(driver), model=MODEL))
+    events = [
+        ConversationEvent(message=Message.user("q", origin=Origin.TURN), turn_id=0),
+        ConversationEvent(
+            message=Message.assistant("a", reasoning=bad, origin=Origin.TURN), turn_id=0
+        ),
+    ]
+    await conv.replace_events(events)
+    with pytest.raises(InvalidRequestError, match=r"message 1.*not valid JSON"):
+        await conv.run("again")
+    assert driver.calls == []

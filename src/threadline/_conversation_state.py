@@ -277,7 +277,7 @@ class ConversationState:
         """The request of a turn sending ``prompt``, and the history it sends."""
         sent = self._sent_window(turn=True)
         request = self._agent.request().with_settings(conversation_settings(self._settings))
-        checked = self._transcript.checked(sent.kept.head, sent.window)
+        checked = self._transcript.checked(sent.kept.head, sent.window, sent.base)
         if checked is None:
             request.with_messages(sent.history)
         else:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import enum
 import json
-import weakref
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeAlias, cast
 
@@ -208,8 +207,17 @@ def _validate_message(message: Message) -> None:
         raise InvalidRequestError(f"only assistant messages carry reasoning, not {role}")
 
 
+class _MessageSlots:
+    """What a message keeps beside its fields, never compared, hashed, printed or saved:
+    its ``seed`` copy, made once when first asked for (see ``Message.with_origin``),
+    and the built-in counter's price of it (``counting._builtin``), so neither needs
+    a process-wide map beside the message."""
+
+    __slots__ = ("_count_cost", "_seed_copy")
+
+
 @attrs.frozen(kw_only=True, cache_hash=True)
-class Message:
+class Message(_MessageSlots):
     """One message of a transcript.
 
     Build them with the constructors::
@@ -301,19 +309,18 @@ class Message:
     def with_origin(self, origin: Origin) -> Message:
         """The same message with another origin.
 
-        The ``seed`` copy is made once: while it is in use, asking again for
-        the same message's seed copy returns that very copy (a request's
-        history is re-origined as seed on every call, and a stable copy is
-        counted once).
+        The ``seed`` copy is made once and kept by the message: asking again
+        for it returns that very copy (a request's history is re-origined as
+        seed on every call, and a stable copy is counted once).
         """
         if origin is self.origin:
             return self
         if origin is not Origin.SEED:
             return _copy_with_origin(self, origin)
-        twin = _seed_twins.get(id(self))
-        if twin is not None and _same_fields(twin, self):
-            return twin
-        twin = _seed_twins[id(self)] = _copy_with_origin(self, origin)
+        twin: Message | None = getattr(self, "_seed_copy", None)
+        if twin is None:
+            twin = _copy_with_origin(self, origin)
+            object.__setattr__(self, "_seed_copy", twin)  # not a field: frozen as it was
         return twin
 
 
@@ -325,22 +332,6 @@ def _copy_with_origin(message: Message, origin: Origin) -> Message:
     copy = object.__new__(Message)
     cast(Any, copy).__setstate__(state)
     return copy
-
-
-# Each seed copy with_origin made, while it lives, by the id of the message it copies.
-_seed_twins: weakref.WeakValueDictionary[int, Message] = weakref.WeakValueDictionary()
-
-
-def _same_fields(twin: Message, message: Message) -> bool:
-    """Whether ``twin`` was copied from ``message``: an id outlives its object, so look."""
-    return (
-        twin.content is message.content
-        and twin.role is message.role
-        and twin.tool_calls is message.tool_calls
-        and twin.tool_call_id is message.tool_call_id
-        and twin.name is message.name
-        and twin.reasoning is message.reasoning
-    )
 
 
 @attrs.frozen(kw_only=True)

@@ -125,11 +125,11 @@ def plan_run(
     assert model is not None
     assert toolset is not None
     vouched = checked_history is not None and checked_history.messages is history
-    transcript, prompt_index = _transcript(system, history, prompt, checked=vouched)
     if not vouched:
         checked_history = None
     elif checked_history is not None:
         checked_history = attrs.evolve(checked_history, offset=0 if system is None else 1)
+    transcript, prompt_index = _transcript(system, history, prompt, checked=checked_history)
     resolution = settings_budget(settings, model)
     counter = settings_counter(settings, client, model)
     template = ProviderCall(
@@ -227,7 +227,11 @@ def _check_tool_choice(choice: str | None, toolset: Toolset | None, problems: li
 
 
 def _transcript(
-    system: str | None, history: Sequence[Message], prompt: Message | None, *, checked: bool
+    system: str | None,
+    history: Sequence[Message],
+    prompt: Message | None,
+    *,
+    checked: CheckedHistory | None,
 ) -> tuple[tuple[Message, ...], int | None]:
     head = () if system is None else (Message.system(system),)
     tail = () if prompt is None else (prompt,)
@@ -236,10 +240,10 @@ def _transcript(
     try:
         # A checked history is whole and has no system message; around it stand a
         # system message and a user prompt, which break no tool unit.
-        if not checked:
+        if checked is None:
             check_integrity(transcript)
     except TranscriptIntegrityError as exc:
         raise InvalidRequestError(f"the history cannot be sent as it is: {exc}") from None
     # Refused replay state fails the request here, before limiting or any driver sees it.
-    check_transcript_reasoning(transcript)
+    check_transcript_reasoning(transcript, checked)
     return transcript, prompt_index

@@ -18,8 +18,10 @@ transcript itself keeps it: only what is sent loses it.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from itertools import compress
 from operator import attrgetter
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -27,7 +29,16 @@ from threadline._errors import InvalidRequestError
 from threadline._messages import Message, has_provider_reasoning
 from threadline.limiting._ledger import DroppedReasoning
 
-__all__ = ["ReplayGuard", "check_provider_reasoning", "check_transcript_reasoning", "label_of"]
+if TYPE_CHECKING:
+    from threadline.limiting._incremental import CheckedHistory
+
+__all__ = [
+    "ReplayGuard",
+    "check_provider_reasoning",
+    "check_transcript_reasoning",
+    "label_of",
+    "reasoned_indices",
+]
 
 _REASONING = attrgetter("reasoning")
 
@@ -69,16 +80,46 @@ def check_provider_reasoning(raw: bytes, *, index: int) -> None:
         )
 
 
-def check_transcript_reasoning(messages: Sequence[Message]) -> None:
-    """Apply :func:`check_provider_reasoning` to every message that carries reasoning.
+def reasoned_indices(
+    messages: Sequence[Message], history: CheckedHistory | None = None
+) -> Iterable[int]:
+    """The indices, ascending, of the messages of ``messages`` that may carry reasoning.
+
+    ``history``, a conversation's word for ``messages[offset:offset + len]``,
+    says where its reasoning is: only the messages around it are looked at, so
+    a turn costs its new messages. Without it every message is looked at, in C.
+    """
+    start = history.offset if history is not None else 0
+    end = start + len(history.messages) if history is not None else 0
+    if history is None or history.reasoned is None or not _stands_at(messages, history):
+        return compress(range(len(messages)), map(_REASONING, messages))
+    return (
+        *compress(range(start), map(_REASONING, messages[:start])),
+        *(start + index for index in history.reasoned),
+        *compress(range(end, len(messages)), map(_REASONING, messages[end:])),
+    )
+
+
+def _stands_at(messages: Sequence[Message], history: CheckedHistory) -> bool:
+    """Whether ``history`` is still where it says in ``messages`` (its ends, by identity)."""
+    vouched, start = history.messages, history.offset
+    end = start + len(vouched)
+    if len(messages) < end:
+        return False
+    return not vouched or (messages[start] is vouched[0] and messages[end - 1] is vouched[-1])
+
+
+def check_transcript_reasoning(
+    messages: Sequence[Message], history: CheckedHistory | None = None
+) -> None:
+    """Apply :func:`check_provider_reasoning` to every message that carries reasoning
+    (``history``: see :func:`reasoned_indices`).
 
     Raises:
         InvalidRequestError: naming the first message whose replay state is refused.
     """
-    if not any(map(_REASONING, messages)):
-        return  # checked in C: a long history without reasoning costs no Python loop
-    for index, message in enumerate(messages):
-        reasoning = message.reasoning
+    for index in reasoned_indices(messages, history):
+        reasoning = messages[index].reasoning
         if reasoning is not None and reasoning.provider_reasoning:
             check_provider_reasoning(reasoning.provider_reasoning, index=index)
 
@@ -96,19 +137,19 @@ class ReplayGuard:
         self._seen: dict[int, tuple[Message, Message]] = {}
 
     def prepare(
-        self, messages: Sequence[Message]
+        self, messages: Sequence[Message], history: CheckedHistory | None = None
     ) -> tuple[tuple[Message, ...], tuple[DroppedReasoning, ...]]:
-        """The messages to send, and the reasoning left out of them.
+        """The messages to send, and the reasoning left out of them (``history``: see
+        :func:`reasoned_indices`).
 
         Raises:
             InvalidRequestError: a message's replay state is malformed (see
                 :func:`check_provider_reasoning`).
         """
-        if not any(map(_REASONING, messages)):
-            return tuple(messages), ()  # nothing to check or leave out (checked in C)
-        sent: list[Message] = []
+        sent: list[Message] | None = None  # copied only when something is left out
         dropped: list[DroppedReasoning] = []
-        for index, message in enumerate(messages):
+        for index in reasoned_indices(messages, history):
+            message = messages[index]
             entry = self._seen.get(id(message))
             if entry is None:
                 entry = (message, self._replayable(message, index))
@@ -120,8 +161,10 @@ class ReplayGuard:
                 dropped.append(
                     DroppedReasoning(index=index, provider=reasoning.provider, sent_to=self.label)
                 )
-            sent.append(replayed)
-        return tuple(sent), tuple(dropped)
+                if sent is None:
+                    sent = list(messages)
+                sent[index] = replayed
+        return tuple(messages if sent is None else sent), tuple(dropped)
 
     def _replayable(self, message: Message, index: int) -> Message:
         reasoning = message.reasoning

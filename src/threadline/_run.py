@@ -212,7 +212,9 @@ class Run:
 
     async def _send(self, current: _Round) -> AsyncGenerator[StreamEvent, None]:
         driver = self.plan.driver
-        messages, current.reasoning_dropped = self.replay.prepare(self.transcript)
+        messages, current.reasoning_dropped = self.replay.prepare(
+            self.transcript, self.checked_history
+        )
         call = self.plan.call(messages, current.number)
         deadline = self.plan.deadline(streaming=self.streaming)
         if not self.streaming:

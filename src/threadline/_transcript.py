@@ -76,6 +76,11 @@ def sum_usage(events: Iterable[ConversationEvent]) -> Usage:
     return total
 
 
+def _count_turns(events: Sequence[ConversationEvent]) -> int:
+    """How many turns ``events`` hold: runs of one turn id."""
+    return sum(1 for i, e in enumerate(events) if i == 0 or e.turn_id != events[i - 1].turn_id)
+
+
 def _group_turns(events: Sequence[ConversationEvent]) -> list[Turn]:
     turns: list[Turn] = []
     start = 0
@@ -172,16 +177,17 @@ class Transcript:
     ) -> None:
         self._events = list(events)
         self._view: tuple[ConversationEvent, ...] | None = None
-        self._messages = [event.message for event in self._events]
         # Each message as a turn sends it back (origin seed), made once, when first
         # sent: a turn never copies the history it sends.
         self._seed: list[Message] = []
-        self._system_events = sum(1 for m in self._messages if m.role is Role.SYSTEM)
-        self._call_ids = {call.id for m in self._messages for call in m.tool_calls}
-        self._user_indices = [
-            i for i, event in enumerate(self._events) if event.message.role is Role.USER
-        ]
-        self._turns = _group_turns(self._events)
+        messages = [event.message for event in self._events]
+        self._system_events = sum(1 for m in messages if m.role is Role.SYSTEM)
+        self._call_ids = {call.id for m in messages for call in m.tool_calls}
+        # Where the messages carrying reasoning are: replay checks look only there.
+        self._reasoned = [i for i, m in enumerate(messages) if m.reasoning is not None]
+        self._user_indices = [i for i, m in enumerate(messages) if m.role is Role.USER]
+        # Turn objects are built when asked for: a conversation holds only its events.
+        self._turn_count = _count_turns(self._events)
         self.pending: tuple[ConversationEvent, ...] = tuple(pending)
         self.next_turn_id = next_turn_id
         self.total_usage = sum_usage(self._events) if total_usage is None else total_usage
@@ -233,10 +239,10 @@ class Transcript:
 
     @property
     def turns(self) -> tuple[Turn, ...]:
-        return tuple(self._turns)
+        return tuple(_group_turns(self._events))
 
     def turn_count(self) -> int:
-        return len(self._turns)
+        return self._turn_count
 
     def __len__(self) -> int:
         return len(self._events)
@@ -252,13 +258,13 @@ class Transcript:
         self._events.extend(events)
         self._view = None
         messages = [event.message for event in events]
-        self._messages.extend(messages)
         self._system_events += sum(1 for m in messages if m.role is Role.SYSTEM)
         self._call_ids.update(call.id for m in messages for call in m.tool_calls)
+        self._reasoned.extend(offset + i for i, m in enumerate(messages) if m.reasoning is not None)
         self._user_indices.extend(
             offset + i for i, event in enumerate(events) if event.message.role is Role.USER
         )
-        self._turns.extend(_group_turns(events))
+        self._turn_count += _count_turns(events)
         self.next_turn_id = max(self.next_turn_id, events[0].turn_id + 1)
         self.total_usage = self.total_usage + usage
         self.last_response = response
@@ -282,7 +288,7 @@ class Transcript:
 
     def messages_from(self, start: int) -> list[Message]:
         """The messages of the events from index ``start`` on."""
-        return self._messages[start:]
+        return [event.message for event in itertools.islice(self._events, start, None)]
 
     def seed_from(self, start: int) -> tuple[Message, ...]:
         """The messages from event ``start`` on as a turn sends them: origin ``seed``.
@@ -291,20 +297,33 @@ class Transcript:
         no copy of it.
         """
         seed = self._seed
-        if len(seed) < len(self._messages):
-            seed.extend(m.with_origin(Origin.SEED) for m in self._messages[len(seed) :])
+        if len(seed) < len(self._events):
+            new = itertools.islice(self._events, len(seed), None)
+            seed.extend(event.message.with_origin(Origin.SEED) for event in new)
         return tuple(seed) if start == 0 else tuple(itertools.islice(seed, start, None))
 
-    def checked(self, head: Sequence[Message], window: Sequence[Message]) -> CheckedHistory | None:
+    def checked(
+        self, head: Sequence[Message], window: Sequence[Message], start: int
+    ) -> CheckedHistory | None:
         """The transcript's word for ``(*head, *window)``, a window of its seed messages
-        after ``head``: whole, since every turn was checked as it joined, and free of
-        system messages. ``None`` when it cannot say so: a system event (which
-        ``replace_events`` allows), or a head with a system message, tool calls or
-        another origin than seed.
+        from event ``start`` on after ``head``: whole, since every turn was checked as it
+        joined, and free of system messages. ``None`` when it cannot say so: a system
+        event (which ``replace_events`` allows), or a head with a system message, tool
+        calls or another origin than seed.
         """
         if self._system_events or any(
             m.role is Role.SYSTEM or m.tool_calls or m.origin is not Origin.SEED for m in head
         ):
             return None
         messages = tuple(window) if not head else (*head, *window)
-        return CheckedHistory(messages=messages, call_ids=self._call_ids)
+        reasoned = self._reasoned
+        shift = len(head) - start
+        first = bisect.bisect_left(reasoned, start)
+        return CheckedHistory(
+            messages=messages,
+            call_ids=self._call_ids,
+            reasoned=(
+                *(i for i, m in enumerate(head) if m.reasoning is not None),
+                *(i + shift for i in itertools.islice(reasoned, first, None)),
+            ),
+        )

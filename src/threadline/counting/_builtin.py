@@ -29,8 +29,8 @@ import json
 import threading
 import weakref
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from itertools import accumulate
-from operator import add, attrgetter, sub
+from itertools import accumulate, count, repeat
+from operator import add, and_, attrgetter, rshift, sub
 from typing import TYPE_CHECKING, Any
 
 from threadline._messages import ImagePart, Message
@@ -115,8 +115,18 @@ class _Generations:
         return len(self.recent) + len(self.previous)
 
 
+# A message's cost is written on the message itself, in the slot Message keeps for it,
+# as one int: the cost above the writing cache's tag. One int is written at once, so
+# a reader never sees one cache's tag with another's cost.
+_SLOT = "_count_cost"
+_TAG_BITS = 20
+_TAG_MASK = (1 << _TAG_BITS) - 1
+_cache_tags = count(1)
+
+
 class _CostCache:
-    """Token costs: plain messages by identity, everything else by value.
+    """Token costs: plain messages on the message (a slot of its own) or, for a message
+    another cache priced first, by identity; everything else by value.
 
     A message's cost is looked up under ``id(message)``, which is a C call,
     where hashing an attrs message is a Python call over every field (it was
@@ -132,8 +142,13 @@ class _CostCache:
     def __init__(self, capacity: int) -> None:
         self.by_id = _Generations(capacity)
         self.by_value = _Generations(capacity)
+        tag = next(_cache_tags)
+        self.tag = tag if tag <= _TAG_MASK else 0  # 0: this cache writes no message slot
 
     def message_cost(self, message: Message) -> int | None:
+        packed: int = getattr(message, _SLOT, 0)
+        if self.tag and packed & _TAG_MASK == self.tag:
+            return packed >> _TAG_BITS
         entry = self.by_id.get(id(message))
         if entry is not None and entry[0]() is message:
             cost: int = entry[1]
@@ -141,9 +156,25 @@ class _CostCache:
         return None
 
     def put_messages(self, messages: Sequence[Message], costs: Sequence[int]) -> None:
-        refs = map(weakref.ref, messages)
-        entries = zip(map(id, messages), zip(refs, costs, strict=True), strict=True)
-        self.by_id.put_many(entries, len(messages))
+        tag = self.tag
+        spilled: list[tuple[Message, int]] = []
+        for message, cost in zip(messages, costs, strict=True):
+            if tag and getattr(message, _SLOT, 0) & _TAG_MASK in (0, tag):
+                object.__setattr__(message, _SLOT, cost << _TAG_BITS | tag)
+            else:
+                spilled.append((message, cost))  # another cache's message: kept here
+        if spilled:
+            entries = ((id(m), (weakref.ref(m), cost)) for m, cost in spilled)
+            self.by_id.put_many(entries, len(spilled))
+
+    def costs_on(self, messages: Sequence[Message]) -> list[int] | None:
+        """The costs this cache wrote on every one of ``messages``, read in C; ``None``
+        when some message carries none of this cache's."""
+        packed = list(map(getattr, messages, repeat(_SLOT), repeat(0)))
+        tags = list(map(and_, packed, repeat(_TAG_MASK)))
+        if not self.tag or tags.count(self.tag) != len(tags):
+            return None
+        return list(map(rshift, packed, repeat(_TAG_BITS)))
 
     def get(self, key: Hashable) -> int | None:
         cost: int | None = self.by_value.get(key)
@@ -304,14 +335,25 @@ class BuiltinTokenCounter:
         # miss are priced together: their texts are gathered first and
         # tokenized in one tight loop, which keeps the tokenizer's tables hot
         # in the CPU cache, and their costs are stored under one lock.
-        by_id = self._shared.cache.by_id
+        cache = self._shared.cache
+        by_id = cache.by_id
         recent = by_id.recent
         previous = by_id.previous
         if not messages:
             return 0
+        warm = cache.costs_on(messages)
+        if warm is not None:
+            return sum(warm)  # every message priced before by this cache: read in C
         ids = list(map(id, messages))
-        cached = any(map(recent.__contains__, ids)) or (
-            bool(previous) and any(map(previous.__contains__, ids))
+        tag = cache.tag
+        cached = (
+            (
+                bool(tag)
+                and tag
+                in map(and_, map(getattr, messages, repeat(_SLOT), repeat(0)), repeat(_TAG_MASK))
+            )
+            or any(map(recent.__contains__, ids))
+            or (bool(previous) and any(map(previous.__contains__, ids)))
         )
         # Nothing of it cached (a first count, the new end of a grown
         # transcript) and no reasoning: no lookups one by one, priced together.
@@ -320,6 +362,10 @@ class BuiltinTokenCounter:
         total = 0
         missed: list[Message] = []
         for message in messages:
+            packed = getattr(message, _SLOT, 0)
+            if tag and packed & _TAG_MASK == tag:
+                total += packed >> _TAG_BITS
+                continue
             entry = recent.get(id(message))
             if entry is None and previous:
                 entry = previous.get(id(message))

@@ -49,7 +49,9 @@ class CheckedHistory:
     ``messages`` is the history exactly as the request sends it (origin
     ``seed``); ``call_ids`` holds at least every tool call id among them;
     ``offset`` is where it starts in the run's transcript (1 after a system
-    message, else 0), which the plan fills in. The run hands it to limiting
+    message, else 0), which the plan fills in. ``reasoned`` indexes (in
+    ``messages``, ascending) every message that carries reasoning, so replay
+    checks need not look at the others (``None``: not known). The run hands it to limiting
     only while no handler has rewritten the transcript, so the history is still
     ``transcript[offset:offset + len(messages)]``.
     """
@@ -57,6 +59,7 @@ class CheckedHistory:
     messages: tuple[Message, ...]
     call_ids: Collection[str]
     offset: int = 0
+    reasoned: tuple[int, ...] | None = None
 
 
 def quick_outcome(

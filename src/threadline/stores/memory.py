@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from datetime import datetime
 from typing import TypeAlias
 
@@ -110,21 +111,26 @@ class MemoryStore(StoreBase):
                 raise write.conflict(entry.version)
             elif write.generation is not None and write.generation != entry.generation:
                 raise write.generation_refusal(entry.generation, entry.version)
-            events, markers, pending = _kept(entry, write)
+            cut, events, markers = _kept(entry, write)
             # An upper bound of the kept events' turn ids (dropping events only lowers
             # it); only when it would refuse the header is the exact one needed.
-            max_turn_id = entry.max_turn_id if events else -1
+            max_turn_id = entry.max_turn_id if cut or events else -1
             if write.header.next_turn_id <= max_turn_id:
-                max_turn_id = max((event.turn_id for event in events), default=-1)
+                kept = itertools.chain(itertools.islice(entry.events, cut), events)
+                max_turn_id = max((event.turn_id for event in kept), default=-1)
             check_turn_ids_below(max(max_turn_id, write.max_turn_id), write.header)
             # Every check has passed: from here on the entry may change in place.
+            pending = entry.pending if cut == len(entry.events) else 0
+            pending += sum(event.pending for event in events)
+            del entry.events[cut:], entry.markers[cut:]
+            entry.events.extend(events)
+            entry.markers.extend(markers)
             for record in write.records:
-                events.append(record.event)
-                markers.append(record.marker)
+                entry.events.append(record.event)
+                entry.markers.append(record.marker)
             entry.max_turn_id = max(max_turn_id, write.max_turn_id)
             self._writes += 1
             entry.header = attrs.evolve(write.header, events=())
-            entry.events, entry.markers = events, markers
             entry.pending = pending + sum(record.pending for record in write.records)
             entry.version += 1
             entry.last_write = write.write_id
@@ -190,16 +196,17 @@ class MemoryStore(StoreBase):
         """Nothing to release; the conversations go with the store."""
 
 
-def _kept(entry: _Entry, write: Write) -> tuple[_Events, list[str | None], int]:
-    """The stored events the write keeps, with their markers and how many are pending:
-    the entry's own lists when it keeps them all (the usual append), new lists otherwise."""
+def _kept(entry: _Entry, write: Write) -> tuple[int, _Events, list[str | None]]:
+    """What the write keeps of the stored events: the entry's first ``cut`` events, then
+    the events (with their markers) it returns. Without a pending event to drop, the
+    cut is the end; a commit after a long transcript does not copy it."""
     if write.replace:
-        return [], [], 0
+        return 0, [], []
+    events, markers = entry.events, entry.markers
     if not entry.pending or not (write.drop_all or write.drop_marker):
-        return entry.events, entry.markers, entry.pending
+        return len(events), [], []
     # Only the pending events can go, and they are few: find the earliest from the
     # end, so a commit after a long transcript does not walk all of it.
-    events, markers = entry.events, entry.markers
     first, seen = len(events), 0
     while seen < entry.pending and first > 0:
         first -= 1
@@ -209,8 +216,4 @@ def _kept(entry: _Entry, write: Write) -> tuple[_Events, list[str | None], int]:
         for index in range(first, len(events))
         if not write.drops(events[index].pending, markers[index])
     ]
-    return (
-        events[:first] + [events[index] for index in kept],
-        markers[:first] + [markers[index] for index in kept],
-        sum(events[index].pending for index in kept),
-    )
+    return first, [events[index] for index in kept], [markers[index] for index in kept]

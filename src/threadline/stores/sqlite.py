@@ -91,7 +91,9 @@ _CREATE_TABLES: Final = (
     """,
     # For the turn id check after an append: the highest id without a scan.
     "CREATE INDEX threadline_events_turn ON threadline_events (conversation_id, turn_id)",
-    # For drop_pending: find the few pending rows without reading the transcript.
+    # For drop_pending: find the few pending rows without reading the transcript. The
+    # deletes name it (INDEXED BY): SQLite's planner takes the primary key otherwise,
+    # which reads every row of the conversation (0.5 ms a commit at 8,000 events).
     "CREATE INDEX threadline_events_pending ON threadline_events (conversation_id) WHERE pending",
 )
 
@@ -415,13 +417,14 @@ def _append_rows(connection: sqlite3.Connection, write: Write, found: _Found | N
             count = _rewrite_in_current_format(connection, conversation_id)
         if write.drop_all:
             count -= connection.execute(
-                "DELETE FROM threadline_events WHERE conversation_id = ? AND pending",
+                "DELETE FROM threadline_events INDEXED BY threadline_events_pending "
+                "WHERE conversation_id = ? AND pending",
                 (conversation_id,),
             ).rowcount
         elif write.drop_marker is not None:
             count -= connection.execute(
-                "DELETE FROM threadline_events WHERE conversation_id = ? AND pending "
-                "AND marker = ?",
+                "DELETE FROM threadline_events INDEXED BY threadline_events_pending "
+                "WHERE conversation_id = ? AND pending AND marker = ?",
                 (conversation_id, write.drop_marker),
             ).rowcount
     first_seq = connection.execute(
@@ -564,7 +567,8 @@ _NO_CURSOR: Final = 2**63 - 1
 def _remove_pending(connection: sqlite3.Connection, conversation_id: str, marker: str) -> bool:
     with _transaction(connection, "IMMEDIATE"):
         removed = connection.execute(
-            "DELETE FROM threadline_events WHERE conversation_id = ? AND pending AND marker = ?",
+            "DELETE FROM threadline_events INDEXED BY threadline_events_pending "
+            "WHERE conversation_id = ? AND pending AND marker = ?",
             (conversation_id, marker),
         ).rowcount
         if removed:
