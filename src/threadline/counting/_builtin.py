@@ -28,9 +28,10 @@ from __future__ import annotations
 import json
 import threading
 import weakref
+from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from itertools import accumulate, count, repeat
-from operator import add, and_, attrgetter, rshift, sub
+from operator import add, and_, attrgetter, lshift, or_, rshift, sub
 from typing import TYPE_CHECKING, Any
 
 from threadline._messages import ImagePart, Message
@@ -157,6 +158,14 @@ class _CostCache:
 
     def put_messages(self, messages: Sequence[Message], costs: Sequence[int]) -> None:
         tag = self.tag
+        if tag:
+            slots = list(map(getattr, messages, repeat(_SLOT), repeat(0)))
+            tags = list(map(and_, slots, repeat(_TAG_MASK)))
+            if tags.count(0) + tags.count(tag) == len(tags):
+                # No other cache's message among them (a cold count): written in C.
+                packed = map(or_, map(lshift, costs, repeat(_TAG_BITS)), repeat(tag))
+                deque(map(object.__setattr__, messages, repeat(_SLOT), packed), maxlen=0)
+                return
         spilled: list[tuple[Message, int]] = []
         for message, cost in zip(messages, costs, strict=True):
             if tag and getattr(message, _SLOT, 0) & _TAG_MASK in (0, tag):
