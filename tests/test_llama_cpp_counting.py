@@ -13,6 +13,7 @@ from threadline import (
     InvalidRequestError,
     Message,
     Model,
+    ProviderError,
     ProviderResponseError,
     RateLimitError,
     Tool,
@@ -125,3 +126,43 @@ async def test_a_refusal_is_mapped_and_never_shows_the_key() -> None:
             await counter.count([Message.user("x")])
     assert FAKE_KEY not in str(caught.value)
     assert FAKE_KEY not in repr(counter)
+
+
+@pytest.mark.anyio
+@respx.mock
+async def test_a_server_without_the_endpoints_is_asked_once_and_warned_about_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # llama-cpp-python's server, or any other OpenAI-compatible one, answers 404.
+    template = respx.post(f"{ROOT}/apply-template").mock(return_value=httpx.Response(404))
+    async with OpenAIChatDriver(
+        BASE, api_key=FAKE_KEY, max_retries=0, exact_counting="llama.cpp"
+    ) as driver:
+        counter = driver.exact_token_counter(MODEL)
+        assert counter is not None
+        with caplog.at_level("WARNING", logger="threadline.drivers.openai_chat"):
+            with pytest.raises(ProviderError) as caught:
+                await counter.count([Message.user("x")])
+            assert caught.value.status == 404
+            # The same counter asked again raises again, but warns no more.
+            with pytest.raises(ProviderError):
+                await counter.count([Message.user("x")])
+        assert driver.exact_token_counter(MODEL) is None
+    warnings = [r for r in caplog.records if "exact counting is off" in r.getMessage()]
+    assert len(warnings) == 1
+    assert FAKE_KEY not in caplog.text
+    assert template.call_count == 2
+
+
+@pytest.mark.anyio
+@respx.mock
+async def test_a_passing_refusal_keeps_the_exact_counter() -> None:
+    respx.post(f"{ROOT}/apply-template").mock(return_value=httpx.Response(503))
+    async with OpenAIChatDriver(
+        BASE, api_key=FAKE_KEY, max_retries=0, exact_counting="llama.cpp"
+    ) as driver:
+        counter = driver.exact_token_counter(MODEL)
+        assert counter is not None
+        with pytest.raises(ProviderError):
+            await counter.count([Message.user("x")])
+        assert driver.exact_token_counter(MODEL) is not None

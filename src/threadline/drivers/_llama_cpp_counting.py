@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 
+from threadline._errors import ProviderError
 from threadline._provider import ProviderCall
 from threadline.drivers._http_errors import ErrorMapper, snippet
 
@@ -30,7 +31,11 @@ if TYPE_CHECKING:
     from threadline._models import Model
     from threadline.tools._tools import Tool
 
-__all__ = ["LlamaCppTokenCounter", "server_root"]
+__all__ = ["MISSING_ENDPOINT_STATUSES", "LlamaCppTokenCounter", "server_root"]
+
+MISSING_ENDPOINT_STATUSES = frozenset({404, 405, 501})
+"""What a server without ``/apply-template`` or ``/tokenize`` answers them: it cannot
+count, so asking again is a wasted round trip (and a warning) every round."""
 
 Post = Callable[[str, bytes], Awaitable[httpx.Response]]
 """Sends a JSON body to a path at the server's root (with the driver's headers and retries)."""
@@ -55,7 +60,7 @@ class LlamaCppTokenCounter:
             it (after the driver's retries), or an answer without a prompt or tokens.
     """
 
-    __slots__ = ("_encode", "_errors", "_model", "_post")
+    __slots__ = ("_encode", "_errors", "_model", "_on_missing", "_post")
 
     def __init__(
         self,
@@ -63,11 +68,13 @@ class LlamaCppTokenCounter:
         encode: Callable[[ProviderCall], bytes],
         errors: ErrorMapper,
         model: Model,
+        on_missing: Callable[[], None] | None = None,
     ) -> None:
         self._post = post
         self._encode = encode
         self._errors = errors
         self._model = model
+        self._on_missing = on_missing
 
     async def count(self, messages: Sequence[Message], tools: Sequence[Tool] = ()) -> int:
         """The server's count of ``messages`` sent with ``tools``."""
@@ -88,7 +95,12 @@ class LlamaCppTokenCounter:
         return len(tokens)
 
     async def _answer(self, path: str, content: bytes) -> dict[str, object]:
-        response = await self._post(path, content)
+        try:
+            response = await self._post(path, content)
+        except ProviderError as error:
+            if error.status in MISSING_ENDPOINT_STATUSES and self._on_missing is not None:
+                self._on_missing()  # the driver stops offering this counter
+            raise
         try:
             payload = json.loads(response.content)
         except ValueError:

@@ -10,6 +10,7 @@ answers and never sent back, as Chat Completions has no way to replay it.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Literal
 
@@ -49,6 +50,9 @@ from threadline.drivers._sse import ServerSentEvent, StreamProgress, aiter_sse
 from threadline.drivers._wire import NOT_JSON, loads_or_not
 
 # RetryPolicy is re-exported: it is how this driver's retrying is configured.
+
+logger = logging.getLogger("threadline.drivers.openai_chat")
+
 __all__ = ["OpenAIChatDriver", "RetryPolicy"]
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -135,6 +139,7 @@ class OpenAIChatDriver(HTTPDriver):
         if max_tokens_field not in ("max_tokens", "max_completion_tokens"):
             fail("max_tokens_field", "'max_tokens' or 'max_completion_tokens'", max_tokens_field)
         self._exact_counting = exact_counting
+        self._server_cannot_count = False
         self._max_tokens_field = max_tokens_field
         self._stream_usage = check_bool("stream_usage", stream_usage)
         self._base_url = resolve_base_url(base_url, env="OPENAI_BASE_URL", default=DEFAULT_BASE_URL)
@@ -179,9 +184,19 @@ class OpenAIChatDriver(HTTPDriver):
 
     def exact_token_counter(self, model: Model) -> AsyncTokenCounter | None:
         """The server's own count, with ``exact_counting="llama.cpp"``; otherwise ``None``."""
-        if self._exact_counting is None:
+        if self._exact_counting is None or self._server_cannot_count:
             return None
-        return LlamaCppTokenCounter(self._post_to_root, self._body, self._errors, model)
+        return LlamaCppTokenCounter(
+            self._post_to_root, self._body, self._errors, model, self._cannot_count
+        )
+
+    def _cannot_count(self) -> None:
+        if not self._server_cannot_count:
+            self._server_cannot_count = True
+            logger.warning(
+                "the server has no /apply-template or /tokenize (not the upstream llama.cpp "
+                "server?): exact counting is off for this driver; limiting decides on the estimate"
+            )
 
     def replay_projection(self, model: Model) -> ReplayProjection:
         """Nothing is replayed: ``reasoning_content`` never goes back to the model."""
