@@ -125,6 +125,16 @@ _TAG_MASK = (1 << _TAG_BITS) - 1
 _cache_tags = count(1)
 
 
+def marks_of(messages: Sequence[Message]) -> list[int]:
+    """What each message's cost slot holds (0: nothing yet), read in C."""
+    return list(map(getattr, messages, repeat(_SLOT), repeat(0)))
+
+
+def tags_of(messages: Sequence[Message], marks: list[int] | None = None) -> list[int]:
+    """Which cache wrote each message's cost (0: none), read in C."""
+    return list(map(and_, marks_of(messages) if marks is None else marks, repeat(_TAG_MASK)))
+
+
 class _CostCache:
     """Token costs: plain messages on the message (a slot of its own) or, for a message
     another cache priced first, by identity; everything else by value.
@@ -156,12 +166,19 @@ class _CostCache:
             return cost
         return None
 
-    def put_messages(self, messages: Sequence[Message], costs: Sequence[int]) -> None:
+    def put_messages(
+        self,
+        messages: Sequence[Message],
+        costs: Sequence[int],
+        *,
+        unmarked: bool = False,
+    ) -> None:
+        """Remember ``costs``; ``unmarked``: the caller has read that no message of
+        ``messages`` carries a cost yet, so they are not read again."""
         tag = self.tag
         if tag:
-            slots = list(map(getattr, messages, repeat(_SLOT), repeat(0)))
-            tags = list(map(and_, slots, repeat(_TAG_MASK)))
-            if tags.count(0) + tags.count(tag) == len(tags):
+            tags = () if unmarked else tags_of(messages)
+            if unmarked or tags.count(0) + tags.count(tag) == len(tags):
                 # No other cache's message among them (a cold count): written in C.
                 packed = map(or_, map(lshift, costs, repeat(_TAG_BITS)), repeat(tag))
                 deque(map(object.__setattr__, messages, repeat(_SLOT), packed), maxlen=0)
@@ -175,15 +192,6 @@ class _CostCache:
         if spilled:
             entries = ((id(m), (weakref.ref(m), cost)) for m, cost in spilled)
             self.by_id.put_many(entries, len(spilled))
-
-    def costs_on(self, messages: Sequence[Message]) -> list[int] | None:
-        """The costs this cache wrote on every one of ``messages``, read in C; ``None``
-        when some message carries none of this cache's."""
-        packed = list(map(getattr, messages, repeat(_SLOT), repeat(0)))
-        tags = list(map(and_, packed, repeat(_TAG_MASK)))
-        if not self.tag or tags.count(self.tag) != len(tags):
-            return None
-        return list(map(rshift, packed, repeat(_TAG_BITS)))
 
     def get(self, key: Hashable) -> int | None:
         cost: int | None = self.by_value.get(key)
@@ -350,24 +358,23 @@ class BuiltinTokenCounter:
         previous = by_id.previous
         if not messages:
             return 0
-        warm = cache.costs_on(messages)
-        if warm is not None:
-            return sum(warm)  # every message priced before by this cache: read in C
-        ids = list(map(id, messages))
         tag = cache.tag
+        marks = marks_of(messages)
+        tags = tags_of(messages, marks)
+        if tag and tags.count(tag) == len(tags):
+            # Every message priced before by this cache: read in C.
+            return sum(map(rshift, marks, repeat(_TAG_BITS)))
+        unmarked = tags.count(0) == len(tags)
+        ids = list(map(id, messages))
         cached = (
-            (
-                bool(tag)
-                and tag
-                in map(and_, map(getattr, messages, repeat(_SLOT), repeat(0)), repeat(_TAG_MASK))
-            )
+            (bool(tag) and not unmarked and tag in tags)
             or any(map(recent.__contains__, ids))
             or (bool(previous) and any(map(previous.__contains__, ids)))
         )
         # Nothing of it cached (a first count, the new end of a grown
         # transcript) and no reasoning: no lookups one by one, priced together.
         if not cached and list(map(_reasoning, messages)).count(None) == len(messages):
-            return self._price_misses(list(messages))
+            return self._price_misses(list(messages), unmarked=unmarked)
         total = 0
         missed: list[Message] = []
         for message in messages:
@@ -390,16 +397,17 @@ class BuiltinTokenCounter:
             total += self._price_misses(missed)
         return total
 
-    def _price_misses(self, missed: list[Message]) -> int:
-        """Price and remember the messages a count missed; the same object twice is priced once."""
+    def _price_misses(self, missed: list[Message], *, unmarked: bool = False) -> int:
+        """Price and remember the messages a count missed; the same object twice is priced
+        once (``unmarked``: see ``_CostCache.put_messages``)."""
         if len(set(map(id, missed))) == len(missed):
             priced = self._price_messages(missed)
-            self._shared.cache.put_messages(missed, priced)
+            self._shared.cache.put_messages(missed, priced, unmarked=unmarked)
             return sum(priced)
         unique = {id(message): message for message in missed}
         once = list(unique.values())
         priced = self._price_messages(once)
-        self._shared.cache.put_messages(once, priced)
+        self._shared.cache.put_messages(once, priced, unmarked=unmarked)
         cost_of = dict(zip(unique, priced, strict=True))
         return sum(cost_of[id(message)] for message in missed)
 
