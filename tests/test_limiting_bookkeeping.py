@@ -11,7 +11,7 @@ from threadline.limiting import TokenLimitEvent, check_integrity
 # These helpers are private to the engine's room; each is checked against the plain
 # computation it stands for.
 from threadline.limiting._drop_oldest import _none_negative
-from threadline.limiting._engine import _starts_after
+from threadline.limiting._drops import starts_after
 from threadline.limiting._event import _Runs, removed_spans
 from threadline.limiting._units import one_run, unit_starts
 
@@ -56,7 +56,7 @@ def test_unit_starts_after_a_removal_are_those_of_what_is_left(
             removed.append((bounds[k], bounds[k + 1]))
     gone = {i for start, end in removed for i in range(start, end)}
     left = [m for i, m in enumerate(messages) if i not in gone]
-    assert _starts_after(starts, removed) == unit_starts(left, checked=True)
+    assert starts_after(starts, removed) == unit_starts(left, checked=True)
 
 
 @given(st.integers(0, 60), st.data())

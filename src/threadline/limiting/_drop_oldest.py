@@ -19,7 +19,7 @@ from threadline.counting._protocol import TokenCounter, is_token_counter
 from threadline.limiting._event import TokenLimitEvent, TokenLimitHandler, priced
 from threadline.limiting._units import PinReason, UnitKind, Units, spans_of
 
-__all__ = ["drop_oldest_units", "slides_by_one"]
+__all__ = ["drop_oldest_units", "exact_cut", "slides_by_one"]
 
 _OPENING = "dropped so that the transcript opens with a user message"
 
@@ -82,11 +82,10 @@ def _drop_oldest(event: TokenLimitEvent, counter: TokenCounter) -> None:
     if total <= budget:
         return
     window = _Window(event.units(pinned=False), event.units(pinned=True), costs)
-    over_budget = f"oldest droppable unit while {total} > {budget} tokens"
+    over_budget = _over_budget(total, budget)
     excess = total - budget
     while True:
-        window.drop_oldest(excess, over_budget)
-        window.open_at_a_user_message()
+        window.cut(excess, over_budget)
         if exact:
             break
         total = counter.count(window.kept(messages), tools)
@@ -97,6 +96,25 @@ def _drop_oldest(event: TokenLimitEvent, counter: TokenCounter) -> None:
     # units keep the positions the listing gave them.
     for units, reason in reversed(window.dropped()):
         event.drop_units(units, reason=reason)
+
+
+def exact_cut(
+    droppable: Units, pinned: Units, costs: Sequence[int], total: int, budget: int
+) -> list[tuple[Units, str]]:
+    """What the handler drops of a transcript over ``budget`` whose message ``costs``
+    sum to ``total`` exactly (less the counter's overhead): runs of the ``droppable``
+    units, oldest first, each with its reason.
+
+    The engine takes ``drop_oldest_units(None)`` with this when it has priced the
+    transcript itself, without building an event (see ``_engine``).
+    """
+    window = _Window(droppable, pinned, costs)
+    window.cut(total - budget, _over_budget(total, budget))
+    return window.dropped()
+
+
+def _over_budget(total: int, budget: int) -> str:
+    return f"oldest droppable unit while {total} > {budget} tokens"
 
 
 def _none_negative(costs: Sequence[int]) -> bool:
@@ -142,6 +160,11 @@ class _Window:
         self.taken = 0
         self.front = 0  # no unit before this message can open the kept transcript
         self.runs: list[tuple[int, int, str]] = []  # droppable[begin:end] went for a reason
+
+    def cut(self, excess: int, reason: str) -> None:
+        """Drop the oldest units that free ``excess`` tokens, then open at a user message."""
+        self.drop_oldest(excess, reason)
+        self.open_at_a_user_message()
 
     def drop_oldest(self, excess: int, reason: str) -> None:
         """Drop the oldest droppable units still kept until they free ``excess`` tokens."""
