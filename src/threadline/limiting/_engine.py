@@ -57,7 +57,7 @@ from threadline.limiting._event import (
     removed_spans,
     unit_spans,
 )
-from threadline.limiting._incremental import CheckedHistory, quick_outcome
+from threadline.limiting._incremental import CheckedHistory, identity_sources, quick_outcome
 from threadline.limiting._ledger import (
     CountedBy,
     DroppedUnits,
@@ -137,7 +137,7 @@ async def apply_limits(
         )
         if quick is not None:
             return quick
-    state = _Limiting(tuple(messages), tuple(tools), counter, budget, round, prompt_index)
+    state = _Limiting(list(messages), tuple(tools), counter, budget, round, prompt_index)
     if budget is not None:
         first = pre if pre is not None else _BUILT_IN_PRE
         if exact_counter is not None and exact_margin is not None:
@@ -160,13 +160,15 @@ class _Limiting:
 
     def __init__(
         self,
-        messages: tuple[Message, ...],
+        messages: list[Message],
         tools: tuple[Tool, ...],
         counter: TokenCounter,
         budget: Budget | None,
         round: int,
         prompt_index: int | None,
     ) -> None:
+        """``messages`` is the step's own copy of its input, which nothing changes:
+        the first transcript and, for the ledger, the original."""
         self.original_starts = checked_unit_starts(messages)
         # Where the units of the current transcript start: carried across each
         # rewrite, so no step walks a transcript twice to find them.
@@ -180,7 +182,7 @@ class _Limiting:
         self.pinned: dict[int, PinReason] = pinned_messages(
             messages, prompt_index=self.prompt_index
         )
-        self.current: list[Message] = list(messages)
+        self.current = messages  # replaced by each rewrite, never changed in place
         self.sources: Sequence[int | None] = range(len(messages))
         # With an incremental counter each message is priced once, here: the
         # recount after a handler and the budget report sum these costs.
@@ -509,13 +511,17 @@ class _Limiting:
             exact_tokens=self.exact_tokens,
             exact_tokens_sent=self.exact_tokens if self._sent_candidate() else None,
         )
+        sources = self.sources
         prompt_at = None
-        if self.prompt_index is not None and self.prompt_index in self.sources:
-            prompt_at = self.sources.index(self.prompt_index)
+        if self.prompt_index is not None and self.prompt_index in sources:
+            prompt_at = sources.index(self.prompt_index)
         return LimitingOutcome(
             messages=tuple(self.current),
             record=record,
-            sources=tuple(self.sources),
+            # Untouched, it is the input's own indices: shared, not built int by int.
+            sources=identity_sources(len(sources))
+            if isinstance(sources, range)
+            else tuple(sources),
             prompt_index=prompt_at,
         )
 
