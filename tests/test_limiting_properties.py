@@ -402,10 +402,18 @@ def test_a_cache_stable_cut_drops_oldest_first_and_at_least_what_the_sliding_win
     assert kept <= set(sliding.sources)
 
 
+class RebateCounter(WordCounter):
+    """Incremental, and a tool result earns a rebate: costs that are not all positive."""
+
+    def message_tokens(self, message: Message) -> int:
+        return super().message_tokens(message) - (6 if message.role is Role.TOOL else 0)
+
+
+@pytest.mark.parametrize("counter", [WordCounter(), RebateCounter()], ids=type)
 @PROPERTY
 @given(scenario=scenarios(), share=budgets, as_post=st.booleans())
 def test_the_built_in_pre_taken_directly_leaves_what_it_leaves_through_an_event(
-    scenario: Scenario, share: int, as_post: bool
+    counter: WordCounter, scenario: Scenario, share: int, as_post: bool
 ) -> None:
     # The engine takes drop_oldest_units(None) without building an event; the same
     # handler hidden behind a wrapper goes through the event, and must agree in full.
@@ -415,7 +423,6 @@ def test_the_built_in_pre_taken_directly_leaves_what_it_leaves_through_an_event(
         await built_in(event)  # type: ignore[misc]
 
     through_an_event.__qualname__ = "drop_oldest_units"
-    counter = WordCounter()
     prompt_budget = budget_for(scenario, counter, share)
 
     async def run(pre: TokenLimitHandler, post: TokenLimitHandler | None) -> LimitingOutcome:

@@ -11,15 +11,15 @@ import bisect
 import itertools
 import weakref
 from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from threadline._errors import InvalidRequestError
-from threadline._messages import Message
+from threadline._messages import Message, Role
 from threadline.counting._protocol import TokenCounter, is_token_counter
 from threadline.limiting._event import TokenLimitEvent, TokenLimitHandler, priced
-from threadline.limiting._units import PinReason, UnitKind, Units, spans_of
+from threadline.limiting._units import PinReason, UnitKind, Units, pinned_units, spans_of
 
-__all__ = ["drop_oldest_units", "exact_cut", "slides_by_one"]
+__all__ = ["drop_oldest_units", "slide_cut", "slides_by_one"]
 
 _OPENING = "dropped so that the transcript opens with a user message"
 
@@ -85,7 +85,8 @@ def _drop_oldest(event: TokenLimitEvent, counter: TokenCounter) -> None:
     over_budget = _over_budget(total, budget)
     excess = total - budget
     while True:
-        window.cut(excess, over_budget)
+        window.drop_oldest(excess, over_budget)
+        window.open_at_a_user_message()
         if exact:
             break
         total = counter.count(window.kept(messages), tools)
@@ -98,23 +99,92 @@ def _drop_oldest(event: TokenLimitEvent, counter: TokenCounter) -> None:
         event.drop_units(units, reason=reason)
 
 
-def exact_cut(
-    droppable: Units, pinned: Units, costs: Sequence[int], total: int, budget: int
-) -> list[tuple[Units, str]]:
-    """What the handler drops of a transcript over ``budget`` whose message ``costs``
-    sum to ``total`` exactly (less the counter's overhead): runs of the ``droppable``
-    units, oldest first, each with its reason.
+def slide_cut(
+    messages: Sequence[Message],
+    starts: list[int],
+    pinned: Mapping[int, PinReason],
+    costs: list[int],
+    total: int,
+    budget: int,
+) -> tuple[list[tuple[int, int]], list[tuple[int, int, str]]]:
+    """The handler's cut of ``messages``, over ``budget``, whose units begin at
+    ``starts`` and whose ``costs`` sum to ``total`` exactly (less the overhead):
+    the ``(start, end)`` spans it removes, touching ones joined, and why, as
+    ``(start, end, reason)`` over the same positions.
 
-    The engine takes ``drop_oldest_units(None)`` with this when it has priced the
-    transcript itself, without building an event (see ``_engine``).
+    What :class:`_Window` finds through an event's units, found here on unit
+    numbers and the few pinned units alone, for the engine, which holds the
+    starts and costs already and takes ``drop_oldest_units(None)`` without an
+    event (see ``_engine``): listing the units, making the window and dropping
+    each run cost more than the cut itself on a short transcript. A property
+    test holds the two to the same outcome and ledger.
     """
-    window = _Window(droppable, pinned, costs)
-    window.cut(total - budget, _over_budget(total, budget))
-    return window.dropped()
+    size, count = len(messages), len(starts)
+    held = pinned_units(starts, pinned)
+    kept = sorted(held)  # a few: the system message, the prompt, the live exchange
+    spans = [(starts[k], starts[k + 1] if k + 1 < count else size) for k in kept]
+    running = list(itertools.accumulate(costs, initial=0))
+    # The tokens of the first j pinned units.
+    kept_before = list(itertools.accumulate((running[e] - running[s] for s, e in spans), initial=0))
+
+    def freed(k: int) -> int:  # the tokens of the droppable units before unit k
+        return running[starts[k] if k < count else size] - kept_before[bisect.bisect_left(kept, k)]
+
+    excess = total - budget
+    if _none_negative(costs):  # more units never free fewer tokens
+        taken = bisect.bisect_left(range(count + 1), excess, key=freed)
+    else:
+        taken = next((k for k in range(count + 1) if freed(k) >= excess), count)
+    taken = min(taken, count)
+    # Then up to the first user message, unless a pinned unit opens what is kept.
+    openers = [start for (start, _), k in zip(spans, kept, strict=True) if held[k] is not _SYSTEM]
+    opened, front = taken, 0  # no unit before message `front` can open the kept transcript
+    while opened < count:
+        if opened not in held:
+            start = starts[opened]
+            at = bisect.bisect_left(openers, front)
+            if (at < len(openers) and openers[at] < start) or messages[start].role is _USER:
+                break
+            front = starts[opened + 1] if opened + 1 < count else size
+        opened += 1
+    return _removals(
+        spans,
+        starts[taken] if taken < count else size,
+        starts[opened] if opened < count else size,
+        _over_budget(total, budget),
+    )
+
+
+def _removals(
+    pinned: list[tuple[int, int]], over_until: int, until: int, over_budget: str
+) -> tuple[list[tuple[int, int]], list[tuple[int, int, str]]]:
+    """Messages ``[0, until)`` less the ``pinned`` spans, as removed spans and notes:
+    those before ``over_until`` went for ``over_budget``, the rest to open at a user message."""
+    removed: list[tuple[int, int]] = []
+    at = 0
+    for start, end in [*pinned, (until, until)]:
+        start = min(start, until)
+        if at < start:
+            removed.append((at, start))
+        at = max(at, end)
+        if at >= until:
+            break
+    notes: list[tuple[int, int, str]] = []
+    for start, end in removed:
+        if start < over_until:
+            notes.append((start, min(end, over_until), over_budget))
+        if end > over_until:
+            notes.append((max(start, over_until), end, _OPENING))
+    return removed, notes
 
 
 def _over_budget(total: int, budget: int) -> str:
     return f"oldest droppable unit while {total} > {budget} tokens"
+
+
+# Read on every step; a module global is found quicker than an enum's member.
+_SYSTEM = PinReason.FIRST_SYSTEM
+_USER = Role.USER
 
 
 def _none_negative(costs: Sequence[int]) -> bool:
@@ -160,11 +230,6 @@ class _Window:
         self.taken = 0
         self.front = 0  # no unit before this message can open the kept transcript
         self.runs: list[tuple[int, int, str]] = []  # droppable[begin:end] went for a reason
-
-    def cut(self, excess: int, reason: str) -> None:
-        """Drop the oldest units that free ``excess`` tokens, then open at a user message."""
-        self.drop_oldest(excess, reason)
-        self.open_at_a_user_message()
 
     def drop_oldest(self, excess: int, reason: str) -> None:
         """Drop the oldest droppable units still kept until they free ``excess`` tokens."""

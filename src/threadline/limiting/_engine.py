@@ -45,7 +45,7 @@ from threadline.counting._calibration import calibrated_estimate
 from threadline.counting._protocol import IncrementalTokenCounter, TokenCounter, is_incremental
 from threadline.counting._resolution import ExactCounter
 from threadline.limiting._budget import Budget, budget_report, message_costs
-from threadline.limiting._drop_oldest import drop_oldest_units, exact_cut, slides_by_one
+from threadline.limiting._drop_oldest import drop_oldest_units, slide_cut, slides_by_one
 from threadline.limiting._drops import Drops, starts_after, units_dropped
 from threadline.limiting._event import (
     TokenLimitEvent,
@@ -55,7 +55,6 @@ from threadline.limiting._event import (
     drop_log,
     handler_name,
     removed_spans,
-    unit_spans,
 )
 from threadline.limiting._incremental import CheckedHistory, identity_sources, quick_outcome
 from threadline.limiting._ledger import (
@@ -68,10 +67,8 @@ from threadline.limiting._ledger import (
 )
 from threadline.limiting._units import (
     PinReason,
-    Units,
     checked_unit_starts,
     current_prompt_index,
-    listing,
     match_messages,
     pinned_messages,
     pinned_units,
@@ -303,7 +300,7 @@ class _Limiting:
 
     def _slide(self, phase: Phase, name: str, budget: int, costs: list[int]) -> None:
         """``drop_oldest_units(None)``, taken without an event: the cut it makes (see
-        :func:`~threadline.limiting._drop_oldest.exact_cut`) from the costs and units
+        :func:`~threadline.limiting._drop_oldest.slide_cut`) from the costs and units
         this step holds, recorded as :meth:`run` records the same cut through one.
 
         The event would copy the transcript, list its units, price it again and drop
@@ -312,20 +309,12 @@ class _Limiting:
         most of the step's cost, spent on a handler whose output is whole by
         construction.
         """
-        current, starts, pinned, before = self.current, self.starts, self.pinned, self.tokens
-        cut: list[tuple[Units, str]] = []
-        if before > budget:
-            droppable = listing(current, starts, pinned, keep=False)
-            kept_units = listing(current, starts, pinned, keep=True)
-            cut = exact_cut(droppable, kept_units, costs, before, budget)
+        current, starts, before = self.current, self.starts, self.tokens
         size = len(current)
-        notes = [(start, end, why) for units, why in cut for start, end in unit_spans(units, size)]
         removed: list[tuple[int, int]] = []
-        for start, end, _ in notes:  # in order; runs that touch are one removal
-            if removed and removed[-1][1] == start:
-                removed[-1] = (removed[-1][0], end)
-            else:
-                removed.append((start, end))
+        notes: list[tuple[int, int, str]] = []
+        if before > budget:
+            removed, notes = slide_cut(current, starts, self.pinned, costs, before, budget)
         kept: list[int] = []
         rewrite: list[Message] = []
         kept_costs: list[int] = []
