@@ -123,12 +123,13 @@ def slide_cut(
     held = pinned_units(starts, pinned)
     kept = sorted(held)  # a few: the system message, the prompt, the live exchange
     spans = [(starts[k], starts[k + 1] if k + 1 < count else size) for k in kept]
-    running = list(itertools.accumulate(costs, initial=0))
+    cost_before = _Prefixes(costs).before
     # The tokens of the first j pinned units.
-    kept_before = list(itertools.accumulate((running[e] - running[s] for s, e in spans), initial=0))
+    kept_before = list(itertools.accumulate((sum(costs[s:e]) for s, e in spans), initial=0))
 
     def freed(k: int) -> int:  # the tokens of the droppable units before unit k
-        return running[starts[k] if k < count else size] - kept_before[bisect.bisect_left(kept, k)]
+        at = starts[k] if k < count else size
+        return cost_before(at) - kept_before[bisect.bisect_left(kept, k)]
 
     excess = total - budget
     if _none_negative(costs):  # more units never free fewer tokens
@@ -187,6 +188,30 @@ _SYSTEM = PinReason.FIRST_SYSTEM
 _USER = Role.USER
 
 
+class _Prefixes:
+    """What the messages before a position cost, summed when asked from the nearest
+    position already summed below it: a bisection's probes add up to one pass over
+    the costs at most, with no running total made for every message."""
+
+    __slots__ = ("costs", "summed", "summed_at")
+
+    def __init__(self, costs: Sequence[int]) -> None:
+        self.costs = costs
+        self.summed = {0: 0}  # where asked
+        self.summed_at = [0]  # those positions, ascending
+
+    def before(self, position: int) -> int:
+        summed = self.summed
+        cost = summed.get(position)
+        if cost is None:
+            at = bisect.bisect_right(self.summed_at, position)
+            below = self.summed_at[at - 1]
+            cost = summed[below] + sum(self.costs[below:position])
+            summed[position] = cost
+            self.summed_at.insert(at, position)
+        return cost
+
+
 def _none_negative(costs: Sequence[int]) -> bool:
     """Whether no cost is negative."""
     try:
@@ -216,8 +241,7 @@ class _Window:
         # bisection below reads a dozen of them, and making a Unit for each would cost more.
         self.starts = spans_of(droppable)[0]
         self.costs = costs
-        self.summed = {0: 0}  # what the messages before a position cost, where asked
-        self.summed_at = [0]  # those positions, ascending
+        self.cost_before = _Prefixes(costs).before
         self.pinned = list(pinned)  # a few: the system message, the prompt, the live exchange
         self.pinned_starts = [unit.start for unit in self.pinned]
         self.pinned_before = list(  # the tokens of the first k pinned units
@@ -287,19 +311,7 @@ class _Window:
         """The tokens of the ``k`` oldest droppable units."""
         start = self._start(k)
         pinned = bisect.bisect_left(self.pinned_starts, start)  # pinned units before it
-        return self._cost_before(start) - self.pinned_before[pinned]
-
-    def _cost_before(self, position: int) -> int:
-        """What the messages before ``position`` cost."""
-        summed = self.summed
-        cost = summed.get(position)
-        if cost is None:
-            at = bisect.bisect_right(self.summed_at, position)
-            below = self.summed_at[at - 1]
-            cost = summed[below] + sum(self.costs[below:position])
-            summed[position] = cost
-            self.summed_at.insert(at, position)
-        return cost
+        return self.cost_before(start) - self.pinned_before[pinned]
 
     def _went(self, begin: int, end: int, reason: str) -> None:
         if end == begin:
