@@ -138,7 +138,7 @@ def checked_unit_starts(messages: Sequence[Message]) -> list[int]:
     calls_at: dict[str, int] = {}  # call id -> index of the assistant message that made it
     open_calls: dict[str, str] = {}  # call id -> tool name, for the exchange being read
     exchange_start = -1
-    tool = Role.TOOL
+    tool = _TOOL
     for index, message in enumerate(messages):
         if message.role is tool:
             call_id = message.tool_call_id or ""
@@ -221,16 +221,10 @@ def pinned_messages(
 
     # An injected system message is context, not the instructions: it is
     # pinned only while unanswered (below), never as "the first system message".
-    first_system = next(
-        (
-            i
-            for i, m in enumerate(messages)
-            if m.role is Role.SYSTEM and m.origin is not Origin.INJECTION
-        ),
-        None,
-    )
-    if first_system is not None:
-        pinned[first_system] = PinReason.FIRST_SYSTEM
+    for index, message in enumerate(messages):
+        if message.role is _SYSTEM and message.origin is not _INJECTION:
+            pinned[index] = PinReason.FIRST_SYSTEM
+            break
     if prompt_index is not None:
         pinned.setdefault(prompt_index, PinReason.CURRENT_PROMPT)
 
@@ -238,14 +232,20 @@ def pinned_messages(
     # is unanswered; if that assistant message made calls, its exchange is live.
     for index in range(len(messages) - 1, -1, -1):
         message = messages[index]
-        if message.role is Role.ASSISTANT:
+        if message.role is _ASSISTANT:
             after_prompt = prompt_index is None or index > prompt_index
             if message.tool_calls and after_prompt:
                 pinned.setdefault(index, PinReason.LIVE_TOOL_EXCHANGE)
             break
-        if message.origin is Origin.INJECTION:
+        if message.origin is _INJECTION:
             pinned.setdefault(index, PinReason.UNANSWERED_INJECTION)
     return pinned
+
+
+# Read for every step: a module global is found quicker than an enum's member,
+# which matters when the step runs with cold caches, as after an HTTP round trip.
+_SYSTEM, _USER, _ASSISTANT, _TOOL = Role.SYSTEM, Role.USER, Role.ASSISTANT, Role.TOOL
+_INJECTION = Origin.INJECTION
 
 
 def current_prompt_index(
@@ -267,7 +267,7 @@ def current_prompt_index(
         return prompt_index
     for index in range(len(messages) - 1, -1, -1):
         message = messages[index]
-        if message.role is Role.USER and message.origin is not Origin.INJECTION:
+        if message.role is _USER and message.origin is not _INJECTION:
             return index
     return None
 
