@@ -155,6 +155,29 @@ async def apply_limits(
 class _Limiting:
     """The engine's own transcript through one limiting step."""
 
+    __slots__ = (
+        "budget",
+        "costs",
+        "counted_by",
+        "counter",
+        "current",
+        "drops",
+        "estimated_tokens",
+        "exact_candidate",
+        "exact_tokens",
+        "original",
+        "original_starts",
+        "pinned",
+        "prompt_index",
+        "round",
+        "runs",
+        "sources",
+        "starts",
+        "tokens",
+        "tokens_before",
+        "tools",
+    )
+
     def __init__(
         self,
         messages: list[Message],
