@@ -41,7 +41,7 @@ from typing import NoReturn, overload
 import attrs
 
 from threadline._errors import InvalidRequestError, TranscriptIntegrityError
-from threadline._messages import Message, Origin, Role
+from threadline._messages import Message, Origin, Role, ToolCall
 
 __all__ = [
     "PinReason",
@@ -130,9 +130,46 @@ def check_integrity(messages: Sequence[Message]) -> None:
 def checked_unit_starts(messages: Sequence[Message]) -> list[int]:
     """:func:`check_integrity` and :func:`unit_starts` in one walk over ``messages``.
 
+    The walk expects each exchange's results right after it, in the order of its
+    calls, which is how the run loop appends them: a result is then checked
+    against the one call it must answer, and only the call ids go into a set.
+    Anything else (results in another order, or a broken transcript) is walked
+    again by :func:`_walked_unit_starts`, which tells the two apart and names
+    what is broken.
+
     Raises:
         TranscriptIntegrityError: as :func:`check_integrity` does.
     """
+    starts: list[int] = []
+    add_start = starts.append
+    seen: set[str] = set()
+    due: tuple[ToolCall, ...] = ()  # the calls of the exchange being read
+    answered = calls = 0  # how many of them have their result, of how many
+    tool = _TOOL
+    for index, message in enumerate(messages):
+        if message.role is tool:
+            if answered < calls and message.tool_call_id == due[answered].id:
+                answered += 1
+                continue
+            return _walked_unit_starts(messages)
+        if answered != calls:
+            return _walked_unit_starts(messages)
+        add_start(index)
+        if message.tool_calls:
+            due = message.tool_calls
+            answered, calls = 0, len(due)
+            for call in due:
+                if call.id in seen:
+                    return _walked_unit_starts(messages)
+                seen.add(call.id)
+    if answered != calls:
+        return _walked_unit_starts(messages)
+    return starts
+
+
+def _walked_unit_starts(messages: Sequence[Message]) -> list[int]:
+    """:func:`checked_unit_starts` for any transcript: results in any order after
+    their exchange, each call answered once, and the first fault named."""
     starts: list[int] = []
     add_start = starts.append
     calls_at: dict[str, int] = {}  # call id -> index of the assistant message that made it
