@@ -42,7 +42,7 @@ from threadline._errors import HandlerError, ThreadlineError, TranscriptIntegrit
 from threadline._messages import Message
 from threadline.counting._anchored import AnchoredCounter
 from threadline.counting._calibration import calibrated_estimate
-from threadline.counting._protocol import IncrementalTokenCounter, TokenCounter, is_incremental
+from threadline.counting._protocol import TokenCounter, is_incremental
 from threadline.counting._resolution import ExactCounter
 from threadline.limiting._budget import Budget, budget_report, message_costs
 from threadline.limiting._drop_oldest import drop_oldest_units, slide_cut, slides_by_one
@@ -338,7 +338,7 @@ class _Limiting:
         notes: list[tuple[int, int, str]] = []
         if before > budget:
             removed, notes = slide_cut(current, starts, self.pinned, costs, before, budget)
-        kept: list[int] = []
+        kept: list[int | None] = []
         rewrite: list[Message] = []
         kept_costs: list[int] = []
         at = 0
@@ -348,13 +348,16 @@ class _Limiting:
             kept_costs += costs[at:start]
             at = end
         self._record_drops(name, phase, removed, notes, f"over budget: {before} > {budget} tokens")
-        self._follow(cast(list[int | None], kept), True)
+        self._follow(kept, True)
         self.current = rewrite
         self.starts = starts_after(starts, removed)
         self.costs = kept_costs
-        # Costs are known only while the counter prices message by message.
-        counter = cast(IncrementalTokenCounter, self.counter)
-        self.tokens = sum(kept_costs) + counter.overhead_tokens(self.tools)
+        counter = self.counter  # incremental: costs are known only while it is
+        self.tokens = (
+            sum(kept_costs) + counter.overhead_tokens(self.tools)
+            if is_incremental(counter)
+            else counter.count(rewrite, self.tools)
+        )
         self.runs.append(
             HandlerRun(
                 handler=name,
