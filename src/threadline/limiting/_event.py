@@ -44,7 +44,6 @@ __all__ = [
     "handler_name",
     "priced",
     "removed_spans",
-    "unit_spans",
 ]
 
 # Where the messages of a list came from: for each, its index in the messages
@@ -225,7 +224,7 @@ class TokenLimitEvent:
         if not isinstance(reason, str) or not reason.strip():
             raise InvalidRequestError(f"drop_units needs a reason: a non-empty str, not {reason!r}")
         messages = self.messages
-        spans = unit_spans(units, len(messages))
+        spans = _spans(units, len(messages))
         if not spans:
             return
         sources, whole = self._sources()
@@ -420,7 +419,7 @@ TokenLimitHandler: TypeAlias = Callable[[TokenLimitEvent], Awaitable[None] | Non
 """A limiting handler: ``async def handler(event) -> None`` or a plain function."""
 
 
-def unit_spans(units: Iterable[Unit], size: int) -> list[tuple[int, int]]:
+def _spans(units: Iterable[Unit], size: int) -> list[tuple[int, int]]:
     """Where ``units`` lie in ``messages`` of ``size``: sorted spans, touching ones joined.
 
     A handler may drop tens of thousands of units at once: the checks run
