@@ -94,3 +94,31 @@ def test_an_empty_transcript_has_no_events_turns_or_messages() -> None:
     transcript = Transcript()
     assert (transcript.events, transcript.turns, transcript.messages_from(0)) == ((), (), [])
     assert transcript.seed_from(0) == ()
+
+
+def test_packed_fields_come_back_for_any_int_and_any_step() -> None:
+    from threadline._packed_events import PackedEvents  # private: the byte packing itself
+
+    packed = PackedEvents()
+    user = Message.user("q")
+    fields = [
+        (
+            7,
+            Usage(
+                input_tokens=2**70, output_tokens=0, cached_input_tokens=127, reasoning_tokens=128
+            ),
+            "m",
+            "stop",
+        ),
+        (7, None, "m", None),
+        (3, Usage(input_tokens=-1, output_tokens=-129), None, "stop"),  # a step back, negatives
+        (3, None, "n", "length"),
+        (2**40, Usage(), "m", "stop"),
+    ]
+    for turn_id, usage, model, finish in fields:
+        packed.append(
+            ConversationEvent(
+                message=user, turn_id=turn_id, usage=usage, model=model, finish_reason=finish
+            )
+        )
+    assert list(packed) == fields

@@ -20,6 +20,7 @@ from threadline._errors import (
     TranscriptIntegrityError,
 )
 from threadline._messages import Message, Origin, Role, Usage
+from threadline._packed_events import PackedEvents
 from threadline._provider import ProviderResponse
 from threadline._result import RunResult
 from threadline.limiting._incremental import CheckedHistory
@@ -163,15 +164,11 @@ class Transcript:
     __slots__ = (
         "_call_ids",
         "_messages",
-        "_origins",
+        "_packed",
         "_reasoned",
-        "_reply_at",
-        "_reply_finish",
-        "_reply_models",
-        "_reply_usage",
+        "_seeded",
         "_system_events",
-        "_turn_ids",
-        "_turn_starts",
+        "_turn_count",
         "_user_indices",
         "_view",
         "last_response",
@@ -189,20 +186,17 @@ class Transcript:
         total_usage: Usage | None = None,
     ) -> None:
         # Each message as a turn sends it back (origin seed): a turn never copies
-        # the history it sends. Its own origin: 1 when it is seed, else 0 (turn).
+        # the history it sends. Those whose own origin is seed too are listed.
         self._messages: list[Message] = []
-        self._origins = bytearray()
-        self._turn_starts, self._turn_ids = array("q"), array("q")
-        # The events a provider reported on: their index, usage (a flag, then its
-        # four counts), model and finish reason (each shared with the last reply's
-        # when equal).
-        self._reply_at, self._reply_usage = array("q"), array("q")
-        self._reply_models: list[str | None] = []
-        self._reply_finish: list[str | None] = []
+        self._seeded: set[int] | None = None
+        self._packed = PackedEvents()
+        self._turn_count = 0
         self._system_events = 0
         self._call_ids: set[str] | None = None
-        # Where the messages carrying reasoning are: replay checks look only there.
-        self._reasoned, self._user_indices = array("q"), array("q")
+        # Where the user messages are (the safe places to cut), and those carrying
+        # reasoning: replay checks look only there.
+        self._user_indices = array("I")
+        self._reasoned: array[int] | None = None
         self._view: tuple[ConversationEvent, ...] | None = None
         self.pending: tuple[ConversationEvent, ...] = tuple(pending)
         self.next_turn_id = next_turn_id
@@ -258,18 +252,14 @@ class Transcript:
     @property
     def turns(self) -> tuple[Turn, ...]:
         events = self.events
+        starts = [i for i, e in enumerate(events) if i == 0 or e.turn_id != events[i - 1].turn_id]
         return tuple(
-            Turn(id=turn_id, events=events[start:end]) for turn_id, start, end in self._spans()
+            Turn(id=events[start].turn_id, events=events[start:end])
+            for start, end in zip(starts, [*starts[1:], len(events)][: len(starts)], strict=True)
         )
 
-    def _spans(self) -> Iterator[tuple[int, int, int]]:
-        """Each turn's id and the span of its events."""
-        starts = self._turn_starts
-        ends = itertools.chain(itertools.islice(starts, 1, None), (len(self._messages),))
-        return zip(self._turn_ids, starts, ends)  # noqa: B905 (one end per start)
-
     def turn_count(self) -> int:
-        return len(self._turn_ids)
+        return self._turn_count
 
     def __len__(self) -> int:
         return len(self._messages)
@@ -288,19 +278,17 @@ class Transcript:
 
     def _add(self, events: Iterable[ConversationEvent]) -> None:
         self._view = None
+        packed = self._packed
         for index, event in enumerate(events, len(self._messages)):
             message = event.message
             self._messages.append(message.with_origin(Origin.SEED))
-            self._origins.append(message.origin is Origin.SEED)
-            if not self._turn_ids or event.turn_id != self._turn_ids[-1]:
-                self._turn_starts.append(index)
-                self._turn_ids.append(event.turn_id)
-            if (
-                event.usage is not None
-                or event.model is not None
-                or event.finish_reason is not None
-            ):
-                self._add_reply(index, event)
+            if message.origin is Origin.SEED:
+                if self._seeded is None:
+                    self._seeded = set()
+                self._seeded.add(index)
+            if index == 0 or event.turn_id != packed.last_turn:
+                self._turn_count += 1
+            packed.append(event)
             role = message.role
             if role is Role.USER:
                 self._user_indices.append(index)
@@ -311,59 +299,27 @@ class Transcript:
                     self._call_ids = set()
                 self._call_ids.update(call.id for call in message.tool_calls)
             if message.reasoning is not None:
+                if self._reasoned is None:
+                    self._reasoned = array("I")
                 self._reasoned.append(index)
 
-    def _add_reply(self, index: int, event: ConversationEvent) -> None:
-        usage = event.usage
-        self._reply_at.append(index)
-        if usage is None:
-            self._reply_usage.extend((0, 0, 0, 0, 0))
-        else:
-            self._reply_usage.extend(
-                (
-                    1,
-                    usage.input_tokens,
-                    usage.output_tokens,
-                    usage.cached_input_tokens,
-                    usage.reasoning_tokens,
-                )
-            )
-        for kept, value in (
-            (self._reply_models, event.model),
-            (self._reply_finish, event.finish_reason),
-        ):
-            kept.append(kept[-1] if kept and kept[-1] == value else value)
+    def _own(self, index: int, message: Message) -> Message:
+        """The message of event ``index`` with its own origin."""
+        seeded = self._seeded
+        return message if seeded and index in seeded else message.with_origin(Origin.TURN)
 
     def _rebuilt(self) -> Iterator[ConversationEvent]:
         """The events as they were added: each message with its own origin again."""
-        turn_ids = itertools.chain.from_iterable(
-            itertools.repeat(turn_id, end - start) for turn_id, start, end in self._spans()
-        )
-        replies = iter(range(len(self._reply_at)))
-        next_reply = next(replies, None)
-        for index, (message, seed, turn_id) in enumerate(
-            zip(self._messages, self._origins, turn_ids, strict=True)
+        for index, (message, (turn_id, usage, model, finish)) in enumerate(
+            zip(self._messages, self._packed, strict=True)
         ):
-            own = message if seed else message.with_origin(Origin.TURN)
-            if next_reply is None or self._reply_at[next_reply] != index:
-                yield ConversationEvent(message=own, turn_id=turn_id)
-                continue
-            usage = self._reply_usage[5 * next_reply : 5 * next_reply + 5]
             yield ConversationEvent(
-                message=own,
+                message=self._own(index, message),
                 turn_id=turn_id,
-                usage=Usage(
-                    input_tokens=usage[1],
-                    output_tokens=usage[2],
-                    cached_input_tokens=usage[3],
-                    reasoning_tokens=usage[4],
-                )
-                if usage[0]
-                else None,
-                model=self._reply_models[next_reply],
-                finish_reason=self._reply_finish[next_reply],
+                usage=usage,
+                model=model,
+                finish_reason=finish,
             )
-            next_reply = next(replies, None)
 
     def window_start(self, history_limit: int) -> int:
         """Where the window of ``history_limit`` messages starts (0 sends everything).
@@ -384,14 +340,8 @@ class Transcript:
 
     def messages_from(self, start: int) -> list[Message]:
         """The messages of the events from index ``start`` on, each with its own origin."""
-        return [
-            message if seed else message.with_origin(Origin.TURN)
-            for message, seed in zip(
-                itertools.islice(self._messages, start, None),
-                itertools.islice(self._origins, start, None),
-                strict=True,
-            )
-        ]
+        messages = itertools.islice(self._messages, start, None)
+        return [self._own(index, message) for index, message in enumerate(messages, start)]
 
     def seed_from(self, start: int) -> tuple[Message, ...]:
         """The messages from event ``start`` on as a turn sends them: origin ``seed``,
@@ -413,7 +363,7 @@ class Transcript:
         ):
             return None
         messages = tuple(window) if not head else (*head, *window)
-        reasoned = self._reasoned
+        reasoned = self._reasoned or ()
         shift = len(head) - start
         first = bisect.bisect_left(reasoned, start)
         return CheckedHistory(
