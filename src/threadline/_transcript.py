@@ -8,7 +8,6 @@ turn touches only the new events; the window start is a bisection.
 from __future__ import annotations
 
 import bisect
-import itertools
 from collections.abc import Iterable, Sequence
 
 import attrs
@@ -288,7 +287,7 @@ class Transcript:
 
     def messages_from(self, start: int) -> list[Message]:
         """The messages of the events from index ``start`` on."""
-        return [event.message for event in itertools.islice(self._events, start, None)]
+        return [event.message for event in self._events[start:]]
 
     def seed_from(self, start: int) -> tuple[Message, ...]:
         """The messages from event ``start`` on as a turn sends them: origin ``seed``.
@@ -298,9 +297,10 @@ class Transcript:
         """
         seed = self._seed
         if len(seed) < len(self._events):
-            new = itertools.islice(self._events, len(seed), None)
+            # Slices, not islice: islice steps over every event before the new ones.
+            new = self._events[len(seed) :]
             seed.extend(event.message.with_origin(Origin.SEED) for event in new)
-        return tuple(seed) if start == 0 else tuple(itertools.islice(seed, start, None))
+        return tuple(seed) if start == 0 else tuple(seed[start:])
 
     def checked(
         self, head: Sequence[Message], window: Sequence[Message], start: int
@@ -324,6 +324,6 @@ class Transcript:
             call_ids=self._call_ids,
             reasoned=(
                 *(i for i, m in enumerate(head) if m.reasoning is not None),
-                *(i + shift for i in itertools.islice(reasoned, first, None)),
+                *(i + shift for i in reasoned[first:]),
             ),
         )
