@@ -8,7 +8,6 @@ turn touches only the new events; the window start is a bisection.
 from __future__ import annotations
 
 import bisect
-import itertools
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 
@@ -340,14 +339,14 @@ class Transcript:
 
     def messages_from(self, start: int) -> list[Message]:
         """The messages of the events from index ``start`` on, each with its own origin."""
-        messages = itertools.islice(self._messages, start, None)
+        messages = self._messages[start:]  # a slice: islice would step over every earlier one
         return [self._own(index, message) for index, message in enumerate(messages, start)]
 
     def seed_from(self, start: int) -> tuple[Message, ...]:
         """The messages from event ``start`` on as a turn sends them: origin ``seed``,
         the very objects kept, so sending the history again copies no message."""
         messages = self._messages
-        return tuple(messages) if start == 0 else tuple(itertools.islice(messages, start, None))
+        return tuple(messages) if start == 0 else tuple(messages[start:])
 
     def checked(
         self, head: Sequence[Message], window: Sequence[Message], start: int
@@ -371,6 +370,6 @@ class Transcript:
             call_ids=self._call_ids or (),
             reasoned=(
                 *(i for i, m in enumerate(head) if m.reasoning is not None),
-                *(i + shift for i in itertools.islice(reasoned, first, None)),
+                *(i + shift for i in reasoned[first:]),
             ),
         )

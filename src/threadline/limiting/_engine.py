@@ -459,7 +459,8 @@ class _Limiting:
         return LimitingOutcome(
             messages=tuple(self.current),
             record=record,
-            sources=tuple(self.sources),
+            # Nothing rewritten: the range itself, not an int per message.
+            sources=self.sources if isinstance(self.sources, range) else tuple(self.sources),
             prompt_index=prompt_at,
         )
 
