@@ -244,6 +244,9 @@ class Message(_MessageSlots):
 
     def __attrs_post_init__(self) -> None:
         _validate_message(self)
+        # No cost yet: the counter reads the slot of every message it counts, and an
+        # unset slot costs it an AttributeError (most of a cold count's slot reads).
+        object.__setattr__(self, "_count_cost", 0)
 
     @classmethod
     def system(cls, content: str, *, origin: Origin = Origin.SEED) -> Message:
@@ -331,6 +334,8 @@ def _copy_with_origin(message: Message, origin: Origin) -> Message:
     state["origin"] = origin
     copy = object.__new__(Message)
     cast(Any, copy).__setstate__(state)
+    # The built-in counter's price does not depend on the origin: the copy keeps it.
+    object.__setattr__(copy, "_count_cost", getattr(message, "_count_cost", 0))
     return copy
 
 
