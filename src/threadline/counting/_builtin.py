@@ -31,7 +31,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from itertools import accumulate, compress, count, islice, repeat
-from operator import add, and_, attrgetter, is_, not_, sub
+from operator import add, and_, attrgetter, is_, is_not, itemgetter, not_, sub
 from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 from threadline._messages import Content, ImagePart, Message, Reasoning, ToolCall
@@ -68,36 +68,45 @@ _content_of = attrgetter("content")
 _extras_of = attrgetter("tool_calls", "tool_call_id", "name", "reasoning")
 _PLAIN: _Extras = ((), None, None, None)
 _call_texts = attrgetter("id", "name", "arguments")
+_reasoning_in = itemgetter(3)
 
 
 def _gather(
-    content: Content,
-    calls: tuple[ToolCall, ...],
-    call_id: str | None,
-    name: str | None,
-    texts: list[str],
-) -> int:
-    """Append a message's texts (but reasoning's) to ``texts``; return its fixed cost."""
-    fixed = MESSAGE_TOKENS
-    if isinstance(content, str):
-        if content:
-            texts.append(content)
-    else:
-        for part in content:
-            if isinstance(part, ImagePart):
-                fixed += image_tokens(part)
-            else:
-                texts.append(part.text)
-    if name:
-        fixed += NAME_TOKENS
-        texts.append(name)
-    if call_id is not None:
-        fixed += TOOL_RESULT_TOKENS
-        texts.append(call_id)
-    for call in calls:
-        fixed += TOOL_CALL_TOKENS
-        texts.extend(_call_texts(call))
-    return fixed
+    shapes: Iterable[tuple[Content, _Extras]], texts: list[str]
+) -> tuple[list[int], list[int]]:
+    """Append the texts of each message, given as its content and extras (reasoning
+    aside), to ``texts``; return each one's fixed cost and where its texts end."""
+    fixed_costs: list[int] = []
+    ends: list[int] = []
+    add_fixed, add_end, add_text, add_texts = (
+        fixed_costs.append,
+        ends.append,
+        texts.append,
+        texts.extend,
+    )
+    for content, (calls, call_id, name, _) in shapes:
+        fixed = MESSAGE_TOKENS
+        if isinstance(content, str):
+            if content:
+                add_text(content)
+        else:
+            for part in content:
+                if isinstance(part, ImagePart):
+                    fixed += image_tokens(part)
+                else:
+                    add_text(part.text)
+        if name:
+            fixed += NAME_TOKENS
+            add_text(name)
+        if call_id is not None:
+            fixed += TOOL_RESULT_TOKENS
+            add_text(call_id)
+        for call in calls:
+            fixed += TOOL_CALL_TOKENS
+            add_texts(_call_texts(call))
+        add_fixed(fixed)
+        add_end(len(texts))
+    return fixed_costs, ends
 
 
 class _Generations:
@@ -169,9 +178,15 @@ _encoding_tags = count(1)
 _write_slot = getattr(Message, _SLOT).__set__  # the slot's own setter: no lookup by name
 
 
+_mark_of = attrgetter(_SLOT)
+
+
 def marks_of(messages: Sequence[Message]) -> list[int]:
     """What each message's cost slot holds (0: nothing yet), read in C."""
-    return list(map(getattr, messages, repeat(_SLOT), repeat(0)))
+    try:
+        return list(map(_mark_of, messages))
+    except AttributeError:  # a message made without __init__ (unpickled): its slot is unset
+        return list(map(getattr, messages, repeat(_SLOT), repeat(0)))
 
 
 class _CostCache:
@@ -455,19 +470,18 @@ class BuiltinTokenCounter:
         if not all_text:
             plain = list(map(and_, plain, map(is_, map(type, contents), repeat(str))))
         plain_texts = cast("list[str]", list(compress(contents, plain)))
-        texts: list[str] = []
-        shaped: list[Message] = []
-        fixed_costs: list[int] = []
-        ends: list[int] = []  # where each shaped message's texts end in ``texts``
+        rest = list(map(not_, plain))
+        rest_extras = list(compress(extras, rest))
         total = 0
-        others = compress(zip(messages, contents, extras, strict=True), map(not_, plain))
-        for message, content, (calls, call_id, name, reasoning) in others:
-            if reasoning is not None:
-                total += self.message_tokens(message)  # its cost depends on the projection
-                continue
-            shaped.append(message)
-            fixed_costs.append(_gather(content, calls, call_id, name, texts))
-            ends.append(len(texts))
+        if list(map(_reasoning_in, rest_extras)).count(None) != len(rest_extras):
+            # Reasoning is priced by the projection, and cached by value: one by one.
+            with_reasoning = list(map(is_not, map(_reasoning_in, extras), repeat(None)))
+            total = sum(map(self.message_tokens, compress(messages, with_reasoning)))
+            rest = list(map(and_, rest, map(not_, with_reasoning)))
+            rest_extras = list(compress(extras, rest))
+        shaped = list(compress(messages, rest))
+        texts: list[str] = []
+        fixed_costs, ends = _gather(zip(compress(contents, rest), rest_extras, strict=True), texts)
         simple = len(plain_texts)
         lengths = self._shared.token_lengths(plain_texts + texts)
         # Message i's texts are texts[ends[i - 1]:ends[i]]; its text tokens are a
@@ -535,20 +549,15 @@ class BuiltinTokenCounter:
     def _price_one(self, message: Message) -> int:
         """The cost of ``message``, computed without the cache."""
         texts: list[str] = []
-        fixed = _gather(
-            message.content, message.tool_calls, message.tool_call_id, message.name, texts
-        )
+        fixed = _gather([(message.content, _extras_of(message))], texts)[0][0]
         if message.reasoning is not None:
             projection = self._projection or _DEFAULT_PROJECTION
             texts.extend(filter(None, projection.replayed_reasoning(message.reasoning)))
         return fixed + sum(self._shared.token_lengths(texts))
 
     def _price_tool(self, tool: Tool) -> int:
-        encode = self._shared.encoder()
-        cost = TOOL_SCHEMA_TOKENS + len(encode(tool.name))
-        if tool.description:
-            cost += len(encode(tool.description))
-        return cost + len(encode(schema_json(tool.parameters)))
+        texts = [tool.name, tool.description, schema_json(tool.parameters)]
+        return TOOL_SCHEMA_TOKENS + sum(self._shared.token_lengths(texts))
 
     def __repr__(self) -> str:
         return f"BuiltinTokenCounter(projection={self._projection!r})"
