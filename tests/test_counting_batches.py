@@ -233,3 +233,22 @@ def test_a_grown_transcript_prices_only_its_new_end(size: int) -> None:
     before = len(encoding.texts)
     assert counter.count(grown) == reference_count(grown)
     assert sorted(encoding.texts[before:]) == ["c9", "new answer", "new result"]
+
+
+def test_a_tools_schema_is_counted_as_its_json_text() -> None:
+    import json
+
+    from threadline import Tool
+
+    parameters = {
+        "type": "object",
+        "properties": {
+            "city": {"type": "string", "description": "Ville, 日本"},
+            "n": {"maximum": 2.5},
+        },
+        "required": ["city"],
+    }
+    tool = Tool(name="lookup", description="Looks things up.", parameters=parameters)
+    text = json.dumps(parameters, ensure_ascii=False)
+    expected = 13 + tokens("lookup") + tokens("Looks things up.") + tokens(text)
+    assert BuiltinTokenCounter().tool_tokens(tool) == expected

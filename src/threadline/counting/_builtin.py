@@ -31,6 +31,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from itertools import accumulate, compress, count, islice, repeat
+from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from operator import add, and_, attrgetter, is_, is_not, itemgetter, not_, sub
 from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
@@ -256,6 +257,32 @@ class _CostCache:
         return len(self.by_id) + len(self.by_value)
 
 
+_Encode: TypeAlias = Callable[[str], list[int]]
+_o200k_base: tuple[_Encode, _Encode] | None = None
+"""o200k_base's ``encode_ordinary`` and the Rust method beneath it, found once per process."""
+
+
+def _encoders(encoding: TextEncoder | None) -> tuple[_Encode, _Encode]:
+    """``encoding``'s ``encode_ordinary`` (o200k_base's for ``None``), and the method to
+    tokenize a batch with: for a tiktoken encoding, its Rust encoder's own, without the
+    Python method around it, which saves a Python call per text. ``_tokenize`` falls
+    back to the method for the one input the Rust side refuses: text with lone
+    surrogates, which the method repairs."""
+    global _o200k_base
+    if encoding is None and _o200k_base is not None:
+        return _o200k_base
+    # o200k_base_encoding() loads once per process under its own lock.
+    chosen = encoding if encoding is not None else o200k_base_encoding()
+    from tiktoken import Encoding  # loaded with the vocabulary, not at import
+
+    core = getattr(chosen, "_core_bpe", None) if isinstance(chosen, Encoding) else None
+    batch = getattr(core, "encode_ordinary", None)
+    found = (chosen.encode_ordinary, batch if callable(batch) else chosen.encode_ordinary)
+    if encoding is None:
+        _o200k_base = found  # the same pair whichever thread stores it
+    return found
+
+
 class _SharedState:
     """What a counter and the counters derived from it share: the cache and the encoder."""
 
@@ -264,26 +291,15 @@ class _SharedState:
         self.last_count: tuple[object, tuple[Message, ...], int] | None = None
         """The projection key, messages and message total of the last count."""
         self._encoding = encoding
-        self._encode: Callable[[str], list[int]] | None = None
-        self._encode_batch: Callable[[str], list[int]] | None = None
+        self._encoders: tuple[_Encode, _Encode] | None = None
 
-    def encoder(self) -> Callable[[str], list[int]]:
-        """The ``encode_ordinary`` to tokenize with; o200k_base is loaded on first use."""
-        encode = self._encode
-        if encode is None:
-            # o200k_base_encoding() loads once per process under its own lock.
-            encoding = self._encoding if self._encoding is not None else o200k_base_encoding()
-            # For batches, tiktoken's Rust encoder is called without the
-            # Python method around it, which saves a Python call per text;
-            # token_lengths falls back to the method for the one input the
-            # Rust side refuses: text with lone surrogates, which it repairs.
-            from tiktoken import Encoding  # loaded with the vocabulary, not at import
-
-            core = getattr(encoding, "_core_bpe", None) if isinstance(encoding, Encoding) else None
-            batch = getattr(core, "encode_ordinary", None)
-            self._encode_batch = batch if callable(batch) else encoding.encode_ordinary
-            encode = self._encode = encoding.encode_ordinary
-        return encode
+    def encoders(self) -> tuple[_Encode, _Encode]:
+        """``encode_ordinary`` and the method a batch is tokenized with (``_encoders``);
+        o200k_base is loaded on first use."""
+        found = self._encoders
+        if found is None:
+            found = self._encoders = _encoders(self._encoding)
+        return found
 
     def token_lengths(self, texts: list[str]) -> list[int]:
         """How many tokens each of ``texts`` has, tokenized in one tight loop.
@@ -298,8 +314,7 @@ class _SharedState:
         return cast("list[int]", list(map(unique.__getitem__, texts)))
 
     def _tokenize(self, texts: list[str]) -> list[int]:
-        encode = self.encoder()
-        batch = self._encode_batch or encode
+        encode, batch = self.encoders()
         try:
             return list(map(len, map(batch, texts)))
         except UnicodeEncodeError:
@@ -568,4 +583,8 @@ _SCHEMA_ENCODER = json.JSONEncoder(ensure_ascii=False, default=str)
 
 def schema_json(parameters: Any) -> str:
     """A tool's parameters as the JSON text that is counted for them."""
-    return _SCHEMA_ENCODER.encode(parameters)
+    if c_make_encoder is None:
+        return _SCHEMA_ENCODER.encode(parameters)
+    # What _SCHEMA_ENCODER.encode() does, without the Python frames around it.
+    chunks = c_make_encoder({}, str, encode_basestring, None, ": ", ", ", False, False, True)
+    return "".join(chunks(parameters, 0))
