@@ -184,7 +184,7 @@ def test_lone_surrogates_anywhere_in_a_batch_are_counted_as_tiktoken_repairs_the
 
 
 def test_a_message_made_without_init_is_counted() -> None:
-    # An unpickled message has no cost slot set: it is read as "no cost yet".
+    # An unpickled message has no cost slot set: it is read as "no cost yet, shape unknown".
     original = [Message.user("kept across a pickle"), Message.tool("c1", "result")]
     copies = pickle.loads(pickle.dumps(original))
     assert copies == original
@@ -192,6 +192,9 @@ def test_a_message_made_without_init_is_counted() -> None:
     assert (
         BuiltinTokenCounter().count(copies + fresh(original)) == 2 * reference_count(original) - 3
     )
+    # Nor has its copy with another origin: it is not taken for plain text.
+    turned = [message.with_origin(Origin.TURN) for message in pickle.loads(pickle.dumps(original))]
+    assert BuiltinTokenCounter().count(turned) == reference_count(original)
 
 
 def test_a_copy_with_another_origin_keeps_the_count_of_its_original() -> None:

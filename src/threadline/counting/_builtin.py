@@ -70,6 +70,7 @@ _extras_of = attrgetter("tool_calls", "tool_call_id", "name", "reasoning")
 _PLAIN: _Extras = ((), None, None, None)
 _call_texts = attrgetter("id", "name", "arguments")
 _reasoning_in = itemgetter(3)
+_reasoning_of = attrgetter("reasoning")
 
 
 def _gather(
@@ -169,9 +170,11 @@ class _Generations:
 # counter that tokenizes with it (a message's cost is the same for all of them, so
 # its slot holds the bare cost), a tag of its own for a counter given an ``encoding``.
 # One int is written at once, so a reader never sees one tag with another's cost.
-# Every cost is at least MESSAGE_TOKENS, so 0 means "no cost yet", and a slot is never
+# Every cost is at least MESSAGE_TOKENS, so a value of 0 or less means "no cost yet":
+# 0 for a message Message found to be plain text when it was built (content a str, no
+# name, tool call, tool call id or reasoning), -1 for any other. A slot is never
 # cleared: a message that carries no cost was priced by no counter's cache, which is
-# what lets a cold count skip every other lookup.
+# what lets a cold count skip every other lookup, and plain ones need no more reading.
 _SLOT = "_count_cost"
 _COST_BITS = 40
 _COST_MASK = (1 << _COST_BITS) - 1
@@ -179,15 +182,19 @@ _encoding_tags = count(1)
 _write_slot = getattr(Message, _SLOT).__set__  # the slot's own setter: no lookup by name
 
 
+_NO_COST = -1
+"""What an unset slot reads as: no cost yet, shape unknown."""
 _mark_of = attrgetter(_SLOT)
+_is_cost = (0).__lt__
+_is_no_cost = (0).__ge__
 
 
 def marks_of(messages: Sequence[Message]) -> list[int]:
-    """What each message's cost slot holds (0: nothing yet), read in C."""
+    """What each message's cost slot holds (0 or less: nothing yet), read in C."""
     try:
         return list(map(_mark_of, messages))
     except AttributeError:  # a message made without __init__ (unpickled): its slot is unset
-        return list(map(getattr, messages, repeat(_SLOT), repeat(0)))
+        return list(map(getattr, messages, repeat(_SLOT), repeat(_NO_COST)))
 
 
 class _CostCache:
@@ -214,10 +221,10 @@ class _CostCache:
         """The largest slot value that is one of this cache's costs."""
 
     def message_cost(self, message: Message) -> int | None:
-        packed: int = getattr(message, _SLOT, 0)
+        packed: int = getattr(message, _SLOT, _NO_COST)
         if self.base < packed <= self.top:
             return packed - self.base
-        return self.by_identity(message) if packed else None
+        return self.by_identity(message) if packed > 0 else None
 
     def by_identity(self, message: Message) -> int | None:
         """The cost kept for ``message``, which another cache priced first."""
@@ -237,8 +244,8 @@ class _CostCache:
         base, top = self.base, self.top
         spilled: list[tuple[Message, int]] = []
         for message, cost in zip(messages, costs, strict=True):
-            packed = getattr(message, _SLOT, 0)
-            if not packed or base < packed <= top:
+            packed = getattr(message, _SLOT, _NO_COST)
+            if packed <= 0 or base < packed <= top:
                 _write_slot(message, base + cost)
             else:
                 spilled.append((message, cost))  # priced with another encoding: kept here
@@ -422,17 +429,18 @@ class BuiltinTokenCounter:
         if not messages:
             return 0
         marks = marks_of(messages)
-        if not any(marks):
-            return self._price_new(messages)
+        if max(marks) <= 0:
+            return self._price_new(messages, marks)
         cache = self._shared.cache
         base, top = cache.base, cache.top
         if min(marks) > base and max(marks) <= top:
             return sum(marks) - base * len(marks)  # all priced by this cache before
-        priced = list(filter(None, marks))
+        priced = list(filter(_is_cost, marks))
         if min(priced) > base and max(priced) <= top:
             # This cache's costs and new messages (a transcript cut at its start and grown).
-            new = list(compress(messages, map(not_, marks)))
-            return sum(priced) - base * len(priced) + self._price_new(new)
+            new = list(compress(messages, map(_is_no_cost, marks)))
+            unpriced = list(filter(_is_no_cost, marks))
+            return sum(priced) - base * len(priced) + self._price_new(new, unpriced)
         return self._sum_mixed(messages, marks)
 
     def _sum_mixed(self, messages: Sequence[Message], marks: list[int]) -> int:
@@ -445,22 +453,28 @@ class BuiltinTokenCounter:
             if base < packed <= top:
                 total += packed - base
                 continue
-            cost = cache.by_identity(message) if packed else None
+            cost = cache.by_identity(message) if packed > 0 else None
             if cost is None:
                 missed.append(message)
             else:
                 total += cost
         return total + (self._price_new(missed, unmarked=False) if missed else 0)
 
-    def _price_new(self, messages: Sequence[Message], *, unmarked: bool = True) -> int:
-        """Price and remember ``messages``, which this cache has no cost of; ``unmarked``:
-        none carries another encoding's cost either, so they are written unchecked."""
+    def _price_new(
+        self, messages: Sequence[Message], marks: list[int] | None = None, *, unmarked: bool = True
+    ) -> int:
+        """Price and remember ``messages``, which this cache has no cost of. ``marks``:
+        their slots, which carry no cost (``unmarked``: nor another encoding's, so they
+        are written unchecked) and say which are plain; ``None``: read their fields."""
         contents = list(map(_content_of, messages))
-        extras = list(map(_extras_of, messages))
-        size = len(extras)
-        all_text = list(map(type, contents)).count(str) == size
-        if not all_text or extras.count(_PLAIN) != size:
-            return self._price_shapes(messages, contents, extras, all_text, unmarked=unmarked)
+        if marks is not None:
+            if any(marks):
+                return self._price_shapes(messages, contents, list(map(not_, marks)), unmarked)
+        else:
+            plain = list(map(_PLAIN.__eq__, map(_extras_of, messages)))
+            plain = list(map(and_, plain, map(is_, map(type, contents), repeat(str))))
+            if plain.count(True) != len(plain):
+                return self._price_shapes(messages, contents, plain, unmarked)
         # The commonest transcript, plain text messages only: the framing is a constant.
         lengths = self._shared.token_lengths(contents)
         cache = self._shared.cache
@@ -468,32 +482,27 @@ class BuiltinTokenCounter:
             cache.write(messages, map(add, lengths, repeat(cache.base + MESSAGE_TOKENS)))
         else:
             cache.put_messages(messages, list(map(add, lengths, repeat(MESSAGE_TOKENS))))
-        return sum(lengths) + MESSAGE_TOKENS * size
+        return sum(lengths) + MESSAGE_TOKENS * len(lengths)
 
     def _price_shapes(
         self,
         messages: Sequence[Message],
         contents: list[Content],
-        extras: list[_Extras],
-        all_text: bool,
-        *,
+        plain: list[bool],
         unmarked: bool,
     ) -> int:
         """``_price_new`` for messages of every shape: the plain ones still in C, the
         others gathered one by one; all their texts are tokenized together."""
-        plain = list(map(_PLAIN.__eq__, extras))
-        if not all_text:
-            plain = list(map(and_, plain, map(is_, map(type, contents), repeat(str))))
         plain_texts = cast("list[str]", list(compress(contents, plain)))
         rest = list(map(not_, plain))
-        rest_extras = list(compress(extras, rest))
+        rest_extras = list(map(_extras_of, compress(messages, rest)))
         total = 0
         if list(map(_reasoning_in, rest_extras)).count(None) != len(rest_extras):
             # Reasoning is priced by the projection, and cached by value: one by one.
-            with_reasoning = list(map(is_not, map(_reasoning_in, extras), repeat(None)))
+            with_reasoning = list(map(is_not, map(_reasoning_of, messages), repeat(None)))
             total = sum(map(self.message_tokens, compress(messages, with_reasoning)))
             rest = list(map(and_, rest, map(not_, with_reasoning)))
-            rest_extras = list(compress(extras, rest))
+            rest_extras = list(map(_extras_of, compress(messages, rest)))
         shaped = list(compress(messages, rest))
         texts: list[str] = []
         fixed_costs, ends = _gather(zip(compress(contents, rest), rest_extras, strict=True), texts)
