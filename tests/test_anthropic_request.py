@@ -297,3 +297,23 @@ async def test_a_reply_with_origin_is_sent_the_same_as_any_other() -> None:
         "role": "assistant",
         "content": [{"type": "text", "text": "hello"}],
     }
+
+
+def test_the_message_cache_keeps_only_long_histories_and_changes_no_byte() -> None:
+    # The driver's per-message JSON cache is private to its room: tested here, at the encoder.
+    from threadline.drivers._anthropic_request import encode_message_blocks, encode_request
+    from threadline.drivers._wire import JSONCache
+
+    def call(count: int) -> ProviderCall:
+        turns = [
+            Message.user(f"q{i}") if i % 2 == 0 else Message.assistant(f"a{i}")
+            for i in range(count)
+        ]
+        return ProviderCall(model=MODEL, messages=(Message.system("Be brief."), *turns))
+
+    for count, kept in ((8, 0), (9, 9)):
+        cache = JSONCache(encode_message_blocks, min_messages=10)
+        args: dict[str, Any] = {"stream": False, "label": LABEL, "default_max_tokens": 64}
+        cached = encode_request(call(count), cache=cache, **args)
+        assert cached.body == encode_request(call(count), **args).body
+        assert len(cache) == kept  # nine turns and the system message make ten

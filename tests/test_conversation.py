@@ -250,6 +250,25 @@ async def test_a_second_run_waits_for_the_first_and_sees_its_whole_turn() -> Non
     assert texts(driver.calls[1]) == ["first", "first answer", "second"]
 
 
+async def test_a_run_cancelled_while_it_waits_leaves_the_next_ones_in_order() -> None:
+    driver = GatedDriver(["first answer", "third answer", "fourth answer"])
+    conv = Conversation(Agent(Client(driver), model=MODEL))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(conv.run, "first")
+        await driver.first_call_arrived.wait()
+        with anyio.CancelScope() as waiting:
+            waiting.cancel()  # queued behind the first, then given up
+            await conv.run("second")
+        tg.start_soon(conv.run, "third")
+        await anyio.wait_all_tasks_blocked()
+        assert len(driver.calls) == 0  # the third waits for the first, which holds the turn
+        driver.gate.set()
+    await conv.run("fourth")  # after the others let go, a turn starts at once
+
+    assert [t.prompt.text for t in conv.turns if t.prompt] == ["first", "third", "fourth"]
+
+
 async def test_many_concurrent_runs_each_produce_one_whole_turn() -> None:
     driver = ScriptedDriver()
     for i in range(5):

@@ -7,6 +7,7 @@ import threading
 import weakref
 from collections.abc import Sequence
 
+import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -215,8 +216,9 @@ def test_count_is_the_sum_of_message_costs_plus_overhead(
     tools = [WEATHER] if with_tools else []
     expected = sum(map(counter.message_tokens, messages)) + counter.overhead_tokens(tools)
     assert counter.count(messages, tools) == expected
-    # Cached or not, a count is the same: count a fresh counter's view too.
-    assert BuiltinTokenCounter().count(messages, tools) == expected
+    # Cached or not, a count is the same: count equal messages no counter has priced.
+    copies = [attrs.evolve(message) for message in messages]
+    assert BuiltinTokenCounter().count(copies, tools) == expected
 
 
 # --- against the published formula -------------------------------------------------------
@@ -349,7 +351,8 @@ def test_recently_used_messages_survive_eviction() -> None:
 
 def test_concurrent_counts_agree_with_a_sequential_count() -> None:
     messages = transcript(600)
-    expected = BuiltinTokenCounter().count(messages, [WEATHER])
+    # Counted on equal messages: the shared counter's first counts must price them.
+    expected = BuiltinTokenCounter().count(transcript(600), [WEATHER])
     shared = BuiltinTokenCounter(cache_size=256)  # small: generations turn over mid-count
     start = threading.Barrier(8)
     results: list[int] = []

@@ -610,3 +610,31 @@ def test_a_counter_given_by_name_is_refused_where_it_is_given() -> None:
         Client(ScriptedDriver(), token_counter="o200k_base")  # type: ignore[arg-type]
     with pytest.raises(InvalidRequestError, match="drop_oldest_units"):
         drop_oldest_units(5)  # type: ignore[arg-type]
+
+
+@pytest.mark.anyio
+async def test_a_request_changed_after_planning_sends_what_it_holds_when_run() -> None:
+    # Planning keeps the transcript it built for the next plan of the same messages
+    # (budget_resolution, then run); a change in between must still reach the model.
+    driver = ScriptedDriver(["first", "second"])
+    client = Client(driver, default_model=MODEL)
+    request = client.request().with_system("Be brief.").with_messages(history(2))
+    request.with_prompt("one")
+    await request.budget_resolution()
+    assert (await request.run()).text == "first"
+    request.with_system("Be long.").with_messages(history(1)).with_prompt("two")
+    await request.budget_resolution()
+    assert (await request.run()).text == "second"
+    first, second = driver.calls
+    assert [m.text for m in first.messages] == ["Be brief.", *(m.text for m in history(2)), "one"]
+    assert [m.text for m in second.messages] == ["Be long.", *(m.text for m in history(1)), "two"]
+
+
+@pytest.mark.anyio
+async def test_a_request_planned_twice_refuses_a_broken_history_both_times() -> None:
+    request = Client(ScriptedDriver(["unused"]), default_model=MODEL).request()
+    request.with_messages([calling(call("c1", "add"))]).with_prompt("hi")
+    with pytest.raises(InvalidRequestError, match="cannot be sent as it is"):
+        await request.budget_resolution()
+    with pytest.raises(InvalidRequestError, match="cannot be sent as it is"):
+        await request.run()

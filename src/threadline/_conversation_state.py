@@ -8,7 +8,8 @@ which adds what changes the state (turns, rewrites, loading); see
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Unpack
 
@@ -83,7 +84,9 @@ class ConversationState:
         # The document type validates the labels; keep its copy.
         self._metadata = ConversationDocument(id=id, metadata=metadata or {}).metadata
         self._extra_settings: dict[str, JsonValue] = {}
-        self._lock = anyio.Lock()
+        # Made for a turn and let go once nobody holds or waits on it: an idle
+        # conversation keeps no lock (see _turn_lock).
+        self._lock: anyio.Lock | None = None
         self._lock_loop: anyio.lowlevel.EventLoopToken | None = None
         self._version = 0
         self._created_at: datetime | None = now()
@@ -95,15 +98,26 @@ class ConversationState:
         # Where drop_oldest_units last cut the window, and what that holds for.
         self._slide: tuple[object, int] | None = None
 
-    def _turn_lock(self) -> anyio.Lock:
+    @asynccontextmanager
+    async def _turn_lock(self) -> AsyncIterator[None]:
+        """Held while a turn (or a rewrite) changes the conversation: one at a time."""
+        lock = self._current_lock()
+        try:
+            async with lock:
+                yield
+        finally:
+            if self._lock is lock and not lock.locked() and not lock.statistics().tasks_waiting:
+                self._lock = self._lock_loop = None
+
+    def _current_lock(self) -> anyio.Lock:
         # An anyio lock belongs to the backend that first used it; an idle
         # conversation may move on to another event loop (asyncio, then trio).
         loop = anyio.lowlevel.current_token()
-        if loop != self._lock_loop and not self._lock.locked():
-            if self._lock_loop is not None:
-                self._lock = anyio.Lock()
+        lock = self._lock
+        if lock is None or (loop != self._lock_loop and not lock.locked()):
+            lock = self._lock = anyio.Lock()
             self._lock_loop = loop
-        return self._lock
+        return lock
 
     # -- state --------------------------------------------------------------------------
 

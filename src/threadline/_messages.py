@@ -244,6 +244,12 @@ class Message(_MessageSlots):
 
     def __attrs_post_init__(self) -> None:
         _validate_message(self)
+        # No cost yet, and whether the built-in counter may price the message as plain
+        # text (0) or must read its other fields (-1): it reads this slot of every
+        # message it counts (an unset one costs it an AttributeError).
+        plain = type(self.content) is str and self.name is None and not self.tool_calls
+        plain = plain and self.tool_call_id is None and self.reasoning is None
+        object.__setattr__(self, "_count_cost", 0 if plain else -1)
 
     @classmethod
     def system(cls, content: str, *, origin: Origin = Origin.SEED) -> Message:
@@ -331,6 +337,8 @@ def _copy_with_origin(message: Message, origin: Origin) -> Message:
     state["origin"] = origin
     copy = object.__new__(Message)
     cast(Any, copy).__setstate__(state)
+    # The built-in counter's price does not depend on the origin: the copy keeps it.
+    object.__setattr__(copy, "_count_cost", getattr(message, "_count_cost", -1))
     return copy
 
 

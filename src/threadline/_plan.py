@@ -9,7 +9,8 @@ plans and never sees a builder.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from operator import is_
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import attrs
 
@@ -34,7 +35,14 @@ if TYPE_CHECKING:
     from threadline._client import Client
     from threadline.limiting._event import TokenLimitHandler
 
-__all__ = ["RunPlan", "plan_run", "reply_cap", "settings_budget", "settings_counter"]
+__all__ = [
+    "RunPlan",
+    "TranscriptMemo",
+    "plan_run",
+    "reply_cap",
+    "settings_budget",
+    "settings_counter",
+]
 
 _TOOL_CHOICES = ("auto", "none", "required")
 _UNFORCED = (None, "auto", "none")
@@ -89,6 +97,35 @@ class RunPlan:
         return attrs.evolve(self.call_template, messages=messages, tool_choice=choice)
 
 
+_Built: TypeAlias = tuple[tuple[Message, ...], int | None, CheckedHistory | None]
+"""A plan's transcript, where its prompt stands, and the history it vouches for."""
+
+
+@attrs.define(eq=False)
+class TranscriptMemo:
+    """The transcript the last plan of a request built, for the next plan of the same inputs.
+
+    A request's system text, history, prompt and checked history are
+    immutable, so a plan of the very same objects builds, checks and refuses
+    exactly what the last one did. A conversation with a store plans each turn
+    twice (its budget before the pending prompt is written, then the run):
+    the second plan reuses the first's transcript instead of copying the
+    history again.
+    """
+
+    inputs: tuple[object, ...] = ()
+    built: _Built | None = None
+
+    def reuse(self, inputs: tuple[object, ...]) -> _Built | None:
+        """What was built from these very objects (by identity), else ``None``."""
+        if self.built is None or len(inputs) != len(self.inputs):
+            return None
+        return self.built if all(map(is_, inputs, self.inputs)) else None
+
+    def keep(self, inputs: tuple[object, ...], built: _Built) -> None:
+        self.inputs, self.built = inputs, built
+
+
 def plan_run(
     client: Client,
     *,
@@ -101,13 +138,15 @@ def plan_run(
     problems: Sequence[str] = (),
     cache_key: str | None = None,
     checked_history: CheckedHistory | None = None,
+    memo: TranscriptMemo | None = None,
 ) -> RunPlan:
     """Check a request and freeze it into a plan.
 
     ``problems`` are what the builder already found; they come first in the error.
     ``cache_key`` goes to every call (see ``Request.with_cache_key``).
     ``checked_history`` is a conversation's word that ``history`` is whole
-    (see ``limiting._incremental``): it is not checked again.
+    (see ``limiting._incremental``): it is not checked again. ``memo`` keeps
+    the transcript built, for the next plan of the same messages.
 
     Raises:
         InvalidRequestError: every problem at once (no model, tools that cannot
@@ -124,12 +163,13 @@ def plan_run(
         raise InvalidRequestError("invalid request: " + "; ".join(found))
     assert model is not None
     assert toolset is not None
-    vouched = checked_history is not None and checked_history.messages is history
-    if not vouched:
-        checked_history = None
-    elif checked_history is not None:
-        checked_history = attrs.evolve(checked_history, offset=0 if system is None else 1)
-    transcript, prompt_index = _transcript(system, history, prompt, checked=checked_history)
+    inputs = (system, history, prompt, checked_history)
+    built = memo.reuse(inputs) if memo is not None else None
+    if built is None:
+        built = _built(system, history, prompt, checked_history)
+        if memo is not None:
+            memo.keep(inputs, built)
+    transcript, prompt_index, checked_history = built
     resolution = settings_budget(settings, model)
     counter = settings_counter(settings, client, model)
     template = ProviderCall(
@@ -224,6 +264,22 @@ def _check_tool_choice(choice: str | None, toolset: Toolset | None, problems: li
             f"({', '.join(names) or 'none given'})"
         )
         problems.append(problem("tool_choice", expected, choice))
+
+
+def _built(
+    system: str | None,
+    history: Sequence[Message],
+    prompt: Message | None,
+    checked_history: CheckedHistory | None,
+) -> _Built:
+    """The plan's transcript, checked, with the history it vouches for placed in it."""
+    vouched = checked_history is not None and checked_history.messages is history
+    if not vouched:
+        checked_history = None
+    elif checked_history is not None:
+        checked_history = attrs.evolve(checked_history, offset=0 if system is None else 1)
+    transcript, prompt_index = _transcript(system, history, prompt, checked=checked_history)
+    return transcript, prompt_index, checked_history
 
 
 def _transcript(

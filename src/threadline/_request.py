@@ -20,7 +20,7 @@ from threadline._errors import InvalidRequestError
 from threadline._events import FinalResult, StreamEvent
 from threadline._messages import Message, Origin, Role
 from threadline._models import Model
-from threadline._plan import RunPlan, plan_run, settings_counter
+from threadline._plan import RunPlan, TranscriptMemo, plan_run, settings_counter
 from threadline._result import RunResult
 from threadline._run import Run
 from threadline._sentinel import NOT_GIVEN, NotGiven
@@ -78,6 +78,8 @@ class Request:
         self._settings = _DEFAULT_SETTINGS  # frozen: one shared value, validated once
         self._cache_key: str | None = None
         self._checked_history: CheckedHistory | None = None
+        # Planning twice (budget_resolution, then run) builds the transcript once.
+        self._memo = TranscriptMemo()
         # One entry per argument, so a later valid value clears an earlier mistake.
         self._problems: dict[str, str] = {}
 
@@ -394,4 +396,5 @@ class Request:
             problems=problems,
             cache_key=self._cache_key,
             checked_history=self._checked_history,
+            memo=self._memo,
         )

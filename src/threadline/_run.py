@@ -284,10 +284,13 @@ class Run:
                 is_error=result.is_error,
                 round=current.number,
             )
-        self.transcript = (*self.transcript, *injected)
+        if injected:
+            self.transcript = self.transcript + tuple(injected)
 
     def _append(self, message: Message) -> None:
-        self.transcript = (*self.transcript, message)
+        # Concatenation copies the transcript once; unpacking it into a new
+        # tuple goes through a list (three passes over every message).
+        self.transcript = self.transcript + (message,)  # noqa: RUF005
         self.turn_messages.append(message)
 
     def _record(self, current: _Round) -> RoundRecord:

@@ -216,6 +216,8 @@ class RequestSettings:
             InvalidRequestError: an unknown option, or a value of the wrong
                 type or sign.
         """
+        if not changes:
+            return self  # immutable: nothing to change is this very object
         names = attrs.fields_dict(RequestSettings)
         for name in changes:
             if name not in names:

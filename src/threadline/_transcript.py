@@ -8,8 +8,8 @@ turn touches only the new events; the window start is a bisection.
 from __future__ import annotations
 
 import bisect
-import itertools
-from collections.abc import Iterable, Sequence
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
 
 import attrs
 
@@ -19,6 +19,7 @@ from threadline._errors import (
     TranscriptIntegrityError,
 )
 from threadline._messages import Message, Origin, Role, Usage
+from threadline._packed_events import PackedEvents
 from threadline._provider import ProviderResponse
 from threadline._result import RunResult
 from threadline.limiting._incremental import CheckedHistory
@@ -74,21 +75,6 @@ def sum_usage(events: Iterable[ConversationEvent]) -> Usage:
         if event.usage is not None:
             total = total + event.usage
     return total
-
-
-def _count_turns(events: Sequence[ConversationEvent]) -> int:
-    """How many turns ``events`` hold: runs of one turn id."""
-    return sum(1 for i, e in enumerate(events) if i == 0 or e.turn_id != events[i - 1].turn_id)
-
-
-def _group_turns(events: Sequence[ConversationEvent]) -> list[Turn]:
-    turns: list[Turn] = []
-    start = 0
-    for index in range(1, len(events) + 1):
-        if index == len(events) or events[index].turn_id != events[start].turn_id:
-            turns.append(Turn(id=events[start].turn_id, events=tuple(events[start:index])))
-            start = index
-    return turns
 
 
 def _response_of(events: Sequence[ConversationEvent]) -> ProviderResponse | None:
@@ -163,9 +149,32 @@ def checked_replacement(events: Iterable[ConversationEvent]) -> tuple[Conversati
 class Transcript:
     """Answered events plus what is derived from them, kept up to date incrementally.
 
+    The events are not kept as objects: a conversation of hours would hold
+    one ``ConversationEvent`` (and a ``Usage``) per message beside the message
+    itself. Each message is kept once, as turns send it back (origin
+    ``seed``), with its own origin in one byte; turn ids are kept per turn and
+    what a provider reported (usage, model, finish reason) per reply, in
+    arrays. :attr:`events` rebuilds equal events when asked for.
+
     ``pending`` are prompts a crashed process submitted and never saw
     answered: kept beside the transcript, never part of a window.
     """
+
+    __slots__ = (
+        "_call_ids",
+        "_messages",
+        "_packed",
+        "_reasoned",
+        "_seeded",
+        "_system_events",
+        "_turn_count",
+        "_user_indices",
+        "_view",
+        "last_response",
+        "next_turn_id",
+        "pending",
+        "total_usage",
+    )
 
     def __init__(
         self,
@@ -175,23 +184,24 @@ class Transcript:
         next_turn_id: int = 0,
         total_usage: Usage | None = None,
     ) -> None:
-        self._events = list(events)
+        # Each message as a turn sends it back (origin seed): a turn never copies
+        # the history it sends. Those whose own origin is seed too are listed.
+        self._messages: list[Message] = []
+        self._seeded: set[int] | None = None
+        self._packed = PackedEvents()
+        self._turn_count = 0
+        self._system_events = 0
+        self._call_ids: set[str] | None = None
+        # Where the user messages are (the safe places to cut), and those carrying
+        # reasoning: replay checks look only there.
+        self._user_indices = array("I")
+        self._reasoned: array[int] | None = None
         self._view: tuple[ConversationEvent, ...] | None = None
-        # Each message as a turn sends it back (origin seed), made once, when first
-        # sent: a turn never copies the history it sends.
-        self._seed: list[Message] = []
-        messages = [event.message for event in self._events]
-        self._system_events = sum(1 for m in messages if m.role is Role.SYSTEM)
-        self._call_ids = {call.id for m in messages for call in m.tool_calls}
-        # Where the messages carrying reasoning are: replay checks look only there.
-        self._reasoned = [i for i, m in enumerate(messages) if m.reasoning is not None]
-        self._user_indices = [i for i, m in enumerate(messages) if m.role is Role.USER]
-        # Turn objects are built when asked for: a conversation holds only its events.
-        self._turn_count = _count_turns(self._events)
         self.pending: tuple[ConversationEvent, ...] = tuple(pending)
         self.next_turn_id = next_turn_id
-        self.total_usage = sum_usage(self._events) if total_usage is None else total_usage
-        self.last_response = _response_of(self._events)
+        self._add(events)
+        self.total_usage = sum_usage(events) if total_usage is None else total_usage
+        self.last_response = _response_of(events)
 
     @classmethod
     def from_document(cls, document: ConversationDocument) -> Transcript:
@@ -233,41 +243,82 @@ class Transcript:
 
     @property
     def events(self) -> tuple[ConversationEvent, ...]:
+        """The events, rebuilt once after each change (equal to those that were added)."""
         if self._view is None:
-            self._view = tuple(self._events)
+            self._view = tuple(self._rebuilt())
         return self._view
 
     @property
     def turns(self) -> tuple[Turn, ...]:
-        return tuple(_group_turns(self._events))
+        events = self.events
+        starts = [i for i, e in enumerate(events) if i == 0 or e.turn_id != events[i - 1].turn_id]
+        return tuple(
+            Turn(id=events[start].turn_id, events=events[start:end])
+            for start, end in zip(starts, [*starts[1:], len(events)][: len(starts)], strict=True)
+        )
 
     def turn_count(self) -> int:
         return self._turn_count
 
     def __len__(self) -> int:
-        return len(self._events)
+        return len(self._messages)
 
     def user_indices(self) -> list[int]:
-        return list(self._user_indices)
+        return self._user_indices.tolist()
 
     def append_turn(
         self, events: Sequence[ConversationEvent], response: ProviderResponse, usage: Usage
     ) -> None:
         """Add a completed turn; costs what its own events cost."""
-        offset = len(self._events)
-        self._events.extend(events)
-        self._view = None
-        messages = [event.message for event in events]
-        self._system_events += sum(1 for m in messages if m.role is Role.SYSTEM)
-        self._call_ids.update(call.id for m in messages for call in m.tool_calls)
-        self._reasoned.extend(offset + i for i, m in enumerate(messages) if m.reasoning is not None)
-        self._user_indices.extend(
-            offset + i for i, event in enumerate(events) if event.message.role is Role.USER
-        )
-        self._turn_count += _count_turns(events)
+        self._add(events)
         self.next_turn_id = max(self.next_turn_id, events[0].turn_id + 1)
         self.total_usage = self.total_usage + usage
         self.last_response = response
+
+    def _add(self, events: Iterable[ConversationEvent]) -> None:
+        self._view = None
+        packed = self._packed
+        for index, event in enumerate(events, len(self._messages)):
+            message = event.message
+            self._messages.append(message.with_origin(Origin.SEED))
+            if message.origin is Origin.SEED:
+                if self._seeded is None:
+                    self._seeded = set()
+                self._seeded.add(index)
+            if index == 0 or event.turn_id != packed.last_turn:
+                self._turn_count += 1
+            packed.append(event)
+            role = message.role
+            if role is Role.USER:
+                self._user_indices.append(index)
+            elif role is Role.SYSTEM:
+                self._system_events += 1
+            if message.tool_calls:
+                if self._call_ids is None:
+                    self._call_ids = set()
+                self._call_ids.update(call.id for call in message.tool_calls)
+            if message.reasoning is not None:
+                if self._reasoned is None:
+                    self._reasoned = array("I")
+                self._reasoned.append(index)
+
+    def _own(self, index: int, message: Message) -> Message:
+        """The message of event ``index`` with its own origin."""
+        seeded = self._seeded
+        return message if seeded and index in seeded else message.with_origin(Origin.TURN)
+
+    def _rebuilt(self) -> Iterator[ConversationEvent]:
+        """The events as they were added: each message with its own origin again."""
+        for index, (message, (turn_id, usage, model, finish)) in enumerate(
+            zip(self._messages, self._packed, strict=True)
+        ):
+            yield ConversationEvent(
+                message=self._own(index, message),
+                turn_id=turn_id,
+                usage=usage,
+                model=model,
+                finish_reason=finish,
+            )
 
     def window_start(self, history_limit: int) -> int:
         """Where the window of ``history_limit`` messages starts (0 sends everything).
@@ -276,7 +327,7 @@ class Transcript:
         from it to the end: the window is never smaller than the limit and
         never opens inside a turn or a tool exchange.
         """
-        total = len(self._events)
+        total = len(self._messages)
         if history_limit == 0 or history_limit >= total:
             return 0
         position = bisect.bisect_right(self._user_indices, total - history_limit) - 1
@@ -287,20 +338,15 @@ class Transcript:
         return self.messages_from(self.window_start(history_limit))
 
     def messages_from(self, start: int) -> list[Message]:
-        """The messages of the events from index ``start`` on."""
-        return [event.message for event in itertools.islice(self._events, start, None)]
+        """The messages of the events from index ``start`` on, each with its own origin."""
+        messages = self._messages[start:]  # a slice: islice would step over every earlier one
+        return [self._own(index, message) for index, message in enumerate(messages, start)]
 
     def seed_from(self, start: int) -> tuple[Message, ...]:
-        """The messages from event ``start`` on as a turn sends them: origin ``seed``.
-
-        Each copy is made once and kept, so sending the history again costs
-        no copy of it.
-        """
-        seed = self._seed
-        if len(seed) < len(self._events):
-            new = itertools.islice(self._events, len(seed), None)
-            seed.extend(event.message.with_origin(Origin.SEED) for event in new)
-        return tuple(seed) if start == 0 else tuple(itertools.islice(seed, start, None))
+        """The messages from event ``start`` on as a turn sends them: origin ``seed``,
+        the very objects kept, so sending the history again copies no message."""
+        messages = self._messages
+        return tuple(messages) if start == 0 else tuple(messages[start:])
 
     def checked(
         self, head: Sequence[Message], window: Sequence[Message], start: int
@@ -316,14 +362,14 @@ class Transcript:
         ):
             return None
         messages = tuple(window) if not head else (*head, *window)
-        reasoned = self._reasoned
+        reasoned = self._reasoned or ()
         shift = len(head) - start
         first = bisect.bisect_left(reasoned, start)
         return CheckedHistory(
             messages=messages,
-            call_ids=self._call_ids,
+            call_ids=self._call_ids or (),
             reasoned=(
                 *(i for i, m in enumerate(head) if m.reasoning is not None),
-                *(i + shift for i in itertools.islice(reasoned, first, None)),
+                *(i + shift for i in reasoned[first:]),
             ),
         )

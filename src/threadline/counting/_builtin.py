@@ -30,11 +30,12 @@ import threading
 import weakref
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from itertools import accumulate, count, repeat
-from operator import add, and_, attrgetter, lshift, or_, rshift, sub
-from typing import TYPE_CHECKING, Any
+from itertools import accumulate, compress, count, islice, repeat
+from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
+from operator import add, and_, attrgetter, is_, is_not, itemgetter, not_, sub
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
-from threadline._messages import ImagePart, Message
+from threadline._messages import Content, ImagePart, Message, Reasoning, ToolCall
 from threadline._validate import positive_int
 from threadline.counting._encoding import TextEncoder, o200k_base_encoding
 from threadline.counting._framing import (
@@ -60,7 +61,54 @@ DEFAULT_CACHE_SIZE = 32_768
 """How many message (and tool) costs a built-in counter keeps by default."""
 
 _DEFAULT_PROJECTION = DefaultReplayProjection()
-_reasoning = attrgetter("reasoning")
+
+# What a message's cost depends on besides its content, read in one C call per message;
+# a plain text message (the commonest) has exactly ``_PLAIN``.
+_Extras: TypeAlias = "tuple[tuple[ToolCall, ...], str | None, str | None, Reasoning | None]"
+_content_of = attrgetter("content")
+_extras_of = attrgetter("tool_calls", "tool_call_id", "name", "reasoning")
+_PLAIN: _Extras = ((), None, None, None)
+_call_texts = attrgetter("id", "name", "arguments")
+_reasoning_in = itemgetter(3)
+_reasoning_of = attrgetter("reasoning")
+
+
+def _gather(
+    shapes: Iterable[tuple[Content, _Extras]], texts: list[str]
+) -> tuple[list[int], list[int]]:
+    """Append the texts of each message, given as its content and extras (reasoning
+    aside), to ``texts``; return each one's fixed cost and where its texts end."""
+    fixed_costs: list[int] = []
+    ends: list[int] = []
+    add_fixed, add_end, add_text, add_texts = (
+        fixed_costs.append,
+        ends.append,
+        texts.append,
+        texts.extend,
+    )
+    for content, (calls, call_id, name, _) in shapes:
+        fixed = MESSAGE_TOKENS
+        if isinstance(content, str):
+            if content:
+                add_text(content)
+        else:
+            for part in content:
+                if isinstance(part, ImagePart):
+                    fixed += image_tokens(part)
+                else:
+                    add_text(part.text)
+        if name:
+            fixed += NAME_TOKENS
+            add_text(name)
+        if call_id is not None:
+            fixed += TOOL_RESULT_TOKENS
+            add_text(call_id)
+        for call in calls:
+            fixed += TOOL_CALL_TOKENS
+            add_texts(_call_texts(call))
+        add_fixed(fixed)
+        add_end(len(texts))
+    return fixed_costs, ends
 
 
 class _Generations:
@@ -117,27 +165,41 @@ class _Generations:
 
 
 # A message's cost is written on the message itself, in the slot Message keeps for it,
-# as one int: the cost above the writing cache's tag. One int is written at once, so
-# a reader never sees one cache's tag with another's cost.
+# as one int: the writing cache's base (its tag above the cost's bits) plus the cost.
+# The tag names what the cost was priced with: 0 for o200k_base, shared by every
+# counter that tokenizes with it (a message's cost is the same for all of them, so
+# its slot holds the bare cost), a tag of its own for a counter given an ``encoding``.
+# One int is written at once, so a reader never sees one tag with another's cost.
+# Every cost is at least MESSAGE_TOKENS, so a value of 0 or less means "no cost yet":
+# 0 for a message Message found to be plain text when it was built (content a str, no
+# name, tool call, tool call id or reasoning), -1 for any other. A slot is never
+# cleared: a message that carries no cost was priced by no counter's cache, which is
+# what lets a cold count skip every other lookup, and plain ones need no more reading.
 _SLOT = "_count_cost"
-_TAG_BITS = 20
-_TAG_MASK = (1 << _TAG_BITS) - 1
-_cache_tags = count(1)
+_COST_BITS = 40
+_COST_MASK = (1 << _COST_BITS) - 1
+_encoding_tags = count(1)
+_write_slot = getattr(Message, _SLOT).__set__  # the slot's own setter: no lookup by name
+
+
+_NO_COST = -1
+"""What an unset slot reads as: no cost yet, shape unknown."""
+_mark_of = attrgetter(_SLOT)
+_is_cost = (0).__lt__
+_is_no_cost = (0).__ge__
 
 
 def marks_of(messages: Sequence[Message]) -> list[int]:
-    """What each message's cost slot holds (0: nothing yet), read in C."""
-    return list(map(getattr, messages, repeat(_SLOT), repeat(0)))
-
-
-def tags_of(messages: Sequence[Message], marks: list[int] | None = None) -> list[int]:
-    """Which cache wrote each message's cost (0: none), read in C."""
-    return list(map(and_, marks_of(messages) if marks is None else marks, repeat(_TAG_MASK)))
+    """What each message's cost slot holds (0 or less: nothing yet), read in C."""
+    try:
+        return list(map(_mark_of, messages))
+    except AttributeError:  # a message made without __init__ (unpickled): its slot is unset
+        return list(map(getattr, messages, repeat(_SLOT), repeat(_NO_COST)))
 
 
 class _CostCache:
     """Token costs: plain messages on the message (a slot of its own) or, for a message
-    another cache priced first, by identity; everything else by value.
+    priced with another encoding first, by identity; everything else by value.
 
     A message's cost is looked up under ``id(message)``, which is a C call,
     where hashing an attrs message is a Python call over every field (it was
@@ -150,45 +212,43 @@ class _CostCache:
     one batch are tokenized once (``_SharedState.token_lengths``).
     """
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, *, own_encoding: bool) -> None:
         self.by_id = _Generations(capacity)
         self.by_value = _Generations(capacity)
-        tag = next(_cache_tags)
-        self.tag = tag if tag <= _TAG_MASK else 0  # 0: this cache writes no message slot
+        self.base = next(_encoding_tags) << _COST_BITS if own_encoding else 0
+        """A cost this cache wrote on a message reads ``base + cost``."""
+        self.top = self.base + _COST_MASK
+        """The largest slot value that is one of this cache's costs."""
 
     def message_cost(self, message: Message) -> int | None:
-        packed: int = getattr(message, _SLOT, 0)
-        if self.tag and packed & _TAG_MASK == self.tag:
-            return packed >> _TAG_BITS
+        packed: int = getattr(message, _SLOT, _NO_COST)
+        if self.base < packed <= self.top:
+            return packed - self.base
+        return self.by_identity(message) if packed > 0 else None
+
+    def by_identity(self, message: Message) -> int | None:
+        """The cost kept for ``message``, which another cache priced first."""
         entry = self.by_id.get(id(message))
         if entry is not None and entry[0]() is message:
             cost: int = entry[1]
             return cost
         return None
 
-    def put_messages(
-        self,
-        messages: Sequence[Message],
-        costs: Sequence[int],
-        *,
-        unmarked: bool = False,
-    ) -> None:
-        """Remember ``costs``; ``unmarked``: the caller has read that no message of
-        ``messages`` carries a cost yet, so they are not read again."""
-        tag = self.tag
-        if tag:
-            tags = () if unmarked else tags_of(messages)
-            if unmarked or tags.count(0) + tags.count(tag) == len(tags):
-                # No other cache's message among them (a cold count): written in C.
-                packed = map(or_, map(lshift, costs, repeat(_TAG_BITS)), repeat(tag))
-                deque(map(object.__setattr__, messages, repeat(_SLOT), packed), maxlen=0)
-                return
+    def write(self, messages: Iterable[Message], packed: Iterable[int]) -> None:
+        """Write ``packed`` costs (``base + cost``) on messages that carry none, in C."""
+        deque(map(_write_slot, messages, packed), maxlen=0)
+
+    def put_messages(self, messages: Sequence[Message], costs: Sequence[int]) -> None:
+        """Remember ``costs``; a message priced with another encoding keeps that cost
+        on it, and this cache keeps its own by identity."""
+        base, top = self.base, self.top
         spilled: list[tuple[Message, int]] = []
         for message, cost in zip(messages, costs, strict=True):
-            if tag and getattr(message, _SLOT, 0) & _TAG_MASK in (0, tag):
-                object.__setattr__(message, _SLOT, cost << _TAG_BITS | tag)
+            packed = getattr(message, _SLOT, _NO_COST)
+            if packed <= 0 or base < packed <= top:
+                _write_slot(message, base + cost)
             else:
-                spilled.append((message, cost))  # another cache's message: kept here
+                spilled.append((message, cost))  # priced with another encoding: kept here
         if spilled:
             entries = ((id(m), (weakref.ref(m), cost)) for m, cost in spilled)
             self.by_id.put_many(entries, len(spilled))
@@ -204,49 +264,64 @@ class _CostCache:
         return len(self.by_id) + len(self.by_value)
 
 
+_Encode: TypeAlias = Callable[[str], list[int]]
+_o200k_base: tuple[_Encode, _Encode] | None = None
+"""o200k_base's ``encode_ordinary`` and the Rust method beneath it, found once per process."""
+
+
+def _encoders(encoding: TextEncoder | None) -> tuple[_Encode, _Encode]:
+    """``encoding``'s ``encode_ordinary`` (o200k_base's for ``None``), and the method to
+    tokenize a batch with: for a tiktoken encoding, its Rust encoder's own, without the
+    Python method around it, which saves a Python call per text. ``_tokenize`` falls
+    back to the method for the one input the Rust side refuses: text with lone
+    surrogates, which the method repairs."""
+    global _o200k_base
+    if encoding is None and _o200k_base is not None:
+        return _o200k_base
+    # o200k_base_encoding() loads once per process under its own lock.
+    chosen = encoding if encoding is not None else o200k_base_encoding()
+    from tiktoken import Encoding  # loaded with the vocabulary, not at import
+
+    core = getattr(chosen, "_core_bpe", None) if isinstance(chosen, Encoding) else None
+    batch = getattr(core, "encode_ordinary", None)
+    found = (chosen.encode_ordinary, batch if callable(batch) else chosen.encode_ordinary)
+    if encoding is None:
+        _o200k_base = found  # the same pair whichever thread stores it
+    return found
+
+
 class _SharedState:
     """What a counter and the counters derived from it share: the cache and the encoder."""
 
     def __init__(self, encoding: TextEncoder | None, capacity: int) -> None:
-        self.cache = _CostCache(capacity)
+        self.cache = _CostCache(capacity, own_encoding=encoding is not None)
         self.last_count: tuple[object, tuple[Message, ...], int] | None = None
         """The projection key, messages and message total of the last count."""
         self._encoding = encoding
-        self._encode: Callable[[str], list[int]] | None = None
-        self._encode_batch: Callable[[str], list[int]] | None = None
+        self._encoders: tuple[_Encode, _Encode] | None = None
 
-    def encoder(self) -> Callable[[str], list[int]]:
-        """The ``encode_ordinary`` to tokenize with; o200k_base is loaded on first use."""
-        encode = self._encode
-        if encode is None:
-            # o200k_base_encoding() loads once per process under its own lock.
-            encoding = self._encoding if self._encoding is not None else o200k_base_encoding()
-            # For batches, tiktoken's Rust encoder is called without the
-            # Python method around it, which saves a Python call per text;
-            # token_lengths falls back to the method for the one input the
-            # Rust side refuses: text with lone surrogates, which it repairs.
-            from tiktoken import Encoding  # loaded with the vocabulary, not at import
-
-            core = getattr(encoding, "_core_bpe", None) if isinstance(encoding, Encoding) else None
-            batch = getattr(core, "encode_ordinary", None)
-            self._encode_batch = batch if callable(batch) else encoding.encode_ordinary
-            encode = self._encode = encoding.encode_ordinary
-        return encode
+    def encoders(self) -> tuple[_Encode, _Encode]:
+        """``encode_ordinary`` and the method a batch is tokenized with (``_encoders``);
+        o200k_base is loaded on first use."""
+        found = self._encoders
+        if found is None:
+            found = self._encoders = _encoders(self._encoding)
+        return found
 
     def token_lengths(self, texts: list[str]) -> list[int]:
         """How many tokens each of ``texts`` has, tokenized in one tight loop.
 
         A text that occurs more than once is tokenized once.
         """
-        unique = dict.fromkeys(texts)
+        unique: dict[str, int | None] = dict.fromkeys(texts)
         if len(unique) == len(texts):
             return self._tokenize(texts)
-        lengths = dict(zip(unique, self._tokenize(list(unique)), strict=True))
-        return list(map(lengths.__getitem__, texts))
+        once = list(unique)
+        unique.update(zip(once, self._tokenize(once), strict=True))
+        return cast("list[int]", list(map(unique.__getitem__, texts)))
 
     def _tokenize(self, texts: list[str]) -> list[int]:
-        encode = self.encoder()
-        batch = self._encode_batch or encode
+        encode, batch = self.encoders()
         try:
             return list(map(len, map(batch, texts)))
         except UnicodeEncodeError:
@@ -348,68 +423,109 @@ class BuiltinTokenCounter:
         return total
 
     def _sum_messages(self, messages: Sequence[Message]) -> int:
-        # A warm count is one identity lookup per message. The messages that
-        # miss are priced together: their texts are gathered first and
-        # tokenized in one tight loop, which keeps the tokenizer's tables hot
-        # in the CPU cache, and their costs are stored under one lock.
-        cache = self._shared.cache
-        by_id = cache.by_id
-        recent = by_id.recent
-        previous = by_id.previous
+        # Every pass here runs in C. A message that carries no cost (0) was priced by
+        # no cache, so when none carries one (a first count, the new end of a grown
+        # transcript) there is nothing to look up: they are priced together.
         if not messages:
             return 0
-        tag = cache.tag
         marks = marks_of(messages)
-        tags = tags_of(messages, marks)
-        if tag and tags.count(tag) == len(tags):
-            # Every message priced before by this cache: read in C.
-            return sum(map(rshift, marks, repeat(_TAG_BITS)))
-        unmarked = tags.count(0) == len(tags)
-        ids = list(map(id, messages))
-        cached = (
-            (bool(tag) and not unmarked and tag in tags)
-            or any(map(recent.__contains__, ids))
-            or (bool(previous) and any(map(previous.__contains__, ids)))
-        )
-        # Nothing of it cached (a first count, the new end of a grown
-        # transcript) and no reasoning: no lookups one by one, priced together.
-        if not cached and list(map(_reasoning, messages)).count(None) == len(messages):
-            return self._price_misses(list(messages), unmarked=unmarked)
+        if max(marks) <= 0:
+            return self._price_new(messages, marks)
+        cache = self._shared.cache
+        base, top = cache.base, cache.top
+        if min(marks) > base and max(marks) <= top:
+            return sum(marks) - base * len(marks)  # all priced by this cache before
+        priced = list(filter(_is_cost, marks))
+        if min(priced) > base and max(priced) <= top:
+            # This cache's costs and new messages (a transcript cut at its start and grown).
+            new = list(compress(messages, map(_is_no_cost, marks)))
+            unpriced = list(filter(_is_no_cost, marks))
+            return sum(priced) - base * len(priced) + self._price_new(new, unpriced)
+        return self._sum_mixed(messages, marks)
+
+    def _sum_mixed(self, messages: Sequence[Message], marks: list[int]) -> int:
+        """The total of ``messages``, some of which were priced with another encoding."""
+        cache = self._shared.cache
+        base, top = cache.base, cache.top
         total = 0
         missed: list[Message] = []
-        for message in messages:
-            packed = getattr(message, _SLOT, 0)
-            if tag and packed & _TAG_MASK == tag:
-                total += packed >> _TAG_BITS
+        for message, packed in zip(messages, marks, strict=True):
+            if base < packed <= top:
+                total += packed - base
                 continue
-            entry = recent.get(id(message))
-            if entry is None and previous:
-                entry = previous.get(id(message))
-                if entry is not None and entry[0]() is message:
-                    by_id.put(id(message), entry)  # used again: back into the recent generation
-            if entry is not None and entry[0]() is message:
-                total += entry[1]
-            elif message.reasoning is not None:
-                total += self.message_tokens(message)  # keyed by projection too
-            else:
+            cost = cache.by_identity(message) if packed > 0 else None
+            if cost is None:
                 missed.append(message)
-        if missed:
-            total += self._price_misses(missed)
-        return total
+            else:
+                total += cost
+        return total + (self._price_new(missed, unmarked=False) if missed else 0)
 
-    def _price_misses(self, missed: list[Message], *, unmarked: bool = False) -> int:
-        """Price and remember the messages a count missed; the same object twice is priced
-        once (``unmarked``: see ``_CostCache.put_messages``)."""
-        if len(set(map(id, missed))) == len(missed):
-            priced = self._price_messages(missed)
-            self._shared.cache.put_messages(missed, priced, unmarked=unmarked)
-            return sum(priced)
-        unique = {id(message): message for message in missed}
-        once = list(unique.values())
-        priced = self._price_messages(once)
-        self._shared.cache.put_messages(once, priced, unmarked=unmarked)
-        cost_of = dict(zip(unique, priced, strict=True))
-        return sum(cost_of[id(message)] for message in missed)
+    def _price_new(
+        self, messages: Sequence[Message], marks: list[int] | None = None, *, unmarked: bool = True
+    ) -> int:
+        """Price and remember ``messages``, which this cache has no cost of. ``marks``:
+        their slots, which carry no cost (``unmarked``: nor another encoding's, so they
+        are written unchecked) and say which are plain; ``None``: read their fields."""
+        contents = list(map(_content_of, messages))
+        if marks is not None:
+            if any(marks):
+                return self._price_shapes(messages, contents, list(map(not_, marks)), unmarked)
+        else:
+            plain = list(map(_PLAIN.__eq__, map(_extras_of, messages)))
+            plain = list(map(and_, plain, map(is_, map(type, contents), repeat(str))))
+            if plain.count(True) != len(plain):
+                return self._price_shapes(messages, contents, plain, unmarked)
+        # The commonest transcript, plain text messages only: the framing is a constant.
+        lengths = self._shared.token_lengths(contents)
+        cache = self._shared.cache
+        if unmarked:
+            cache.write(messages, map(add, lengths, repeat(cache.base + MESSAGE_TOKENS)))
+        else:
+            cache.put_messages(messages, list(map(add, lengths, repeat(MESSAGE_TOKENS))))
+        return sum(lengths) + MESSAGE_TOKENS * len(lengths)
+
+    def _price_shapes(
+        self,
+        messages: Sequence[Message],
+        contents: list[Content],
+        plain: list[bool],
+        unmarked: bool,
+    ) -> int:
+        """``_price_new`` for messages of every shape: the plain ones still in C, the
+        others gathered one by one; all their texts are tokenized together."""
+        plain_texts = cast("list[str]", list(compress(contents, plain)))
+        rest = list(map(not_, plain))
+        rest_extras = list(map(_extras_of, compress(messages, rest)))
+        total = 0
+        if list(map(_reasoning_in, rest_extras)).count(None) != len(rest_extras):
+            # Reasoning is priced by the projection, and cached by value: one by one.
+            with_reasoning = list(map(is_not, map(_reasoning_of, messages), repeat(None)))
+            total = sum(map(self.message_tokens, compress(messages, with_reasoning)))
+            rest = list(map(and_, rest, map(not_, with_reasoning)))
+            rest_extras = list(map(_extras_of, compress(messages, rest)))
+        shaped = list(compress(messages, rest))
+        texts: list[str] = []
+        fixed_costs, ends = _gather(zip(compress(contents, rest), rest_extras, strict=True), texts)
+        simple = len(plain_texts)
+        lengths = self._shared.token_lengths(plain_texts + texts)
+        # Message i's texts are texts[ends[i - 1]:ends[i]]; its text tokens are a
+        # difference of running totals.
+        running = list(accumulate(islice(lengths, simple, None), initial=0))
+        at = running.__getitem__
+        costs = list(map(add, fixed_costs, map(sub, map(at, ends), map(at, [0, *ends[:-1]]))))
+        cache = self._shared.cache
+        if unmarked:
+            base = cache.base
+            cache.write(
+                compress(messages, plain),
+                map(add, islice(lengths, simple), repeat(base + MESSAGE_TOKENS)),
+            )
+            cache.write(shaped, map(add, costs, repeat(base)))
+        else:
+            plain_costs = list(map(add, islice(lengths, simple), repeat(MESSAGE_TOKENS)))
+            cache.put_messages(list(compress(messages, plain)), plain_costs)
+            cache.put_messages(shaped, costs)
+        return total + sum(lengths) + MESSAGE_TOKENS * simple + sum(fixed_costs)
 
     def message_tokens(self, message: Message) -> int:
         """What ``message`` adds to a transcript's count."""
@@ -419,17 +535,15 @@ class BuiltinTokenCounter:
         if message.reasoning is None:
             cost = cache.message_cost(message)
             if cost is None:
-                cost = self._price_messages([message])[0]
+                cost = self._price_one(message)
                 cache.put_messages([message], [cost])
             return cost
-        key: Hashable
-        if self._projection_key is not None:
-            key = (self._projection_key, message)
-        else:
-            return self._price_messages([message])[0]
+        if self._projection_key is None:
+            return self._price_one(message)
+        key = (self._projection_key, message)
         cost = cache.get(key)
         if cost is None:
-            cost = self._price_messages([message])[0]
+            cost = self._price_one(message)
             cache.put(key, cost)
         return cost
 
@@ -456,70 +570,18 @@ class BuiltinTokenCounter:
             cache.put(key, cost)
         return cost
 
-    def _price_messages(self, messages: list[Message]) -> list[int]:
-        """The costs of ``messages``, computed without the cache."""
-        gather = self._gather
+    def _price_one(self, message: Message) -> int:
+        """The cost of ``message``, computed without the cache."""
         texts: list[str] = []
-        fixed_costs: list[int] = []
-        ends: list[int] = []  # where each message's texts end in ``texts``
-        add_text, add_fixed, add_end = texts.append, fixed_costs.append, ends.append
-        for message in messages:
-            content = message.content
-            # Most messages are plain text: no call for them.
-            if (
-                type(content) is str
-                and not message.tool_calls
-                and message.tool_call_id is None
-                and not message.name
-                and message.reasoning is None
-            ):
-                if content:
-                    add_text(content)
-                add_fixed(MESSAGE_TOKENS)
-            else:
-                add_fixed(gather(message, texts))
-            add_end(len(texts))
-        # Message i's texts are texts[ends[i - 1]:ends[i]]; its text tokens are
-        # a difference of running totals. All of it runs in C, in tight loops.
-        running = [0, *accumulate(self._shared.token_lengths(texts))]
-        at = running.__getitem__
-        text_tokens = map(sub, map(at, ends), map(at, [0, *ends[:-1]]))
-        return list(map(add, fixed_costs, text_tokens))
-
-    def _gather(self, message: Message, texts: list[str]) -> int:
-        """Append ``message``'s texts to ``texts``; return its fixed (non-text) cost."""
-        fixed = MESSAGE_TOKENS
-        content = message.content
-        if isinstance(content, str):
-            if content:
-                texts.append(content)
-        else:
-            for part in content:
-                if isinstance(part, ImagePart):
-                    fixed += image_tokens(part)
-                elif part.text:
-                    texts.append(part.text)
-        if message.name:
-            fixed += NAME_TOKENS
-            texts.append(message.name)
-        if message.tool_call_id is not None:
-            fixed += TOOL_RESULT_TOKENS
-            if message.tool_call_id:
-                texts.append(message.tool_call_id)
-        for call in message.tool_calls:
-            fixed += TOOL_CALL_TOKENS
-            texts.extend(text for text in (call.id, call.name, call.arguments) if text)
+        fixed = _gather([(message.content, _extras_of(message))], texts)[0][0]
         if message.reasoning is not None:
             projection = self._projection or _DEFAULT_PROJECTION
-            texts.extend(p for p in projection.replayed_reasoning(message.reasoning) if p)
-        return fixed
+            texts.extend(filter(None, projection.replayed_reasoning(message.reasoning)))
+        return fixed + sum(self._shared.token_lengths(texts))
 
     def _price_tool(self, tool: Tool) -> int:
-        encode = self._shared.encoder()
-        cost = TOOL_SCHEMA_TOKENS + len(encode(tool.name))
-        if tool.description:
-            cost += len(encode(tool.description))
-        return cost + len(encode(schema_json(tool.parameters)))
+        texts = [tool.name, tool.description, schema_json(tool.parameters)]
+        return TOOL_SCHEMA_TOKENS + sum(self._shared.token_lengths(texts))
 
     def __repr__(self) -> str:
         return f"BuiltinTokenCounter(projection={self._projection!r})"
@@ -530,4 +592,8 @@ _SCHEMA_ENCODER = json.JSONEncoder(ensure_ascii=False, default=str)
 
 def schema_json(parameters: Any) -> str:
     """A tool's parameters as the JSON text that is counted for them."""
-    return _SCHEMA_ENCODER.encode(parameters)
+    if c_make_encoder is None:
+        return _SCHEMA_ENCODER.encode(parameters)
+    # What _SCHEMA_ENCODER.encode() does, without the Python frames around it.
+    chunks = c_make_encoder({}, str, encode_basestring, None, ": ", ", ", False, False, True)
+    return "".join(chunks(parameters, 0))

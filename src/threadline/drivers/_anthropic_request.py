@@ -267,6 +267,8 @@ def _encode_transcript(
     ``cache_control`` (see :func:`_place_breakpoints`).
     """
     cycle = current_cycle(messages)
+    if cache is not None and not cache.serves(messages):
+        cache = None
     system: list[bytes] = []
     left_out: list[str] = []
     # (role on the wire, blocks, whether a breakpoint may go there, a user prompt)

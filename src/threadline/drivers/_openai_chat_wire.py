@@ -40,6 +40,7 @@ from threadline._provider import (
 from threadline.drivers._tool_calls import tool_call_dicts
 from threadline.drivers._wire import (
     DEFAULT_CACHE_BYTES,
+    DEFAULT_CACHE_MIN_MESSAGES,
     JSONCache,
     MalformedResponse,
     count_field,
@@ -183,8 +184,10 @@ class MessageJSONCache(JSONCache):
 
     __slots__ = ()
 
-    def __init__(self, max_bytes: int = DEFAULT_CACHE_BYTES) -> None:
-        super().__init__(_encode_message_json, max_bytes)
+    def __init__(
+        self, max_bytes: int = DEFAULT_CACHE_BYTES, min_messages: int = DEFAULT_CACHE_MIN_MESSAGES
+    ) -> None:
+        super().__init__(_encode_message_json, max_bytes, min_messages)
 
 
 def _encode_message_json(message: Message) -> bytes:
@@ -208,7 +211,7 @@ def encode_request(
     Raises:
         InvalidRequestError: as :func:`request_body`, or a value JSON cannot carry.
     """
-    if cache is None or "messages" in call.extra_body:
+    if cache is None or not cache.serves(call.messages) or "messages" in call.extra_body:
         body = request_body(
             call, stream=stream, max_tokens_field=max_tokens_field, stream_usage=stream_usage
         )

@@ -56,7 +56,7 @@ from threadline.limiting._event import (
     handler_name,
     removed_spans,
 )
-from threadline.limiting._incremental import CheckedHistory, identity_sources, quick_outcome
+from threadline.limiting._incremental import CheckedHistory, quick_outcome
 from threadline.limiting._ledger import (
     CountedBy,
     DroppedUnits,
@@ -533,10 +533,8 @@ class _Limiting:
         return LimitingOutcome(
             messages=tuple(self.current),
             record=record,
-            # Untouched, it is the input's own indices: shared, not built int by int.
-            sources=identity_sources(len(sources))
-            if isinstance(sources, range)
-            else tuple(sources),
+            # Nothing rewritten: the range itself, not an int per message.
+            sources=sources if isinstance(sources, range) else tuple(sources),
             prompt_index=prompt_at,
         )
 

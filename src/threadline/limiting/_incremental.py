@@ -127,28 +127,9 @@ def quick_outcome(
     return LimitingOutcome(
         messages=tuple(messages),
         record=record,
-        sources=identity_sources(len(messages)),
+        sources=range(len(messages)),
         prompt_index=prompt_index,
     )
-
-
-_identity: tuple[int, ...] = ()
-
-
-def identity_sources(size: int) -> tuple[int, ...]:
-    """``tuple(range(size))``, sliced from the longest one built so far.
-
-    A turn that sends its whole transcript says so with one index per message;
-    building thousands of ints every turn was the largest cost left in a long
-    conversation's turn. Slicing shares them. The cache only ever grows to the
-    longest transcript seen, and replacing it is one assignment, so threads
-    sharing it at worst build it twice.
-    """
-    global _identity
-    identity = _identity
-    if len(identity) < size:
-        identity = _identity = tuple(range(max(size, 2 * len(identity))))
-    return identity[:size]
 
 
 def _pinned(

@@ -255,10 +255,11 @@ class LimitingOutcome:
 
     ``sources[i]`` is the index in the input of ``messages[i]`` (``None`` for
     a message a handler added, such as a summary); ``prompt_index`` is where
-    the current prompt now sits (``None`` when there is none).
+    the current prompt now sits (``None`` when there is none). A transcript
+    left as it was has ``range(len(messages))``, which costs nothing to make.
     """
 
     messages: tuple[Message, ...]
     record: LimitingRecord
-    sources: tuple[int | None, ...]
+    sources: Sequence[int | None]
     prompt_index: int | None
