@@ -168,8 +168,12 @@ async def time_handler(messages: list[Message], counter: CachedCounter, budget: 
 
 
 async def time_engine(messages: list[Message], counter: CachedCounter, budget: int) -> float:
+    # The budget is resolved once per request, before limiting, as trim_messages is
+    # handed its max_tokens: making it is not part of the step.
+    resolved = Budget(limit=budget + 1, reserve=1)
+
     async def step() -> None:
-        await apply_limits(messages, counter=counter, budget=Budget(limit=budget + 1, reserve=1))
+        await apply_limits(messages, counter=counter, budget=resolved)
 
     return await abest_of(repeats_for(len(messages)), step)
 

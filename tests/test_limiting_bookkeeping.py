@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from hypothesis import given
 from hypothesis import strategies as st
 
 from threadline import Message, ToolCall
-from threadline.limiting import TokenLimitEvent, check_integrity
+from threadline.limiting import TokenLimitEvent, TranscriptIntegrityError, check_integrity
 
 # These helpers are private to the engine's room; each is checked against the plain
 # computation it stands for.
 from threadline.limiting._drop_oldest import _none_negative
-from threadline.limiting._engine import _starts_after
+from threadline.limiting._drops import starts_after
 from threadline.limiting._event import _Runs, removed_spans
-from threadline.limiting._units import one_run, unit_starts
+from threadline.limiting._units import (
+    _walked_unit_starts,
+    checked_unit_starts,
+    one_run,
+    unit_starts,
+)
 
 
 class Words:
@@ -56,7 +63,7 @@ def test_unit_starts_after_a_removal_are_those_of_what_is_left(
             removed.append((bounds[k], bounds[k + 1]))
     gone = {i for start, end in removed for i in range(start, end)}
     left = [m for i, m in enumerate(messages) if i not in gone]
-    assert _starts_after(starts, removed) == unit_starts(left, checked=True)
+    assert starts_after(starts, removed) == unit_starts(left, checked=True)
 
 
 @given(st.integers(0, 60), st.data())
@@ -97,3 +104,37 @@ def test_drop_units_takes_any_selection_of_listed_units(
     event.drop_units(chosen, reason="chosen")
     assert event.messages == [m for i, m in enumerate(messages) if i not in gone]
     check_integrity(event.messages)
+
+
+@given(transcripts(), st.data())
+def test_the_integrity_walk_in_call_order_agrees_with_the_walk_in_any_order(
+    messages: list[Message], data: st.DataObject
+) -> None:
+    edited = list(messages)
+    for _ in range(data.draw(st.integers(0, 2))):  # break it, or reorder what may be
+        at = data.draw(st.integers(0, len(edited) - 1))
+        edit = data.draw(st.sampled_from(["delete", "repeat", "swap", "move", "again"]))
+        if edit == "delete":
+            del edited[at]
+        elif edit == "again" and edited[at].tool_calls:  # the exchange, its ids reused
+            end = at + 1 + len(edited[at].tool_calls)
+            edited.extend(edited[at:end])
+        elif edit == "repeat":
+            edited.insert(at, edited[at])
+        elif edit == "swap" and at + 1 < len(edited):
+            edited[at], edited[at + 1] = edited[at + 1], edited[at]
+        elif edit == "move":
+            edited.insert(data.draw(st.integers(0, len(edited))), edited.pop(at))
+    assert verdict(checked_unit_starts, edited) == verdict(_walked_unit_starts, edited)
+    if edited == messages:  # results in their calls' order: no second walk
+        assert verdict(checked_unit_starts, edited) == unit_starts(messages, checked=True)
+
+
+def verdict(
+    walk: Callable[[list[Message]], list[int]], messages: list[Message]
+) -> list[int] | tuple[int | None, str]:
+    """The unit starts a walk finds, or where and why it refuses the transcript."""
+    try:
+        return walk(messages)
+    except TranscriptIntegrityError as exc:
+        return exc.index, exc.reason

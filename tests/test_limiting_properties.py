@@ -15,10 +15,13 @@ from hypothesis import strategies as st
 from threadline import Budget, Message, Origin, Role, Tool, ToolCall
 from threadline.counting import TokenCounter
 from threadline.limiting import (
+    TokenLimitEvent,
+    TokenLimitHandler,
     TranscriptIntegrityError,
     Unit,
     cache_stable_units,
     check_integrity,
+    drop_oldest_units,
     split_units,
 )
 
@@ -397,3 +400,47 @@ def test_a_cache_stable_cut_drops_oldest_first_and_at_least_what_the_sliding_win
     ]
     sliding, _ = limit(scenario, counter, share)
     assert kept <= set(sliding.sources)
+
+
+class RebateCounter(WordCounter):
+    """Incremental, and a tool result earns a rebate: costs that are not all positive."""
+
+    def message_tokens(self, message: Message) -> int:
+        return super().message_tokens(message) - (6 if message.role is Role.TOOL else 0)
+
+
+@pytest.mark.parametrize("counter", [WordCounter(), RebateCounter()], ids=type)
+@PROPERTY
+@given(scenario=scenarios(), share=budgets, as_post=st.booleans())
+def test_the_built_in_pre_taken_directly_leaves_what_it_leaves_through_an_event(
+    counter: WordCounter, scenario: Scenario, share: int, as_post: bool
+) -> None:
+    # The engine takes drop_oldest_units(None) without building an event; the same
+    # handler hidden behind a wrapper goes through the event, and must agree in full.
+    built_in = drop_oldest_units(None)
+
+    async def through_an_event(event: TokenLimitEvent) -> None:
+        await built_in(event)  # type: ignore[misc]
+
+    through_an_event.__qualname__ = "drop_oldest_units"
+    prompt_budget = budget_for(scenario, counter, share)
+
+    async def run(pre: TokenLimitHandler, post: TokenLimitHandler | None) -> LimitingOutcome:
+        return await apply_limits(
+            scenario.messages,
+            tools=scenario.tools,
+            counter=counter,
+            budget=Budget(limit=prompt_budget + 50, reserve=50),
+            prompt_index=scenario.prompt_index,
+            pre=pre,
+            post=post,
+        )
+
+    direct = anyio.run(run, built_in, built_in if as_post else None)
+    evented = anyio.run(run, through_an_event, through_an_event if as_post else None)
+    assert len(direct.messages) == len(evented.messages)
+    assert all(a is b for a, b in zip(direct.messages, evented.messages, strict=True))
+    assert direct.sources == evented.sources
+    assert direct.prompt_index == evented.prompt_index
+    assert direct.record == evented.record
+    assert list(direct.record.dropped) == list(evented.record.dropped)

@@ -15,7 +15,6 @@ prompt budget = context limit - output reserve
 
 from __future__ import annotations
 
-import itertools
 import logging
 from collections.abc import Mapping, Sequence
 
@@ -236,16 +235,15 @@ def budget_report(
     if starts is None:
         starts = unit_starts(messages)
     # Every message is in one unit: what the few pinned units do not take is history.
-    running = list(itertools.accumulate(costs, initial=0))
-    bounds = [*starts, len(messages)]
     system = pinned_part = 0
+    last = len(starts) - 1
     for k, reason in pinned_units(starts, pinned).items():
-        cost = running[bounds[k + 1]] - running[bounds[k]]
+        cost = sum(costs[starts[k] : starts[k + 1] if k < last else len(messages)])
         if reason is PinReason.FIRST_SYSTEM:
             system += cost
         else:
             pinned_part += cost
-    history = running[-1] - system - pinned_part
+    history = sum(costs) - system - pinned_part
     return BudgetReport(
         system_tokens=system,
         tools_tokens=tools_tokens,

@@ -11,15 +11,15 @@ import bisect
 import itertools
 import weakref
 from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from threadline._errors import InvalidRequestError
-from threadline._messages import Message
+from threadline._messages import Message, Role
 from threadline.counting._protocol import TokenCounter, is_token_counter
 from threadline.limiting._event import TokenLimitEvent, TokenLimitHandler, priced
-from threadline.limiting._units import PinReason, UnitKind, Units, spans_of
+from threadline.limiting._units import PinReason, UnitKind, Units, pinned_units, spans_of
 
-__all__ = ["drop_oldest_units", "slides_by_one"]
+__all__ = ["drop_oldest_units", "slide_cut", "slides_by_one"]
 
 _OPENING = "dropped so that the transcript opens with a user message"
 
@@ -82,7 +82,7 @@ def _drop_oldest(event: TokenLimitEvent, counter: TokenCounter) -> None:
     if total <= budget:
         return
     window = _Window(event.units(pinned=False), event.units(pinned=True), costs)
-    over_budget = f"oldest droppable unit while {total} > {budget} tokens"
+    over_budget = _over_budget(total, budget)
     excess = total - budget
     while True:
         window.drop_oldest(excess, over_budget)
@@ -97,6 +97,119 @@ def _drop_oldest(event: TokenLimitEvent, counter: TokenCounter) -> None:
     # units keep the positions the listing gave them.
     for units, reason in reversed(window.dropped()):
         event.drop_units(units, reason=reason)
+
+
+def slide_cut(
+    messages: Sequence[Message],
+    starts: list[int],
+    pinned: Mapping[int, PinReason],
+    costs: list[int],
+    total: int,
+    budget: int,
+) -> tuple[list[tuple[int, int]], list[tuple[int, int, str]]]:
+    """The handler's cut of ``messages``, over ``budget``, whose units begin at
+    ``starts`` and whose ``costs`` sum to ``total`` exactly (less the overhead):
+    the ``(start, end)`` spans it removes, touching ones joined, and why, as
+    ``(start, end, reason)`` over the same positions.
+
+    What :class:`_Window` finds through an event's units, found here on unit
+    numbers and the few pinned units alone, for the engine, which holds the
+    starts and costs already and takes ``drop_oldest_units(None)`` without an
+    event (see ``_engine``): listing the units, making the window and dropping
+    each run cost more than the cut itself on a short transcript. A property
+    test holds the two to the same outcome and ledger.
+    """
+    size, count = len(messages), len(starts)
+    held = pinned_units(starts, pinned)
+    kept = sorted(held)  # a few: the system message, the prompt, the live exchange
+    spans = [(starts[k], starts[k + 1] if k + 1 < count else size) for k in kept]
+    cost_before = _Prefixes(costs).before
+    # The tokens of the first j pinned units.
+    kept_before = list(itertools.accumulate((sum(costs[s:e]) for s, e in spans), initial=0))
+
+    def freed(k: int) -> int:  # the tokens of the droppable units before unit k
+        at = starts[k] if k < count else size
+        return cost_before(at) - kept_before[bisect.bisect_left(kept, k)]
+
+    excess = total - budget
+    if _none_negative(costs):  # more units never free fewer tokens
+        taken = bisect.bisect_left(range(count + 1), excess, key=freed)
+    else:
+        taken = next((k for k in range(count + 1) if freed(k) >= excess), count)
+    taken = min(taken, count)
+    # Then up to the first user message, unless a pinned unit opens what is kept.
+    openers = [start for (start, _), k in zip(spans, kept, strict=True) if held[k] is not _SYSTEM]
+    opened, front = taken, 0  # no unit before message `front` can open the kept transcript
+    while opened < count:
+        if opened not in held:
+            start = starts[opened]
+            at = bisect.bisect_left(openers, front)
+            if (at < len(openers) and openers[at] < start) or messages[start].role is _USER:
+                break
+            front = starts[opened + 1] if opened + 1 < count else size
+        opened += 1
+    return _removals(
+        spans,
+        starts[taken] if taken < count else size,
+        starts[opened] if opened < count else size,
+        _over_budget(total, budget),
+    )
+
+
+def _removals(
+    pinned: list[tuple[int, int]], over_until: int, until: int, over_budget: str
+) -> tuple[list[tuple[int, int]], list[tuple[int, int, str]]]:
+    """Messages ``[0, until)`` less the ``pinned`` spans, as removed spans and notes:
+    those before ``over_until`` went for ``over_budget``, the rest to open at a user message."""
+    removed: list[tuple[int, int]] = []
+    at = 0
+    for start, end in [*pinned, (until, until)]:
+        start = min(start, until)
+        if at < start:
+            removed.append((at, start))
+        at = max(at, end)
+        if at >= until:
+            break
+    notes: list[tuple[int, int, str]] = []
+    for start, end in removed:
+        if start < over_until:
+            notes.append((start, min(end, over_until), over_budget))
+        if end > over_until:
+            notes.append((max(start, over_until), end, _OPENING))
+    return removed, notes
+
+
+def _over_budget(total: int, budget: int) -> str:
+    return f"oldest droppable unit while {total} > {budget} tokens"
+
+
+# Read on every step; a module global is found quicker than an enum's member.
+_SYSTEM = PinReason.FIRST_SYSTEM
+_USER = Role.USER
+
+
+class _Prefixes:
+    """What the messages before a position cost, summed when asked from the nearest
+    position already summed below it: a bisection's probes add up to one pass over
+    the costs at most, with no running total made for every message."""
+
+    __slots__ = ("costs", "summed", "summed_at")
+
+    def __init__(self, costs: Sequence[int]) -> None:
+        self.costs = costs
+        self.summed = {0: 0}  # where asked
+        self.summed_at = [0]  # those positions, ascending
+
+    def before(self, position: int) -> int:
+        summed = self.summed
+        cost = summed.get(position)
+        if cost is None:
+            at = bisect.bisect_right(self.summed_at, position)
+            below = self.summed_at[at - 1]
+            cost = summed[below] + sum(self.costs[below:position])
+            summed[position] = cost
+            self.summed_at.insert(at, position)
+        return cost
 
 
 def _none_negative(costs: Sequence[int]) -> bool:
@@ -128,8 +241,7 @@ class _Window:
         # bisection below reads a dozen of them, and making a Unit for each would cost more.
         self.starts = spans_of(droppable)[0]
         self.costs = costs
-        self.summed = {0: 0}  # what the messages before a position cost, where asked
-        self.summed_at = [0]  # those positions, ascending
+        self.cost_before = _Prefixes(costs).before
         self.pinned = list(pinned)  # a few: the system message, the prompt, the live exchange
         self.pinned_starts = [unit.start for unit in self.pinned]
         self.pinned_before = list(  # the tokens of the first k pinned units
@@ -199,19 +311,7 @@ class _Window:
         """The tokens of the ``k`` oldest droppable units."""
         start = self._start(k)
         pinned = bisect.bisect_left(self.pinned_starts, start)  # pinned units before it
-        return self._cost_before(start) - self.pinned_before[pinned]
-
-    def _cost_before(self, position: int) -> int:
-        """What the messages before ``position`` cost."""
-        summed = self.summed
-        cost = summed.get(position)
-        if cost is None:
-            at = bisect.bisect_right(self.summed_at, position)
-            below = self.summed_at[at - 1]
-            cost = summed[below] + sum(self.costs[below:position])
-            summed[position] = cost
-            self.summed_at.insert(at, position)
-        return cost
+        return self.cost_before(start) - self.pinned_before[pinned]
 
     def _went(self, begin: int, end: int, reason: str) -> None:
         if end == begin:

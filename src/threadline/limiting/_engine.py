@@ -34,9 +34,7 @@ from __future__ import annotations
 import bisect
 import functools
 import inspect
-import itertools
 import logging
-import operator
 from collections.abc import Sequence
 from typing import NoReturn, cast
 
@@ -47,7 +45,8 @@ from threadline.counting._calibration import calibrated_estimate
 from threadline.counting._protocol import TokenCounter, is_incremental
 from threadline.counting._resolution import ExactCounter
 from threadline.limiting._budget import Budget, budget_report, message_costs
-from threadline.limiting._drop_oldest import drop_oldest_units, slides_by_one
+from threadline.limiting._drop_oldest import drop_oldest_units, slide_cut, slides_by_one
+from threadline.limiting._drops import Drops, starts_after, units_dropped
 from threadline.limiting._event import (
     TokenLimitEvent,
     TokenLimitHandler,
@@ -60,7 +59,6 @@ from threadline.limiting._event import (
 from threadline.limiting._incremental import CheckedHistory, quick_outcome
 from threadline.limiting._ledger import (
     CountedBy,
-    DroppedUnit,
     DroppedUnits,
     HandlerRun,
     LimitingOutcome,
@@ -74,7 +72,6 @@ from threadline.limiting._units import (
     match_messages,
     pinned_messages,
     pinned_units,
-    unit_kind,
 )
 from threadline.tools._tools import Tool
 
@@ -137,7 +134,7 @@ async def apply_limits(
         )
         if quick is not None:
             return quick
-    state = _Limiting(tuple(messages), tuple(tools), counter, budget, round, prompt_index)
+    state = _Limiting(list(messages), tuple(tools), counter, budget, round, prompt_index)
     if budget is not None:
         first = pre if pre is not None else _BUILT_IN_PRE
         if exact_counter is not None and exact_margin is not None:
@@ -158,15 +155,40 @@ async def apply_limits(
 class _Limiting:
     """The engine's own transcript through one limiting step."""
 
+    __slots__ = (
+        "budget",
+        "costs",
+        "counted_by",
+        "counter",
+        "current",
+        "drops",
+        "estimated_tokens",
+        "exact_candidate",
+        "exact_tokens",
+        "original",
+        "original_starts",
+        "pinned",
+        "prompt_index",
+        "round",
+        "runs",
+        "sources",
+        "starts",
+        "tokens",
+        "tokens_before",
+        "tools",
+    )
+
     def __init__(
         self,
-        messages: tuple[Message, ...],
+        messages: list[Message],
         tools: tuple[Tool, ...],
         counter: TokenCounter,
         budget: Budget | None,
         round: int,
         prompt_index: int | None,
     ) -> None:
+        """``messages`` is the step's own copy of its input, which nothing changes:
+        the first transcript and, for the ledger, the original."""
         self.original_starts = checked_unit_starts(messages)
         # Where the units of the current transcript start: carried across each
         # rewrite, so no step walks a transcript twice to find them.
@@ -180,7 +202,7 @@ class _Limiting:
         self.pinned: dict[int, PinReason] = pinned_messages(
             messages, prompt_index=self.prompt_index
         )
-        self.current: list[Message] = list(messages)
+        self.current = messages  # replaced by each rewrite, never changed in place
         self.sources: Sequence[int | None] = range(len(messages))
         # With an incremental counter each message is priced once, here: the
         # recount after a handler and the budget report sum these costs.
@@ -198,7 +220,7 @@ class _Limiting:
             "estimate" if calibrated_estimate(counter) is None else "calibrated estimate"
         )
         self.runs: list[HandlerRun] = []
-        self.drops: list[_Drops] = []
+        self.drops: list[Drops] = []
 
     async def count_exactly(
         self,
@@ -249,6 +271,9 @@ class _Limiting:
 
     async def run(self, phase: Phase, handler: TokenLimitHandler, budget: Budget) -> None:
         name = handler_name(handler)
+        if self.costs is not None and slides_by_one(handler):
+            self._slide(phase, name, budget.prompt_tokens, self.costs)
+            return
         event = checked_event(
             self.current,
             budget_tokens=budget.prompt_tokens,
@@ -267,7 +292,7 @@ class _Limiting:
         if certified is not None:
             rewrite, matches = list(event.messages), list(certified)
             removed = self._checked_removal(name, cast(list[int], matches), certified)
-            starts = _starts_after(self.starts, removed)
+            starts = starts_after(self.starts, removed)
             added = 0
         else:
             rewrite, matches, removed, starts = self._checked_rewrite(event, name)
@@ -293,6 +318,54 @@ class _Limiting:
                 tokens_after=self.tokens,
                 dropped_messages=sum(end - start for start, end in removed),
                 added_messages=added,
+            )
+        )
+
+    def _slide(self, phase: Phase, name: str, budget: int, costs: list[int]) -> None:
+        """``drop_oldest_units(None)``, taken without an event: the cut it makes (see
+        :func:`~threadline.limiting._drop_oldest.slide_cut`) from the costs and units
+        this step holds, recorded as :meth:`run` records the same cut through one.
+
+        The event would copy the transcript, list its units, price it again and drop
+        each run with :meth:`TokenLimitEvent.drop_units`, and the step would then
+        check what it left: on a one-shot request of a thousand messages that was
+        most of the step's cost, spent on a handler whose output is whole by
+        construction.
+        """
+        current, starts, before = self.current, self.starts, self.tokens
+        size = len(current)
+        removed: list[tuple[int, int]] = []
+        notes: list[tuple[int, int, str]] = []
+        if before > budget:
+            removed, notes = slide_cut(current, starts, self.pinned, costs, before, budget)
+        kept: list[int | None] = []
+        rewrite: list[Message] = []
+        kept_costs: list[int] = []
+        at = 0
+        for start, end in [*removed, (size, size)]:
+            kept += range(at, start)
+            rewrite += current[at:start]
+            kept_costs += costs[at:start]
+            at = end
+        self._record_drops(name, phase, removed, notes, f"over budget: {before} > {budget} tokens")
+        self._follow(kept, True)
+        self.current = rewrite
+        self.starts = starts_after(starts, removed)
+        self.costs = kept_costs
+        counter = self.counter  # incremental: costs are known only while it is
+        self.tokens = (
+            sum(kept_costs) + counter.overhead_tokens(self.tools)
+            if is_incremental(counter)
+            else counter.count(rewrite, self.tools)
+        )
+        self.runs.append(
+            HandlerRun(
+                handler=name,
+                phase=phase,
+                tokens_before=before,
+                tokens_after=self.tokens,
+                dropped_messages=size - len(rewrite),
+                added_messages=0,
             )
         )
 
@@ -398,7 +471,7 @@ class _Limiting:
     ) -> None:
         """Keep what the ledger needs to name the dropped units; they are made when read."""
         if removed:
-            self.drops.append(_Drops(name, phase, removed, self.sources, notes, default_reason))
+            self.drops.append(Drops(name, phase, removed, self.sources, notes, default_reason))
 
     def _sent_candidate(self) -> bool:
         candidate = self.exact_candidate
@@ -442,7 +515,7 @@ class _Limiting:
             handlers=tuple(self.runs),
             # Made when read, from what they need only (not the whole step's state).
             dropped=DroppedUnits(
-                functools.partial(_dropped_units, self.drops, self.original, self.original_starts)
+                functools.partial(units_dropped, self.drops, self.original, self.original_starts)
             )
             if self.drops
             else DroppedUnits(),
@@ -453,118 +526,20 @@ class _Limiting:
             exact_tokens=self.exact_tokens,
             exact_tokens_sent=self.exact_tokens if self._sent_candidate() else None,
         )
+        sources = self.sources
         prompt_at = None
-        if self.prompt_index is not None and self.prompt_index in self.sources:
-            prompt_at = self.sources.index(self.prompt_index)
+        if self.prompt_index is not None and self.prompt_index in sources:
+            prompt_at = sources.index(self.prompt_index)
         return LimitingOutcome(
             messages=tuple(self.current),
             record=record,
             # Nothing rewritten: the range itself, not an int per message.
-            sources=self.sources if isinstance(self.sources, range) else tuple(self.sources),
+            sources=sources if isinstance(sources, range) else tuple(sources),
             prompt_index=prompt_at,
         )
-
-
-class _Drops:
-    """What one handler removed, kept raw until the ledger is read.
-
-    ``removed`` are ``(start, end)`` spans of the transcript the handler was
-    given, ``sources`` where its messages came from in the step's input,
-    ``notes`` the reasons the handler gave (``(first, end, reason)`` over the
-    same positions, later ones winning).
-    """
-
-    __slots__ = ("default_reason", "name", "notes", "phase", "removed", "sources")
-
-    def __init__(
-        self,
-        name: str,
-        phase: Phase,
-        removed: list[tuple[int, int]],
-        sources: Sequence[int | None],
-        notes: list[tuple[int, int, str]],
-        default_reason: str,
-    ) -> None:
-        self.name = name
-        self.phase = phase
-        self.removed = removed
-        self.sources = sources
-        self.notes = notes
-        self.default_reason = default_reason
-
-    def units(self, original: Sequence[Message], starts: list[int]) -> list[DroppedUnit]:
-        """The units of ``original`` (beginning at ``starts``) that lost a message here.
-
-        A message a handler added has no unit in the input and is left out.
-        Sources only grow along the transcript, so one walk over the units does it.
-        """
-        notes: dict[int, str] = {}
-        for first, end, reason in self.notes:
-            notes.update(zip(range(first, end), itertools.repeat(reason)))
-        found: list[tuple[int, str | None]] = []  # (unit number, noted reason)
-        k = 0
-        for start, end in self.removed:
-            for index in range(start, end):
-                source = self.sources[index]
-                if source is None:
-                    continue
-                while k + 1 < len(starts) and starts[k + 1] <= source:
-                    k += 1
-                note = notes.get(index)
-                if found and found[-1][0] == k:
-                    if found[-1][1] is None:
-                        found[-1] = (k, note)
-                else:
-                    found.append((k, note))
-        dropped: list[DroppedUnit] = []
-        for k, note in found:
-            start = starts[k]
-            end = starts[k + 1] if k + 1 < len(starts) else len(original)
-            unit = original[start:end]
-            dropped.append(
-                DroppedUnit(
-                    handler=self.name,
-                    phase=self.phase,
-                    kind=unit_kind(unit[0]),
-                    start=start,
-                    end=end,
-                    roles=tuple(m.role for m in unit),
-                    reason=note or self.default_reason,
-                )
-            )
-        return dropped
-
-
-def _dropped_units(
-    drops: list[_Drops], original: Sequence[Message], starts: list[int]
-) -> list[DroppedUnit]:
-    return [unit for run in drops for unit in run.units(original, starts)]
 
 
 def _holds(kept: list[int], index: int) -> bool:
     """Whether ascending ``kept`` holds ``index``."""
     at = bisect.bisect_left(kept, index)
     return at < len(kept) and kept[at] == index
-
-
-def _starts_after(starts: list[int], removed: list[tuple[int, int]]) -> list[int]:
-    """Where units start once the ``removed`` spans, whole units in order, are gone.
-
-    The starts between two spans move back by what went before them: slices
-    of ``starts``, found by bisection, with no walk over the messages.
-    """
-    if not removed:
-        return starts
-    kept: list[int] = []
-    shift = at = 0
-    for start, end in removed:
-        before = bisect.bisect_left(starts, start, at)
-        kept += (
-            map(operator.sub, starts[at:before], itertools.repeat(shift))
-            if shift
-            else starts[at:before]
-        )
-        shift += end - start
-        at = bisect.bisect_left(starts, end, before)
-    kept += map(operator.sub, starts[at:], itertools.repeat(shift))
-    return kept

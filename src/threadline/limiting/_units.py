@@ -41,7 +41,7 @@ from typing import NoReturn, overload
 import attrs
 
 from threadline._errors import InvalidRequestError, TranscriptIntegrityError
-from threadline._messages import Message, Origin, Role
+from threadline._messages import Message, Origin, Role, ToolCall
 
 __all__ = [
     "PinReason",
@@ -130,15 +130,52 @@ def check_integrity(messages: Sequence[Message]) -> None:
 def checked_unit_starts(messages: Sequence[Message]) -> list[int]:
     """:func:`check_integrity` and :func:`unit_starts` in one walk over ``messages``.
 
+    The walk expects each exchange's results right after it, in the order of its
+    calls, which is how the run loop appends them: a result is then checked
+    against the one call it must answer, and only the call ids go into a set.
+    Anything else (results in another order, or a broken transcript) is walked
+    again by :func:`_walked_unit_starts`, which tells the two apart and names
+    what is broken.
+
     Raises:
         TranscriptIntegrityError: as :func:`check_integrity` does.
     """
     starts: list[int] = []
     add_start = starts.append
+    seen: set[str] = set()
+    due: tuple[ToolCall, ...] = ()  # the calls of the exchange being read
+    answered = calls = 0  # how many of them have their result, of how many
+    tool = _TOOL
+    for index, message in enumerate(messages):
+        if message.role is tool:
+            if answered < calls and message.tool_call_id == due[answered].id:
+                answered += 1
+                continue
+            return _walked_unit_starts(messages)
+        if answered != calls:
+            return _walked_unit_starts(messages)
+        add_start(index)
+        if message.tool_calls:
+            due = message.tool_calls
+            answered, calls = 0, len(due)
+            for call in due:
+                if call.id in seen:
+                    return _walked_unit_starts(messages)
+                seen.add(call.id)
+    if answered != calls:
+        return _walked_unit_starts(messages)
+    return starts
+
+
+def _walked_unit_starts(messages: Sequence[Message]) -> list[int]:
+    """:func:`checked_unit_starts` for any transcript: results in any order after
+    their exchange, each call answered once, and the first fault named."""
+    starts: list[int] = []
+    add_start = starts.append
     calls_at: dict[str, int] = {}  # call id -> index of the assistant message that made it
     open_calls: dict[str, str] = {}  # call id -> tool name, for the exchange being read
     exchange_start = -1
-    tool = Role.TOOL
+    tool = _TOOL
     for index, message in enumerate(messages):
         if message.role is tool:
             call_id = message.tool_call_id or ""
@@ -221,16 +258,10 @@ def pinned_messages(
 
     # An injected system message is context, not the instructions: it is
     # pinned only while unanswered (below), never as "the first system message".
-    first_system = next(
-        (
-            i
-            for i, m in enumerate(messages)
-            if m.role is Role.SYSTEM and m.origin is not Origin.INJECTION
-        ),
-        None,
-    )
-    if first_system is not None:
-        pinned[first_system] = PinReason.FIRST_SYSTEM
+    for index, message in enumerate(messages):
+        if message.role is _SYSTEM and message.origin is not _INJECTION:
+            pinned[index] = PinReason.FIRST_SYSTEM
+            break
     if prompt_index is not None:
         pinned.setdefault(prompt_index, PinReason.CURRENT_PROMPT)
 
@@ -238,14 +269,20 @@ def pinned_messages(
     # is unanswered; if that assistant message made calls, its exchange is live.
     for index in range(len(messages) - 1, -1, -1):
         message = messages[index]
-        if message.role is Role.ASSISTANT:
+        if message.role is _ASSISTANT:
             after_prompt = prompt_index is None or index > prompt_index
             if message.tool_calls and after_prompt:
                 pinned.setdefault(index, PinReason.LIVE_TOOL_EXCHANGE)
             break
-        if message.origin is Origin.INJECTION:
+        if message.origin is _INJECTION:
             pinned.setdefault(index, PinReason.UNANSWERED_INJECTION)
     return pinned
+
+
+# Read for every step: a module global is found quicker than an enum's member,
+# which matters when the step runs with cold caches, as after an HTTP round trip.
+_SYSTEM, _USER, _ASSISTANT, _TOOL = Role.SYSTEM, Role.USER, Role.ASSISTANT, Role.TOOL
+_INJECTION = Origin.INJECTION
 
 
 def current_prompt_index(
@@ -267,7 +304,7 @@ def current_prompt_index(
         return prompt_index
     for index in range(len(messages) - 1, -1, -1):
         message = messages[index]
-        if message.role is Role.USER and message.origin is not Origin.INJECTION:
+        if message.role is _USER and message.origin is not _INJECTION:
             return index
     return None
 
