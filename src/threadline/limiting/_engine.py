@@ -310,16 +310,7 @@ class _Limiting:
         else:
             self.costs = None
             self.tokens = self.counter.count(rewrite, self.tools)
-        self.runs.append(
-            HandlerRun(
-                handler=name,
-                phase=phase,
-                tokens_before=before,
-                tokens_after=self.tokens,
-                dropped_messages=sum(end - start for start, end in removed),
-                added_messages=added,
-            )
-        )
+        self._add_run(name, phase, before, sum(end - start for start, end in removed), added)
 
     def _slide(self, phase: Phase, name: str, budget: int, costs: list[int]) -> None:
         """``drop_oldest_units(None)``, taken without an event: the cut it makes (see
@@ -358,14 +349,18 @@ class _Limiting:
             if is_incremental(counter)
             else counter.count(rewrite, self.tools)
         )
+        self._add_run(name, phase, before, size - len(rewrite), 0)
+
+    def _add_run(self, name: str, phase: Phase, before: int, dropped: int, added: int) -> None:
+        """Record one handler's run, which left the transcript at ``self.tokens``."""
         self.runs.append(
             HandlerRun(
                 handler=name,
                 phase=phase,
                 tokens_before=before,
                 tokens_after=self.tokens,
-                dropped_messages=size - len(rewrite),
-                added_messages=0,
+                dropped_messages=dropped,
+                added_messages=added,
             )
         )
 
