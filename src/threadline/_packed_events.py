@@ -86,7 +86,7 @@ class PackedEvents:
         step = event.turn_id - self._last_turn
         self._last_turn = event.turn_id
         data = self._data
-        _put(data, step << _FLAG_BITS | flags if step >= 0 else -(-step << _FLAG_BITS | flags))
+        _put(data, step << _FLAG_BITS | flags)  # a step back is negative: its flags read alike
         if usage is not None:
             for count in (
                 usage.input_tokens,
@@ -107,9 +107,8 @@ class PackedEvents:
         numbers, labels = _numbers(self._data), iter(self._labels)
         turn, model, finish = 0, None, None
         for head in numbers:
-            flags = (head if head >= 0 else -head) & ((1 << _FLAG_BITS) - 1)
-            step = head >> _FLAG_BITS if head >= 0 else -(-head >> _FLAG_BITS)
-            turn += step
+            flags = head & ((1 << _FLAG_BITS) - 1)
+            turn += head >> _FLAG_BITS
             usage = None
             if flags & _USAGE:
                 usage = Usage(

@@ -8,8 +8,10 @@ turn touches only the new events; the window start is a bisection.
 from __future__ import annotations
 
 import bisect
+import itertools
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
+from operator import attrgetter
 
 import attrs
 
@@ -31,6 +33,8 @@ from threadline.serialization._documents import (
 )
 
 __all__ = ["Transcript", "Turn", "checked_replacement", "sum_usage", "turn_events"]
+
+_turn_id_of = attrgetter("turn_id")
 
 
 @attrs.frozen(kw_only=True)
@@ -250,11 +254,9 @@ class Transcript:
 
     @property
     def turns(self) -> tuple[Turn, ...]:
-        events = self.events
-        starts = [i for i, e in enumerate(events) if i == 0 or e.turn_id != events[i - 1].turn_id]
         return tuple(
-            Turn(id=events[start].turn_id, events=events[start:end])
-            for start, end in zip(starts, [*starts[1:], len(events)][: len(starts)], strict=True)
+            Turn(id=turn_id, events=tuple(events))
+            for turn_id, events in itertools.groupby(self.events, key=_turn_id_of)
         )
 
     def turn_count(self) -> int:

@@ -143,9 +143,8 @@ class JSONCache:
         return encoded
 
     def encode(self, messages: tuple[Message, ...]) -> bytes:
-        """The JSON array of ``messages``, each encoded once (when :meth:`serves` them)."""
-        if not self.serves(messages):
-            return b"[" + b",".join(map(self._encode_message, messages)) + b"]"
+        """The JSON array of ``messages``, each encoded once (callers ask :meth:`serves`
+        first, and encode a short history without the cache)."""
         recent = self._recent
         parts: list[bytes] = []
         for message in messages:
