@@ -26,7 +26,7 @@ too, so one that only grew at its end is summed from the new messages alone.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from itertools import compress, repeat
 from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from operator import add, and_, attrgetter, is_, is_not, not_
@@ -66,31 +66,32 @@ _Extras: TypeAlias = "tuple[tuple[ToolCall, ...], str | None, str | None, Reason
 _content_of = attrgetter("content")
 _extras_of = attrgetter("tool_calls", "tool_call_id", "name", "reasoning")
 _PLAIN: _Extras = ((), None, None, None)
+# Everything a message's cost depends on: its content, then its extras.
+_Shape: TypeAlias = "tuple[Content, tuple[ToolCall, ...], str | None, str | None, Reasoning | None]"
+_shape_of = attrgetter("content", "tool_calls", "tool_call_id", "name", "reasoning")
 _call_texts = attrgetter("id", "name", "arguments")
 _reasoning_of = attrgetter("reasoning")
 
 
-def _costs_of(
-    shapes: Iterable[tuple[Content, _Extras]], tokens_of: dict[str, int], encode: _Encode
-) -> list[int] | None:
-    """The cost of each message, given as its content and extras; ``None`` at the first
-    one with reasoning (the projection prices it). Each text is tokenized with
-    ``encode`` unless ``tokens_of`` has it already, and is added to it."""
+def _costs_of(shapes: list[_Shape], tokens_of: dict[str, int], encode: _Encode) -> list[int] | None:
+    """The cost of each message, given as its ``_Shape``; ``None`` at the first one with
+    reasoning (the projection prices it). Each text is tokenized with ``encode`` unless
+    ``tokens_of`` has it already, and is added to it."""
     costs: list[int] = []
     add_cost, known = costs.append, tokens_of.get
-    for content, (calls, call_id, name, reasoning) in shapes:
+    for content, calls, call_id, name, reasoning in shapes:
         if reasoning is not None:
             return None
         cost = MESSAGE_TOKENS
-        if content.__class__ is str:
-            texts = [content] if content else []
-        else:
+        if content.__class__ is not str:
             texts = []
             for part in cast("tuple[ContentPart, ...]", content):
                 if isinstance(part, ImagePart):
                     cost += image_tokens(part)
                 else:
                     texts.append(part.text)
+        else:
+            texts = [content] if content else []
         if name:
             cost += NAME_TOKENS
             texts.append(name)
@@ -99,7 +100,7 @@ def _costs_of(
             texts.append(call_id)
         for call in calls:
             cost += TOOL_CALL_TOKENS
-            texts.extend(_call_texts(call))
+            texts += _call_texts(call)
         for text in texts:
             tokens = known(text)
             if tokens is None:
@@ -169,16 +170,14 @@ class _SharedState:
         unique.update(zip(once, self._tokenize(once), strict=True))
         return cast("list[int]", list(map(unique.__getitem__, texts)))
 
-    def costs_of(
-        self, contents: list[Content], extras: list[_Extras], tokens_of: dict[str, int]
-    ) -> list[int] | None:
-        """``_costs_of`` the messages with these contents and extras, tokenized with the
-        batch method, or the encoding's own where that refuses a text."""
+    def costs_of(self, shapes: list[_Shape], tokens_of: dict[str, int]) -> list[int] | None:
+        """``_costs_of`` these shapes, tokenized with the batch method, or the encoding's
+        own where that refuses a text."""
         encode, batch = self.encoders()
         try:
-            return _costs_of(zip(contents, extras, strict=True), tokens_of, batch)
+            return _costs_of(shapes, tokens_of, batch)
         except UnicodeEncodeError:
-            return _costs_of(zip(contents, extras, strict=True), tokens_of, encode)
+            return _costs_of(shapes, tokens_of, encode)
 
     def _tokenize(self, texts: list[str]) -> list[int]:
         encode, batch = self.encoders()
@@ -326,17 +325,18 @@ class BuiltinTokenCounter:
         """Price and remember ``messages``, which this cache has no cost of. ``marks``:
         their slots, which carry no cost (``unmarked``: nor another encoding's, so they
         are written unchecked) and are 0 for the plain ones; ``None``: read their fields."""
-        contents = list(map(_content_of, messages))
         if marks is not None:
             if any(marks):
-                return self._price_shapes(messages, contents, marks, unmarked)
+                return self._price_shapes(messages, marks, unmarked)
+            contents = list(map(_content_of, messages))
         else:
+            contents = list(map(_content_of, messages))
             plain = list(map(_PLAIN.__eq__, map(_extras_of, messages)))
             plain = list(map(and_, plain, map(is_, map(type, contents), repeat(str))))
             if plain.count(True) != len(plain):
-                return self._price_shapes(messages, contents, list(map(not_, plain)), unmarked)
+                return self._price_shapes(messages, list(map(not_, plain)), unmarked)
         # The commonest transcript, plain text messages only: the framing is a constant.
-        lengths = self._shared.token_lengths(contents)
+        lengths = self._shared.token_lengths(cast("list[str]", contents))
         cache = self._shared.cache
         if unmarked:
             cache.write(messages, map(add, lengths, repeat(cache.base + MESSAGE_TOKENS)))
@@ -345,56 +345,40 @@ class BuiltinTokenCounter:
         return sum(lengths) + MESSAGE_TOKENS * len(lengths)
 
     def _price_shapes(
-        self,
-        messages: Sequence[Message],
-        contents: list[Content],
-        shaped: Sequence[object],
-        unmarked: bool,
+        self, messages: Sequence[Message], shaped: Sequence[object], unmarked: bool
     ) -> int:
         """``_price_new`` for messages of every shape (``shaped``: true for each that is
         not plain text): the others priced one by one, then the plain ones in C, their
         texts tokenized together; no text is tokenized twice."""
+        shared = self._shared
         others = list(compress(messages, shaped))
         tokens_of: dict[str, int] = {}
-        shared = self._shared
-        costs = shared.costs_of(
-            list(compress(contents, shaped)), list(map(_extras_of, others)), tokens_of
-        )
+        costs = shared.costs_of(list(map(_shape_of, others)), tokens_of)
         if costs is None:
-            return self._price_reasoned(messages, contents, shaped, unmarked)
-        plain = list(map(not_, shaped))
-        lengths = shared.token_lengths(
-            cast("list[str]", list(compress(contents, plain))), tokens_of
-        )
+            return self._price_reasoned(messages, shaped, unmarked)
+        plain = list(compress(messages, map(not_, shaped)))
+        lengths = shared.token_lengths(list(map(_content_of, plain)), tokens_of)
         cache = shared.cache
         base = cache.base if unmarked else 0
         plain_costs = list(map(add, lengths, repeat(base + MESSAGE_TOKENS)))
         if unmarked:
-            cache.write(compress(messages, plain), plain_costs)
+            cache.write(plain, plain_costs)
             cache.write(others, map(add, costs, repeat(base)) if base else costs)
         else:
-            cache.put_messages(list(compress(messages, plain)), plain_costs)
+            cache.put_messages(plain, plain_costs)
             cache.put_messages(others, costs)
         return sum(lengths) + MESSAGE_TOKENS * len(lengths) + sum(costs)
 
     def _price_reasoned(
-        self,
-        messages: Sequence[Message],
-        contents: list[Content],
-        shaped: Sequence[object],
-        unmarked: bool,
+        self, messages: Sequence[Message], shaped: Sequence[object], unmarked: bool
     ) -> int:
         """``_price_shapes`` when some messages carry reasoning, whose cost depends on the
         projection and is cached by value: those are priced one by one, the rest together."""
         reasoned = list(map(is_not, map(_reasoning_of, messages), repeat(None)))
         total = sum(map(self.message_tokens, compress(messages, reasoned)))
         rest = list(map(not_, reasoned))
-        return total + self._price_shapes(
-            list(compress(messages, rest)),
-            list(compress(contents, rest)),
-            list(compress(shaped, rest)),
-            unmarked,
-        )
+        rest_messages = list(compress(messages, rest))
+        return total + self._price_shapes(rest_messages, list(compress(shaped, rest)), unmarked)
 
     def message_tokens(self, message: Message) -> int:
         """What ``message`` adds to a transcript's count."""
@@ -441,9 +425,9 @@ class BuiltinTokenCounter:
 
     def _price_one(self, message: Message) -> int:
         """The cost of ``message``, computed without the cache."""
-        calls, call_id, name, reasoning = _extras_of(message)
+        content, calls, call_id, name, reasoning = _shape_of(message)
         tokens_of: dict[str, int] = {}
-        costs = self._shared.costs_of([message.content], [(calls, call_id, name, None)], tokens_of)
+        costs = self._shared.costs_of([(content, calls, call_id, name, None)], tokens_of)
         cost = cast("list[int]", costs)[0]
         if reasoning is None:
             return cost
@@ -460,12 +444,18 @@ class BuiltinTokenCounter:
 
 
 _SCHEMA_ENCODER = json.JSONEncoder(ensure_ascii=False, default=str)
+# What _SCHEMA_ENCODER.encode() does, without the Python frames around it, made once. It
+# keeps no markers, so it checks for no cycles: a tool's parameters were checked to be
+# plain JSON when the tool was built (``json.dumps``, which does) and cannot change.
+_encode_schema = (
+    c_make_encoder(None, str, encode_basestring, None, ": ", ", ", False, False, True)
+    if c_make_encoder is not None
+    else None
+)
 
 
 def schema_json(parameters: Any) -> str:
     """A tool's parameters as the JSON text that is counted for them."""
-    if c_make_encoder is None:
+    if _encode_schema is None:
         return _SCHEMA_ENCODER.encode(parameters)
-    # What _SCHEMA_ENCODER.encode() does, without the Python frames around it.
-    chunks = c_make_encoder({}, str, encode_basestring, None, ": ", ", ", False, False, True)
-    return "".join(chunks(parameters, 0))
+    return "".join(_encode_schema(parameters, 0))
