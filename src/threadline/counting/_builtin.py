@@ -26,13 +26,13 @@ too, so one that only grew at its end is summed from the new messages alone.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from itertools import compress, repeat
 from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from operator import add, and_, attrgetter, is_, is_not, not_
 from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
-from threadline._messages import Content, ContentPart, ImagePart, Message, Reasoning, ToolCall
+from threadline._messages import ContentPart, ImagePart, Message, Reasoning, ToolCall
 from threadline._validate import positive_int
 from threadline.counting._costs import CostCache, is_cost, is_no_cost, marks_of
 from threadline.counting._encoding import TextEncoder, o200k_base_encoding
@@ -66,39 +66,41 @@ _Extras: TypeAlias = "tuple[tuple[ToolCall, ...], str | None, str | None, Reason
 _content_of = attrgetter("content")
 _extras_of = attrgetter("tool_calls", "tool_call_id", "name", "reasoning")
 _PLAIN: _Extras = ((), None, None, None)
-# Everything a message's cost depends on: its content, then its extras.
-_Shape: TypeAlias = "tuple[Content, tuple[ToolCall, ...], str | None, str | None, Reasoning | None]"
-_shape_of = attrgetter("content", "tool_calls", "tool_call_id", "name", "reasoning")
 _call_texts = attrgetter("id", "name", "arguments")
 _reasoning_of = attrgetter("reasoning")
 
 
-def _costs_of(shapes: list[_Shape], tokens_of: dict[str, int], encode: _Encode) -> list[int] | None:
-    """The cost of each message, given as its ``_Shape``; ``None`` at the first one with
-    reasoning (the projection prices it). Each text is tokenized with ``encode`` unless
-    ``tokens_of`` has it already, and is added to it."""
+def _costs_of(
+    messages: Iterable[Message], tokens_of: dict[str, int], encode: _Encode, *, whole: bool
+) -> list[int] | None:
+    """The cost of each message, its reasoning aside, or (``whole``) ``None`` at the first
+    one with reasoning, which the projection prices. Each text is tokenized with
+    ``encode`` unless ``tokens_of`` has it already, and is added to it."""
     costs: list[int] = []
     add_cost, known = costs.append, tokens_of.get
-    for content, calls, call_id, name, reasoning in shapes:
-        if reasoning is not None:
+    for message in messages:
+        if whole and message.reasoning is not None:
             return None
         cost = MESSAGE_TOKENS
-        if content.__class__ is not str:
+        content = message.content
+        if content.__class__ is str:
+            texts = [content] if content else []
+        else:
             texts = []
             for part in cast("tuple[ContentPart, ...]", content):
                 if isinstance(part, ImagePart):
                     cost += image_tokens(part)
                 else:
                     texts.append(part.text)
-        else:
-            texts = [content] if content else []
+        name = message.name
         if name:
             cost += NAME_TOKENS
             texts.append(name)
+        call_id = message.tool_call_id
         if call_id is not None:
             cost += TOOL_RESULT_TOKENS
             texts.append(call_id)
-        for call in calls:
+        for call in message.tool_calls:
             cost += TOOL_CALL_TOKENS
             texts += _call_texts(call)
         for text in texts:
@@ -170,14 +172,16 @@ class _SharedState:
         unique.update(zip(once, self._tokenize(once), strict=True))
         return cast("list[int]", list(map(unique.__getitem__, texts)))
 
-    def costs_of(self, shapes: list[_Shape], tokens_of: dict[str, int]) -> list[int] | None:
-        """``_costs_of`` these shapes, tokenized with the batch method, or the encoding's
-        own where that refuses a text."""
+    def costs_of(
+        self, messages: Sequence[Message], tokens_of: dict[str, int], *, whole: bool = True
+    ) -> list[int] | None:
+        """``_costs_of`` these messages, tokenized with the batch method, or the
+        encoding's own where that refuses a text."""
         encode, batch = self.encoders()
         try:
-            return _costs_of(shapes, tokens_of, batch)
+            return _costs_of(messages, tokens_of, batch, whole=whole)
         except UnicodeEncodeError:
-            return _costs_of(shapes, tokens_of, encode)
+            return _costs_of(messages, tokens_of, encode, whole=whole)
 
     def _tokenize(self, texts: list[str]) -> list[int]:
         encode, batch = self.encoders()
@@ -353,7 +357,7 @@ class BuiltinTokenCounter:
         shared = self._shared
         others = list(compress(messages, shaped))
         tokens_of: dict[str, int] = {}
-        costs = shared.costs_of(list(map(_shape_of, others)), tokens_of)
+        costs = shared.costs_of(others, tokens_of)
         if costs is None:
             return self._price_reasoned(messages, shaped, unmarked)
         plain = list(compress(messages, map(not_, shaped)))
@@ -425,14 +429,12 @@ class BuiltinTokenCounter:
 
     def _price_one(self, message: Message) -> int:
         """The cost of ``message``, computed without the cache."""
-        content, calls, call_id, name, reasoning = _shape_of(message)
         tokens_of: dict[str, int] = {}
-        costs = self._shared.costs_of([(content, calls, call_id, name, None)], tokens_of)
-        cost = cast("list[int]", costs)[0]
-        if reasoning is None:
+        cost = cast("list[int]", self._shared.costs_of([message], tokens_of, whole=False))[0]
+        if message.reasoning is None:
             return cost
         projection = self._projection or _DEFAULT_PROJECTION
-        replayed = list(filter(None, projection.replayed_reasoning(reasoning)))
+        replayed = list(filter(None, projection.replayed_reasoning(message.reasoning)))
         return cost + sum(self._shared.token_lengths(replayed, tokens_of))
 
     def _price_tool(self, tool: Tool) -> int:
