@@ -162,11 +162,12 @@ class _SharedState:
         A text that occurs more than once, or is in ``known`` (text: tokens), is
         tokenized at most once.
         """
-        unique: dict[str, int | None] = dict.fromkeys(texts)
-        if len(unique) == len(texts) and not (known and unique.keys() & known.keys()):
+        distinct = set(texts)
+        if len(distinct) == len(texts) and (not known or distinct.isdisjoint(known)):
             return self._tokenize(texts)
+        unique: dict[str, int | None] = dict.fromkeys(texts)
         if known:
-            for text in unique.keys() & known.keys():
+            for text in distinct.intersection(known):
                 unique[text] = known[text]
         once = [text for text, tokens in unique.items() if tokens is None]
         unique.update(zip(once, self._tokenize(once), strict=True))
