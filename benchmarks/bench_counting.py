@@ -24,7 +24,7 @@ collector is off while a run is timed. Every cold run counts freshly built
 messages, so no hash or cost survives from an earlier run.
 
 A process's best times depend on where its memory lands (the ratio at 100
-messages moved from 1.09 to 1.15 between processes running the same code on
+messages ran from 1.10 to 1.15 in five processes running the same code on
 a quiet machine), as pyperf's documentation explains for every CPython
 benchmark. So each size is measured in ``PROCESSES`` fresh processes, and the
 targets apply to the median of their ratios; the lowest and highest are

@@ -15,12 +15,18 @@ for the reply and the tool schemas (``IncrementalTokenCounter``):
 Where each number comes from is in ``threadline.counting._framing`` and
 docs/counting.md.
 
-Messages are immutable, so a message's cost is computed once and kept in a
-bounded cache shared by a counter and the counters derived from it
-(``with_projection``, ``for_model``). Equal messages share an entry, so equal
-content is not tokenized twice; counting a transcript again after appending
-one message tokenizes only that message. The last transcript counted is kept
-too, so one that only grew at its end is summed from the new messages alone.
+Messages are immutable, so a message's cost is computed once and kept: on
+the message itself, or in a bounded cache shared by a counter and the
+counters derived from it (``with_projection``, ``for_model``; see
+``_costs``). Within one count a text that occurs more than once (a tool's
+name in every call to it, a call id its result repeats, equal messages) is
+tokenized once; counting a transcript again after appending one message
+tokenizes only that message. The last transcript counted is kept too, so one
+that only grew at its end is summed from the new messages alone.
+
+A first count prices the messages that are not plain text one by one, in one
+loop that tokenizes their texts as it goes, then the plain ones (most of a
+transcript) in C passes, their texts tokenized in one batch.
 """
 
 from __future__ import annotations

@@ -117,8 +117,8 @@ class CostCache:
     until eviction), and a hit checks that the reference still leads to the
     very same object, so a reused id is never taken for another message's.
     Tools and reasoning messages (whose cost depends on the projection) are
-    keyed by value in ``by_value``. Equal texts inside
-    one batch are tokenized once (``_SharedState.token_lengths``).
+    keyed by value in ``by_value``. Equal texts inside one batch are tokenized
+    once (``counting._builtin``).
     """
 
     def __init__(self, capacity: int, *, own_encoding: bool) -> None:
