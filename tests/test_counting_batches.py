@@ -163,6 +163,40 @@ def test_each_distinct_text_of_a_mixed_batch_is_tokenized_once() -> None:
     }
 
 
+def test_a_text_shared_by_a_plain_message_and_another_shape_is_tokenized_once() -> None:
+    # Other shapes are priced first, one by one; the plain messages after them, in one
+    # batch that looks up what was tokenized already.
+    encoding = OnlyEncodeOrdinary()
+    counter = BuiltinTokenCounter(encoding=encoding)
+    call = ToolCall(id="call_7", name="get_weather", arguments="Sunny")
+    messages = [
+        Message.user("Sunny"),
+        Message.assistant(tool_calls=[call]),
+        Message.tool("call_7", "Sunny"),
+        Message.assistant("get_weather"),
+        Message.user("call_7", name="ann"),
+        Message.user("Sunny"),
+    ]
+    assert counter.count(messages) == reference_count(messages)
+    assert sorted(encoding.texts) == sorted({"Sunny", "call_7", "get_weather", "ann"})
+
+
+def test_a_message_with_reasoning_among_other_shapes_is_priced_by_the_projection() -> None:
+    thinking = b'[{"type": "thinking", "thinking": "think it through"}]'
+    reasoning = Reasoning(text="think it through", provider_reasoning=thinking)
+    call = ToolCall(id="c1", name="f", arguments="{}")
+    messages = [
+        Message.user("hi"),
+        Message.assistant(tool_calls=[call]),
+        Message.tool("c1", "done"),
+        Message.assistant("the answer", reasoning=reasoning),
+        Message.user("thanks", name="ann"),
+    ]
+    assert BuiltinTokenCounter().count(messages) == reference_count(messages)
+    replayed = DefaultReplayProjection().replayed_reasoning(reasoning)
+    assert sum(map(tokens, replayed)) > 0  # the projection's share is in the reference
+
+
 def test_a_special_token_marker_is_counted_as_plain_text() -> None:
     messages = [Message.user("<|endoftext|>"), Message.tool("<|endofprompt|>", "<|endoftext|>")]
     marker = len(o200k_base_encoding().encode_ordinary("<|endoftext|>"))

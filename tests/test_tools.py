@@ -138,6 +138,14 @@ def test_parameters_that_are_not_an_object_schema_are_refused(
         Tool(name="broken", parameters=parameters)
 
 
+def test_parameters_that_contain_themselves_are_refused() -> None:
+    # The counter serializes a tool's schema without looking for cycles: none gets in.
+    cyclic: dict[str, Any] = {"type": "object", "properties": {}}
+    cyclic["properties"]["again"] = cyclic
+    with pytest.raises(InvalidRequestError, match="must be plain JSON"):
+        Tool(name="loop", parameters=cyclic)
+
+
 def test_a_tool_without_function_is_declared_only() -> None:
     declared = Tool(name="ask_user")
     assert declared.function is None

@@ -15,28 +15,32 @@ for the reply and the tool schemas (``IncrementalTokenCounter``):
 Where each number comes from is in ``threadline.counting._framing`` and
 docs/counting.md.
 
-Messages are immutable, so a message's cost is computed once and kept in a
-bounded cache shared by a counter and the counters derived from it
-(``with_projection``, ``for_model``). Equal messages share an entry, so equal
-content is not tokenized twice; counting a transcript again after appending
-one message tokenizes only that message. The last transcript counted is kept
-too, so one that only grew at its end is summed from the new messages alone.
+Messages are immutable, so a message's cost is computed once and kept: on
+the message itself, or in a bounded cache shared by a counter and the
+counters derived from it (``with_projection``, ``for_model``; see
+``_costs``). Within one count a text that occurs more than once (a tool's
+name in every call to it, a call id its result repeats, equal messages) is
+tokenized once; counting a transcript again after appending one message
+tokenizes only that message. The last transcript counted is kept too, so one
+that only grew at its end is summed from the new messages alone.
+
+A first count prices the messages that are not plain text one by one, in one
+loop that tokenizes their texts as it goes, then the plain ones (most of a
+transcript) in C passes, their texts tokenized in one batch.
 """
 
 from __future__ import annotations
 
 import json
-import threading
-import weakref
-from collections import deque
-from collections.abc import Callable, Hashable, Iterable, Sequence
-from itertools import accumulate, compress, count, islice, repeat
+from collections.abc import Callable, Iterable, Sequence
+from itertools import compress, repeat
 from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
-from operator import add, and_, attrgetter, is_, is_not, itemgetter, not_, sub
+from operator import add, and_, attrgetter, is_, is_not, not_
 from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
-from threadline._messages import Content, ImagePart, Message, Reasoning, ToolCall
+from threadline._messages import ContentPart, ImagePart, Message, Reasoning, ToolCall
 from threadline._validate import positive_int
+from threadline.counting._costs import CostCache, is_cost, is_no_cost, marks_of
 from threadline.counting._encoding import TextEncoder, o200k_base_encoding
 from threadline.counting._framing import (
     MESSAGE_TOKENS,
@@ -69,199 +73,49 @@ _content_of = attrgetter("content")
 _extras_of = attrgetter("tool_calls", "tool_call_id", "name", "reasoning")
 _PLAIN: _Extras = ((), None, None, None)
 _call_texts = attrgetter("id", "name", "arguments")
-_reasoning_in = itemgetter(3)
 _reasoning_of = attrgetter("reasoning")
 
 
-def _gather(
-    shapes: Iterable[tuple[Content, _Extras]], texts: list[str]
-) -> tuple[list[int], list[int]]:
-    """Append the texts of each message, given as its content and extras (reasoning
-    aside), to ``texts``; return each one's fixed cost and where its texts end."""
-    fixed_costs: list[int] = []
-    ends: list[int] = []
-    add_fixed, add_end, add_text, add_texts = (
-        fixed_costs.append,
-        ends.append,
-        texts.append,
-        texts.extend,
-    )
-    for content, (calls, call_id, name, _) in shapes:
-        fixed = MESSAGE_TOKENS
-        if isinstance(content, str):
-            if content:
-                add_text(content)
+def _costs_of(
+    messages: Iterable[Message], tokens_of: dict[str, int], encode: _Encode, *, whole: bool
+) -> list[int] | None:
+    """The cost of each message, its reasoning aside, or (``whole``) ``None`` at the first
+    one with reasoning, which the projection prices. Each text is tokenized with
+    ``encode`` unless ``tokens_of`` has it already, and is added to it."""
+    costs: list[int] = []
+    add_cost, known = costs.append, tokens_of.get
+    for message in messages:
+        if whole and message.reasoning is not None:
+            return None
+        cost = MESSAGE_TOKENS
+        content = message.content
+        if content.__class__ is str:
+            texts = [content] if content else []
         else:
-            for part in content:
+            texts = []
+            for part in cast("tuple[ContentPart, ...]", content):
                 if isinstance(part, ImagePart):
-                    fixed += image_tokens(part)
+                    cost += image_tokens(part)
                 else:
-                    add_text(part.text)
+                    texts.append(part.text)
+        name = message.name
         if name:
-            fixed += NAME_TOKENS
-            add_text(name)
+            cost += NAME_TOKENS
+            texts.append(name)
+        call_id = message.tool_call_id
         if call_id is not None:
-            fixed += TOOL_RESULT_TOKENS
-            add_text(call_id)
-        for call in calls:
-            fixed += TOOL_CALL_TOKENS
-            add_texts(_call_texts(call))
-        add_fixed(fixed)
-        add_end(len(texts))
-    return fixed_costs, ends
-
-
-class _Generations:
-    """A bounded map in two generations, approximating least-recently-used eviction.
-
-    New entries go into ``recent``; when it holds half the capacity it becomes
-    ``previous`` and the old ``previous`` is dropped; a hit in ``previous`` is
-    copied back into ``recent``. So it never holds more than ``capacity``
-    entries, and an entry used within the last ``capacity / 2`` insertions
-    survives, with no bookkeeping on a hit.
-
-    Reads take no lock (a dict read is atomic, and reading a generation that
-    was just retired is harmless); writes take one, so a generation switch
-    never loses a concurrent insertion's dictionary.
-    """
-
-    def __init__(self, capacity: int) -> None:
-        self.generation_size = max(1, capacity // 2)
-        self.recent: dict[Hashable, Any] = {}
-        self.previous: dict[Hashable, Any] = {}
-        self._lock = threading.Lock()
-
-    def get(self, key: Hashable) -> Any:
-        value = self.recent.get(key)
-        if value is None:
-            value = self.previous.get(key)
-            if value is not None:
-                self.put(key, value)
-        return value
-
-    def put(self, key: Hashable, value: Any) -> None:
-        with self._lock:
-            recent = self.recent
-            if len(recent) >= self.generation_size:
-                self.previous = recent
-                self.recent = recent = {}
-            recent[key] = value
-
-    def put_many(self, items: Iterable[tuple[Hashable, Any]], size: int) -> None:
-        """Store ``size`` entries under one acquisition of the lock (a cold count's misses)."""
-        with self._lock:
-            recent = self.recent
-            if len(recent) + size <= self.generation_size:
-                recent.update(items)
-                return
-            for key, value in items:
-                if len(recent) >= self.generation_size:
-                    self.previous = recent
-                    self.recent = recent = {}
-                recent[key] = value
-
-    def __len__(self) -> int:
-        return len(self.recent) + len(self.previous)
-
-
-# A message's cost is written on the message itself, in the slot Message keeps for it,
-# as one int: the writing cache's base (its tag above the cost's bits) plus the cost.
-# The tag names what the cost was priced with: 0 for o200k_base, shared by every
-# counter that tokenizes with it (a message's cost is the same for all of them, so
-# its slot holds the bare cost), a tag of its own for a counter given an ``encoding``.
-# One int is written at once, so a reader never sees one tag with another's cost.
-# Every cost is at least MESSAGE_TOKENS, so a value of 0 or less means "no cost yet":
-# 0 for a message Message found to be plain text when it was built (content a str, no
-# name, tool call, tool call id or reasoning), -1 for any other. A slot is never
-# cleared: a message that carries no cost was priced by no counter's cache, which is
-# what lets a cold count skip every other lookup, and plain ones need no more reading.
-_SLOT = "_count_cost"
-_COST_BITS = 40
-_COST_MASK = (1 << _COST_BITS) - 1
-_encoding_tags = count(1)
-_write_slot = getattr(Message, _SLOT).__set__  # the slot's own setter: no lookup by name
-
-
-_NO_COST = -1
-"""What an unset slot reads as: no cost yet, shape unknown."""
-_mark_of = attrgetter(_SLOT)
-_is_cost = (0).__lt__
-_is_no_cost = (0).__ge__
-
-
-def marks_of(messages: Sequence[Message]) -> list[int]:
-    """What each message's cost slot holds (0 or less: nothing yet), read in C."""
-    try:
-        return list(map(_mark_of, messages))
-    except AttributeError:  # a message made without __init__ (unpickled): its slot is unset
-        return list(map(getattr, messages, repeat(_SLOT), repeat(_NO_COST)))
-
-
-class _CostCache:
-    """Token costs: plain messages on the message (a slot of its own) or, for a message
-    priced with another encoding first, by identity; everything else by value.
-
-    A message's cost is looked up under ``id(message)``, which is a C call,
-    where hashing an attrs message is a Python call over every field (it was
-    the largest cost of a cold count). The entry holds a weak reference to
-    the message, so the cache keeps no message alive (a dead copy is not held
-    until eviction), and a hit checks that the reference still leads to the
-    very same object, so a reused id is never taken for another message's.
-    Tools and reasoning messages (whose cost depends on the projection) are
-    keyed by value in ``by_value``. Equal texts inside
-    one batch are tokenized once (``_SharedState.token_lengths``).
-    """
-
-    def __init__(self, capacity: int, *, own_encoding: bool) -> None:
-        self.by_id = _Generations(capacity)
-        self.by_value = _Generations(capacity)
-        self.base = next(_encoding_tags) << _COST_BITS if own_encoding else 0
-        """A cost this cache wrote on a message reads ``base + cost``."""
-        self.top = self.base + _COST_MASK
-        """The largest slot value that is one of this cache's costs."""
-
-    def message_cost(self, message: Message) -> int | None:
-        packed: int = getattr(message, _SLOT, _NO_COST)
-        if self.base < packed <= self.top:
-            return packed - self.base
-        return self.by_identity(message) if packed > 0 else None
-
-    def by_identity(self, message: Message) -> int | None:
-        """The cost kept for ``message``, which another cache priced first."""
-        entry = self.by_id.get(id(message))
-        if entry is not None and entry[0]() is message:
-            cost: int = entry[1]
-            return cost
-        return None
-
-    def write(self, messages: Iterable[Message], packed: Iterable[int]) -> None:
-        """Write ``packed`` costs (``base + cost``) on messages that carry none, in C."""
-        deque(map(_write_slot, messages, packed), maxlen=0)
-
-    def put_messages(self, messages: Sequence[Message], costs: Sequence[int]) -> None:
-        """Remember ``costs``; a message priced with another encoding keeps that cost
-        on it, and this cache keeps its own by identity."""
-        base, top = self.base, self.top
-        spilled: list[tuple[Message, int]] = []
-        for message, cost in zip(messages, costs, strict=True):
-            packed = getattr(message, _SLOT, _NO_COST)
-            if packed <= 0 or base < packed <= top:
-                _write_slot(message, base + cost)
-            else:
-                spilled.append((message, cost))  # priced with another encoding: kept here
-        if spilled:
-            entries = ((id(m), (weakref.ref(m), cost)) for m, cost in spilled)
-            self.by_id.put_many(entries, len(spilled))
-
-    def get(self, key: Hashable) -> int | None:
-        cost: int | None = self.by_value.get(key)
-        return cost
-
-    def put(self, key: Hashable, cost: int) -> None:
-        self.by_value.put(key, cost)
-
-    def __len__(self) -> int:
-        return len(self.by_id) + len(self.by_value)
+            cost += TOOL_RESULT_TOKENS
+            texts.append(call_id)
+        for call in message.tool_calls:
+            cost += TOOL_CALL_TOKENS
+            texts += _call_texts(call)
+        for text in texts:
+            tokens = known(text)
+            if tokens is None:
+                tokens = tokens_of[text] = len(encode(text))
+            cost += tokens
+        add_cost(cost)
+    return costs
 
 
 _Encode: TypeAlias = Callable[[str], list[int]]
@@ -294,7 +148,7 @@ class _SharedState:
     """What a counter and the counters derived from it share: the cache and the encoder."""
 
     def __init__(self, encoding: TextEncoder | None, capacity: int) -> None:
-        self.cache = _CostCache(capacity, own_encoding=encoding is not None)
+        self.cache = CostCache(capacity, own_encoding=encoding is not None)
         self.last_count: tuple[object, tuple[Message, ...], int] | None = None
         """The projection key, messages and message total of the last count."""
         self._encoding = encoding
@@ -308,17 +162,33 @@ class _SharedState:
             found = self._encoders = _encoders(self._encoding)
         return found
 
-    def token_lengths(self, texts: list[str]) -> list[int]:
+    def token_lengths(self, texts: list[str], known: dict[str, int] | None = None) -> list[int]:
         """How many tokens each of ``texts`` has, tokenized in one tight loop.
 
-        A text that occurs more than once is tokenized once.
+        A text that occurs more than once, or is in ``known`` (text: tokens), is
+        tokenized at most once.
         """
-        unique: dict[str, int | None] = dict.fromkeys(texts)
-        if len(unique) == len(texts):
+        distinct = set(texts)
+        if len(distinct) == len(texts) and (not known or distinct.isdisjoint(known)):
             return self._tokenize(texts)
-        once = list(unique)
+        unique: dict[str, int | None] = dict.fromkeys(texts)
+        if known:
+            for text in distinct.intersection(known):
+                unique[text] = known[text]
+        once = [text for text, tokens in unique.items() if tokens is None]
         unique.update(zip(once, self._tokenize(once), strict=True))
         return cast("list[int]", list(map(unique.__getitem__, texts)))
+
+    def costs_of(
+        self, messages: Sequence[Message], tokens_of: dict[str, int], *, whole: bool = True
+    ) -> list[int] | None:
+        """``_costs_of`` these messages, tokenized with the batch method, or the
+        encoding's own where that refuses a text."""
+        encode, batch = self.encoders()
+        try:
+            return _costs_of(messages, tokens_of, batch, whole=whole)
+        except UnicodeEncodeError:
+            return _costs_of(messages, tokens_of, encode, whole=whole)
 
     def _tokenize(self, texts: list[str]) -> list[int]:
         encode, batch = self.encoders()
@@ -435,11 +305,11 @@ class BuiltinTokenCounter:
         base, top = cache.base, cache.top
         if min(marks) > base and max(marks) <= top:
             return sum(marks) - base * len(marks)  # all priced by this cache before
-        priced = list(filter(_is_cost, marks))
+        priced = list(filter(is_cost, marks))
         if min(priced) > base and max(priced) <= top:
             # This cache's costs and new messages (a transcript cut at its start and grown).
-            new = list(compress(messages, map(_is_no_cost, marks)))
-            unpriced = list(filter(_is_no_cost, marks))
+            new = list(compress(messages, map(is_no_cost, marks)))
+            unpriced = list(filter(is_no_cost, marks))
             return sum(priced) - base * len(priced) + self._price_new(new, unpriced)
         return self._sum_mixed(messages, marks)
 
@@ -465,18 +335,19 @@ class BuiltinTokenCounter:
     ) -> int:
         """Price and remember ``messages``, which this cache has no cost of. ``marks``:
         their slots, which carry no cost (``unmarked``: nor another encoding's, so they
-        are written unchecked) and say which are plain; ``None``: read their fields."""
-        contents = list(map(_content_of, messages))
+        are written unchecked) and are 0 for the plain ones; ``None``: read their fields."""
         if marks is not None:
             if any(marks):
-                return self._price_shapes(messages, contents, list(map(not_, marks)), unmarked)
+                return self._price_shapes(messages, marks, unmarked)
+            contents = list(map(_content_of, messages))
         else:
+            contents = list(map(_content_of, messages))
             plain = list(map(_PLAIN.__eq__, map(_extras_of, messages)))
             plain = list(map(and_, plain, map(is_, map(type, contents), repeat(str))))
             if plain.count(True) != len(plain):
-                return self._price_shapes(messages, contents, plain, unmarked)
+                return self._price_shapes(messages, list(map(not_, plain)), unmarked)
         # The commonest transcript, plain text messages only: the framing is a constant.
-        lengths = self._shared.token_lengths(contents)
+        lengths = self._shared.token_lengths(cast("list[str]", contents))
         cache = self._shared.cache
         if unmarked:
             cache.write(messages, map(add, lengths, repeat(cache.base + MESSAGE_TOKENS)))
@@ -485,47 +356,40 @@ class BuiltinTokenCounter:
         return sum(lengths) + MESSAGE_TOKENS * len(lengths)
 
     def _price_shapes(
-        self,
-        messages: Sequence[Message],
-        contents: list[Content],
-        plain: list[bool],
-        unmarked: bool,
+        self, messages: Sequence[Message], shaped: Sequence[object], unmarked: bool
     ) -> int:
-        """``_price_new`` for messages of every shape: the plain ones still in C, the
-        others gathered one by one; all their texts are tokenized together."""
-        plain_texts = cast("list[str]", list(compress(contents, plain)))
-        rest = list(map(not_, plain))
-        rest_extras = list(map(_extras_of, compress(messages, rest)))
-        total = 0
-        if list(map(_reasoning_in, rest_extras)).count(None) != len(rest_extras):
-            # Reasoning is priced by the projection, and cached by value: one by one.
-            with_reasoning = list(map(is_not, map(_reasoning_of, messages), repeat(None)))
-            total = sum(map(self.message_tokens, compress(messages, with_reasoning)))
-            rest = list(map(and_, rest, map(not_, with_reasoning)))
-            rest_extras = list(map(_extras_of, compress(messages, rest)))
-        shaped = list(compress(messages, rest))
-        texts: list[str] = []
-        fixed_costs, ends = _gather(zip(compress(contents, rest), rest_extras, strict=True), texts)
-        simple = len(plain_texts)
-        lengths = self._shared.token_lengths(plain_texts + texts)
-        # Message i's texts are texts[ends[i - 1]:ends[i]]; its text tokens are a
-        # difference of running totals.
-        running = list(accumulate(islice(lengths, simple, None), initial=0))
-        at = running.__getitem__
-        costs = list(map(add, fixed_costs, map(sub, map(at, ends), map(at, [0, *ends[:-1]]))))
-        cache = self._shared.cache
+        """``_price_new`` for messages of every shape (``shaped``: true for each that is
+        not plain text): the others priced one by one, then the plain ones in C, their
+        texts tokenized together; no text is tokenized twice."""
+        shared = self._shared
+        others = list(compress(messages, shaped))
+        tokens_of: dict[str, int] = {}
+        costs = shared.costs_of(others, tokens_of)
+        if costs is None:
+            return self._price_reasoned(messages, shaped, unmarked)
+        plain = list(compress(messages, map(not_, shaped)))
+        lengths = shared.token_lengths(list(map(_content_of, plain)), tokens_of)
+        cache = shared.cache
+        base = cache.base if unmarked else 0
+        plain_costs = list(map(add, lengths, repeat(base + MESSAGE_TOKENS)))
         if unmarked:
-            base = cache.base
-            cache.write(
-                compress(messages, plain),
-                map(add, islice(lengths, simple), repeat(base + MESSAGE_TOKENS)),
-            )
-            cache.write(shaped, map(add, costs, repeat(base)))
+            cache.write(plain, plain_costs)
+            cache.write(others, map(add, costs, repeat(base)) if base else costs)
         else:
-            plain_costs = list(map(add, islice(lengths, simple), repeat(MESSAGE_TOKENS)))
-            cache.put_messages(list(compress(messages, plain)), plain_costs)
-            cache.put_messages(shaped, costs)
-        return total + sum(lengths) + MESSAGE_TOKENS * simple + sum(fixed_costs)
+            cache.put_messages(plain, plain_costs)
+            cache.put_messages(others, costs)
+        return sum(lengths) + MESSAGE_TOKENS * len(lengths) + sum(costs)
+
+    def _price_reasoned(
+        self, messages: Sequence[Message], shaped: Sequence[object], unmarked: bool
+    ) -> int:
+        """``_price_shapes`` when some messages carry reasoning, whose cost depends on the
+        projection and is cached by value: those are priced one by one, the rest together."""
+        reasoned = list(map(is_not, map(_reasoning_of, messages), repeat(None)))
+        total = sum(map(self.message_tokens, compress(messages, reasoned)))
+        rest = list(map(not_, reasoned))
+        rest_messages = list(compress(messages, rest))
+        return total + self._price_shapes(rest_messages, list(compress(shaped, rest)), unmarked)
 
     def message_tokens(self, message: Message) -> int:
         """What ``message`` adds to a transcript's count."""
@@ -572,12 +436,13 @@ class BuiltinTokenCounter:
 
     def _price_one(self, message: Message) -> int:
         """The cost of ``message``, computed without the cache."""
-        texts: list[str] = []
-        fixed = _gather([(message.content, _extras_of(message))], texts)[0][0]
-        if message.reasoning is not None:
-            projection = self._projection or _DEFAULT_PROJECTION
-            texts.extend(filter(None, projection.replayed_reasoning(message.reasoning)))
-        return fixed + sum(self._shared.token_lengths(texts))
+        tokens_of: dict[str, int] = {}
+        cost = cast("list[int]", self._shared.costs_of([message], tokens_of, whole=False))[0]
+        if message.reasoning is None:
+            return cost
+        projection = self._projection or _DEFAULT_PROJECTION
+        replayed = list(filter(None, projection.replayed_reasoning(message.reasoning)))
+        return cost + sum(self._shared.token_lengths(replayed, tokens_of))
 
     def _price_tool(self, tool: Tool) -> int:
         texts = [tool.name, tool.description, schema_json(tool.parameters)]
@@ -588,12 +453,18 @@ class BuiltinTokenCounter:
 
 
 _SCHEMA_ENCODER = json.JSONEncoder(ensure_ascii=False, default=str)
+# What _SCHEMA_ENCODER.encode() does, without the Python frames around it, made once. It
+# keeps no markers, so it checks for no cycles: a tool's parameters were checked to be
+# plain JSON when the tool was built (``json.dumps``, which does) and cannot change.
+_encode_schema = (
+    c_make_encoder(None, str, encode_basestring, None, ": ", ", ", False, False, True)
+    if c_make_encoder is not None
+    else None
+)
 
 
 def schema_json(parameters: Any) -> str:
     """A tool's parameters as the JSON text that is counted for them."""
-    if c_make_encoder is None:
+    if _encode_schema is None:
         return _SCHEMA_ENCODER.encode(parameters)
-    # What _SCHEMA_ENCODER.encode() does, without the Python frames around it.
-    chunks = c_make_encoder({}, str, encode_basestring, None, ": ", ", ", False, False, True)
-    return "".join(chunks(parameters, 0))
+    return "".join(_encode_schema(parameters, 0))
