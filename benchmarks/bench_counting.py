@@ -25,7 +25,7 @@ messages, so no hash or cost survives from an earlier run.
 
 A process's best times depend on where its memory lands (the ratio at 100
 messages ran from 1.10 to 1.15 in five processes running the same code on
-a quiet machine), as pyperf's documentation explains for every CPython
+a quiet machine), as pyperf's documentation explains for CPython
 benchmark. So each size is measured in ``PROCESSES`` fresh processes, and the
 targets apply to the median of their ratios; the lowest and highest are
 printed beside it.
