@@ -121,7 +121,11 @@ def scenarios(draw: st.DrawFn) -> Scenario:
 
 
 def limit(
-    scenario: Scenario, counter: TokenCounter, share: int
+    scenario: Scenario,
+    counter: TokenCounter,
+    share: int,
+    pre: TokenLimitHandler | None = None,
+    post: TokenLimitHandler | None = None,
 ) -> tuple[LimitingOutcome, list[Unit]]:
     """Limit ``scenario`` to ``share`` percent of its own count (at least 1 token)."""
     prompt_budget = budget_for(scenario, counter, share)
@@ -133,6 +137,8 @@ def limit(
             counter=counter,
             budget=Budget(limit=prompt_budget + 50, reserve=50),
             prompt_index=scenario.prompt_index,
+            pre=pre,
+            post=post,
         )
 
     units = split_units(scenario.messages, prompt_index=scenario.prompt_index)
@@ -423,21 +429,10 @@ def test_the_built_in_pre_taken_directly_leaves_what_it_leaves_through_an_event(
         await built_in(event)  # type: ignore[misc]
 
     through_an_event.__qualname__ = "drop_oldest_units"
-    prompt_budget = budget_for(scenario, counter, share)
-
-    async def run(pre: TokenLimitHandler, post: TokenLimitHandler | None) -> LimitingOutcome:
-        return await apply_limits(
-            scenario.messages,
-            tools=scenario.tools,
-            counter=counter,
-            budget=Budget(limit=prompt_budget + 50, reserve=50),
-            prompt_index=scenario.prompt_index,
-            pre=pre,
-            post=post,
-        )
-
-    direct = anyio.run(run, built_in, built_in if as_post else None)
-    evented = anyio.run(run, through_an_event, through_an_event if as_post else None)
+    direct, _ = limit(scenario, counter, share, built_in, built_in if as_post else None)
+    evented, _ = limit(
+        scenario, counter, share, through_an_event, through_an_event if as_post else None
+    )
     assert len(direct.messages) == len(evented.messages)
     assert all(a is b for a, b in zip(direct.messages, evented.messages, strict=True))
     assert direct.sources == evented.sources

@@ -336,12 +336,10 @@ class BuiltinTokenCounter:
         """Price and remember ``messages``, which this cache has no cost of. ``marks``:
         their slots, which carry no cost (``unmarked``: nor another encoding's, so they
         are written unchecked) and are 0 for the plain ones; ``None``: read their fields."""
-        if marks is not None:
-            if any(marks):
-                return self._price_shapes(messages, marks, unmarked)
-            contents = list(map(_content_of, messages))
-        else:
-            contents = list(map(_content_of, messages))
+        if marks is not None and any(marks):
+            return self._price_shapes(messages, marks, unmarked)
+        contents = list(map(_content_of, messages))
+        if marks is None:
             plain = list(map(_PLAIN.__eq__, map(_extras_of, messages)))
             plain = list(map(and_, plain, map(is_, map(type, contents), repeat(str))))
             if plain.count(True) != len(plain):
