@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Iterator
 
 import pytest
 from hypothesis import given, settings
@@ -27,11 +26,10 @@ def tiktoken_tokens(text: str) -> int:
 
 
 @pytest.fixture
-def fresh_choice(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """o200k_base's tokenizer chosen again on the next count, and again after the test."""
+def fresh_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """o200k_base's tokenizer chosen again on the next count; the process's own
+    choice comes back after the test."""
     monkeypatch.setattr(_lengths, "_o200k_base", None)
-    yield
-    _lengths._store(None)  # type: ignore[arg-type]  # the next count chooses afresh
 
 
 HAND_PICKED = [
@@ -64,8 +62,11 @@ def test_bpe_openai_counts_any_text_as_tiktoken(text: str) -> None:
     assert o200k_base_lengths().safe_count(text) == tiktoken_tokens(text)
 
 
+PIECES = ["the", " ", "  ", "\n", "'s", "42", "1234", "é", "中", "!?", "\t"]
+
+
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.sampled_from(["the", " ", "  ", "\n", "'s", "42", "1234", "é", "中", "!?", "\t"])))
+@given(st.lists(st.sampled_from(PIECES)))
 def test_bpe_openai_counts_runs_of_pieces_as_tiktoken(pieces: list[str]) -> None:
     # Runs of blanks, digits and punctuation are where pre-tokenizers differ.
     text = "".join(pieces)
