@@ -6,6 +6,7 @@ the ``fast-tokenizer`` extra is installed, as the ``test`` extra installs it.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import sys
 
@@ -141,7 +142,7 @@ def test_the_extension_is_found_without_running_the_package_and_only_once(
 
 def test_no_bpe_openai_package_is_an_import_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delitem(sys.modules, "bpe_openai._bindings", raising=False)
-    monkeypatch.setattr(_lengths.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ImportError, match="bpe-openai is not installed"):
         _lengths._bpe_openai_bindings()
 

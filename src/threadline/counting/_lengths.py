@@ -22,10 +22,7 @@ counts as U+FFFD.
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import logging
-import os
 import sys
 import threading
 from collections.abc import Callable
@@ -159,6 +156,10 @@ def _bpe_openai_bindings() -> Any:
     loaded = sys.modules.get(_BINDINGS)
     if loaded is not None:
         return loaded
+    import importlib.machinery  # at the first count, not at threadline's import
+    import importlib.util
+    import os
+
     package = importlib.util.find_spec("bpe_openai")  # found, not run
     folders = package.submodule_search_locations if package is not None else None
     if not folders:
