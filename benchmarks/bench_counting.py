@@ -5,12 +5,17 @@ of 100, 1,000 and 10,000 messages (user questions, assistant answers, tool
 calls and their results, about 60 words each) it prints:
 
 - ``cold/raw``: a first count with an empty cache, over the time a plain loop
-  of ``encoding.encode_ordinary`` takes on exactly the texts the counter
-  tokenizes (target: at most 1.1);
+  of tiktoken's ``encode_ordinary`` takes on exactly the texts the counter
+  tokenizes (target: at most 1.1). The counter counts with bpe-openai when the
+  ``fast-tokenizer`` extra is installed (the ``bench`` extra installs it), else
+  with tiktoken; the header names which;
 - ``warm+1/cold``: counting the transcript again after appending one message
   (it keeps growing, one message a run, as a conversation's does), over the
   cold count (target: at most 0.01 at 1,000 and 10,000 messages);
 - the ``ApproximateCounter`` time, for reference;
+- ``tiktoken/raw``, for reference: the same cold count by a counter made with
+  ``encoding=o200k_base_encoding()``, which tokenizes with tiktoken: what the
+  counter's own work adds to tiktoken's;
 - ``cold/raw*``, for reference: the same ratio with the raw loop timed right
   after building a transcript, as every cold run is. Building one pushes the
   tokenizer's tables out of the CPU caches, which the raw loop otherwise finds
@@ -44,6 +49,7 @@ from collections.abc import Callable
 
 from threadline import Message, Tool, ToolCall
 from threadline.counting import ApproximateCounter, BuiltinTokenCounter, o200k_base_encoding
+from threadline.counting._lengths import o200k_base_lengths
 
 SIZES = (100, 1_000, 10_000)
 COLD_TARGET = 1.1
@@ -135,6 +141,15 @@ def measure(size: int) -> dict[str, float]:
         counter.count(messages, [WEATHER])
         return time.thread_time() - start
 
+    tiktoken = o200k_base_encoding()
+
+    def cold_on_tiktoken() -> float:
+        messages = build_transcript(size)
+        counter = BuiltinTokenCounter(encoding=tiktoken)
+        start = time.thread_time()
+        counter.count(messages, [WEATHER])
+        return time.thread_time() - start
+
     warm_counter = BuiltinTokenCounter()
     warm_messages = build_transcript(size)
     warm_counter.count(warm_messages, [WEATHER])
@@ -163,6 +178,7 @@ def measure(size: int) -> dict[str, float]:
         "cold": cold,
         "warm": warm_after_append,
         "approximate": approximate_count,
+        "cold_tiktoken": cold_on_tiktoken,
     }
     best = dict.fromkeys(measurements, float("inf"))
     for _ in range(runs):
@@ -199,13 +215,15 @@ def _median_ms(results: list[dict[str, float]], name: str) -> float:
 
 def main() -> int:
     if sys.argv[1:2] == ["--measure"]:
-        o200k_base_encoding()  # load the vocabulary outside every timing
+        o200k_base_encoding()  # load the vocabularies outside every timing
+        o200k_base_lengths()
         print(json.dumps(measure(int(sys.argv[2]))))
         return 0
+    print(f"counter tokenizer: {o200k_base_lengths().tokenizer}; raw loop: tiktoken")
     print(f"medians of {PROCESSES} processes (lowest-highest)")
     print(
         f"{'messages':>8} {'raw ms':>7} {'cold ms':>8} {'cold/raw':>21} "
-        f"{'warm+1/cold':>24} {'approx ms':>9} {'cold/raw*':>9}"
+        f"{'warm+1/cold':>24} {'approx ms':>9} {'tiktoken/raw':>12} {'cold/raw*':>9}"
     )
     failures: list[str] = []
     for size in SIZES:
@@ -214,11 +232,12 @@ def main() -> int:
         warm_ratios = [result["warm"] / result["cold"] for result in results]
         cold_ratio, warm_ratio = statistics.median(cold_ratios), statistics.median(warm_ratios)
         after_setup = statistics.median(r["cold"] / r["raw_after_setup"] for r in results)
+        on_tiktoken = statistics.median(r["cold_tiktoken"] / r["raw"] for r in results)
         raw_ms, cold_ms = _median_ms(results, "raw"), _median_ms(results, "cold")
         print(
             f"{size:>8} {raw_ms:>7.2f} {cold_ms:>8.2f} {_spread(cold_ratios, 3):>21} "
             f"{_spread(warm_ratios, 4):>24} {_median_ms(results, 'approximate'):>9.2f} "
-            f"{after_setup:>9.3f}"
+            f"{on_tiktoken:>12.3f} {after_setup:>9.3f}"
         )
         if cold_ratio > COLD_TARGET:
             failures.append(f"cold/raw {cold_ratio:.3f} > {COLD_TARGET} at {size} messages")

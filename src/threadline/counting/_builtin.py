@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias, cast
 from threadline._messages import ContentPart, ImagePart, Message, Reasoning, ToolCall
 from threadline._validate import positive_int
 from threadline.counting._costs import CostCache, is_cost, is_no_cost, marks_of
-from threadline.counting._encoding import TextEncoder, o200k_base_encoding
+from threadline.counting._encoding import TextEncoder
 from threadline.counting._framing import (
     MESSAGE_TOKENS,
     NAME_TOKENS,
@@ -52,6 +52,7 @@ from threadline.counting._framing import (
     TOOLS_SECTION_TOKENS,
     image_tokens,
 )
+from threadline.counting._lengths import TokenLengths, o200k_base_lengths, token_lengths_of
 from threadline.counting._projection import DefaultReplayProjection
 from threadline.tools._tools import Tool
 
@@ -77,11 +78,15 @@ _reasoning_of = attrgetter("reasoning")
 
 
 def _costs_of(
-    messages: Iterable[Message], tokens_of: dict[str, int], encode: _Encode, *, whole: bool
+    messages: Iterable[Message],
+    tokens_of: dict[str, int],
+    count: Callable[[str], int],
+    *,
+    whole: bool,
 ) -> list[int] | None:
     """The cost of each message, its reasoning aside, or (``whole``) ``None`` at the first
     one with reasoning, which the projection prices. Each text is tokenized with
-    ``encode`` unless ``tokens_of`` has it already, and is added to it."""
+    ``count`` unless ``tokens_of`` has it already, and is added to it."""
     costs: list[int] = []
     add_cost, known = costs.append, tokens_of.get
     for message in messages:
@@ -112,36 +117,10 @@ def _costs_of(
         for text in texts:
             tokens = known(text)
             if tokens is None:
-                tokens = tokens_of[text] = len(encode(text))
+                tokens = tokens_of[text] = count(text)
             cost += tokens
         add_cost(cost)
     return costs
-
-
-_Encode: TypeAlias = Callable[[str], list[int]]
-_o200k_base: tuple[_Encode, _Encode] | None = None
-"""o200k_base's ``encode_ordinary`` and the Rust method beneath it, found once per process."""
-
-
-def _encoders(encoding: TextEncoder | None) -> tuple[_Encode, _Encode]:
-    """``encoding``'s ``encode_ordinary`` (o200k_base's for ``None``), and the method to
-    tokenize a batch with: for a tiktoken encoding, its Rust encoder's own, without the
-    Python method around it, which saves a Python call per text. ``_tokenize`` falls
-    back to the method for the one input the Rust side refuses: text with lone
-    surrogates, which the method repairs."""
-    global _o200k_base
-    if encoding is None and _o200k_base is not None:
-        return _o200k_base
-    # o200k_base_encoding() loads once per process under its own lock.
-    chosen = encoding if encoding is not None else o200k_base_encoding()
-    from tiktoken import Encoding  # loaded with the vocabulary, not at import
-
-    core = getattr(chosen, "_core_bpe", None) if isinstance(chosen, Encoding) else None
-    batch = getattr(core, "encode_ordinary", None)
-    found = (chosen.encode_ordinary, batch if callable(batch) else chosen.encode_ordinary)
-    if encoding is None:
-        _o200k_base = found  # the same pair whichever thread stores it
-    return found
 
 
 class _SharedState:
@@ -152,14 +131,16 @@ class _SharedState:
         self.last_count: tuple[object, tuple[Message, ...], int] | None = None
         """The projection key, messages and message total of the last count."""
         self._encoding = encoding
-        self._encoders: tuple[_Encode, _Encode] | None = None
+        self._lengths: TokenLengths | None = None
 
-    def encoders(self) -> tuple[_Encode, _Encode]:
-        """``encode_ordinary`` and the method a batch is tokenized with (``_encoders``);
-        o200k_base is loaded on first use."""
-        found = self._encoders
+    def lengths(self) -> TokenLengths:
+        """How this counter tokenizes: o200k_base's (loaded on first use) or the
+        ``encoding`` it was given."""
+        found = self._lengths
         if found is None:
-            found = self._encoders = _encoders(self._encoding)
+            encoding = self._encoding
+            found = o200k_base_lengths() if encoding is None else token_lengths_of(encoding)
+            self._lengths = found
         return found
 
     def token_lengths(self, texts: list[str], known: dict[str, int] | None = None) -> list[int]:
@@ -182,20 +163,20 @@ class _SharedState:
     def costs_of(
         self, messages: Sequence[Message], tokens_of: dict[str, int], *, whole: bool = True
     ) -> list[int] | None:
-        """``_costs_of`` these messages, tokenized with the batch method, or the
-        encoding's own where that refuses a text."""
-        encode, batch = self.encoders()
+        """``_costs_of`` these messages, tokenized on the fast path, or the safe one
+        where that refuses a text."""
+        lengths = self.lengths()
         try:
-            return _costs_of(messages, tokens_of, batch, whole=whole)
+            return _costs_of(messages, tokens_of, lengths.count, whole=whole)
         except UnicodeEncodeError:
-            return _costs_of(messages, tokens_of, encode, whole=whole)
+            return _costs_of(messages, tokens_of, lengths.safe_count, whole=whole)
 
     def _tokenize(self, texts: list[str]) -> list[int]:
-        encode, batch = self.encoders()
+        lengths = self.lengths()
         try:
-            return list(map(len, map(batch, texts)))
+            return lengths.counts(texts)
         except UnicodeEncodeError:
-            return list(map(len, map(encode, texts)))
+            return list(map(lengths.safe_count, texts))
 
 
 class BuiltinTokenCounter:

@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING
 
 from threadline._messages import ImagePart, Message
 from threadline.counting._anchored import message_key
-from threadline.counting._encoding import o200k_base_encoding
 from threadline.counting._framing import TOOL_CALL_TOKENS, TOOL_RESULT_TOKENS
+from threadline.counting._lengths import o200k_base_lengths
 from threadline.counting._protocol import is_incremental
 
 if TYPE_CHECKING:
@@ -112,13 +112,13 @@ class _Splitter:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._cache: OrderedDict[tuple[Message, int], ClassCounts] = OrderedDict()
-        self._encode: Callable[[str], list[int]] | None = None
+        self._count: Callable[[str], int] | None = None
 
     def _tokens(self, text: str) -> int:
-        encode = self._encode
-        if encode is None:
-            encode = self._encode = o200k_base_encoding().encode_ordinary
-        return len(encode(text)) if text else 0
+        count = self._count
+        if count is None:
+            count = self._count = o200k_base_lengths().safe_count
+        return count(text) if text else 0
 
     def split(self, message: Message, estimated: int) -> ClassCounts:
         # The framing class depends on the counter's estimate: it is part of the key.
