@@ -10,6 +10,7 @@ import importlib.util
 import logging
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from hypothesis import given, settings
@@ -206,16 +207,12 @@ def test_the_choice_is_made_once_even_by_threads_counting_at_once(
 
     monkeypatch.setattr(_lengths, "_bpe_openai", watched)
 
-    def first_count(found: list[TokenLengths]) -> None:
+    def first_count(_: int) -> TokenLengths:
         start.wait()
-        found.append(o200k_base_lengths())
+        return o200k_base_lengths()
 
-    found: list[TokenLengths] = []
-    threads = [threading.Thread(target=first_count, args=(found,)) for _ in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        found = list(pool.map(first_count, range(8)))
     assert len(made) == 1
     assert len(found) == 8
     assert all(lengths is found[0] for lengths in found)
