@@ -201,6 +201,14 @@ class FunctionDriver(Driver):
     Whatever the functions raise propagates unchanged, so a test can make
     the model fail with a real driver's errors (``RateLimitError``,
     ``ContextLengthExceededError``, ...) and see the run loop handle them.
+
+    Example::
+
+        async def deltas(call: ProviderCall) -> AsyncIterator[str]:
+            for word in ("Hello", ", ", call.messages[-1].text):
+                yield word
+
+        driver = FunctionDriver(stream_function=deltas)
     """
 
     name = "function"
