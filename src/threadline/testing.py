@@ -1,4 +1,4 @@
-"""``ScriptedDriver``: a fake model for tests, yours and ours.
+"""Fake models for tests, yours and ours: ``ScriptedDriver`` and ``FunctionDriver``.
 
 Script the replies, run real requests and conversations against it, and
 inspect what each call was sent::
@@ -7,31 +7,52 @@ inspect what each call was sent::
     client = Client(driver, default_model=Model("fake", context_size=8192))
     result = await client.request().with_prompt("hi").run()
     assert driver.calls[0].messages[-1].text == "hi"
+
+When the reply depends on what was sent, compute it instead::
+
+    driver = FunctionDriver(lambda call: f"you said {call.messages[-1].text}")
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable
+import inspect
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterable,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Generator,
+    Iterable,
+    Sequence,
+)
 from contextlib import aclosing, asynccontextmanager
+from itertools import compress, count
+from operator import is_not
+from typing import TypeAlias, TypeVar
 
 import anyio
 import anyio.lowlevel
 
 from threadline._errors import ThreadlineError
-from threadline._messages import Message, Origin, Role, Usage
+from threadline._messages import Message, Origin, Reasoning, Role, ToolCall, Usage
 from threadline._models import Model
 from threadline._provider import (
+    Driver,
     ProviderCall,
     ProviderResponse,
+    ReasoningChunk,
+    ResponseDone,
     StreamChunk,
     TextChunk,
+    ToolCallChunk,
     chunks_of,
 )
 from threadline.counting import estimate_message_tokens
 from threadline.counting._projection import NO_REPLAY, NoReplay
 from threadline.counting._protocol import TokenCounter
 
-__all__ = ["ProviderCall", "ScriptExhaustedError", "ScriptedDriver"]
+__all__ = ["FunctionDriver", "ProviderCall", "ScriptExhaustedError", "ScriptedDriver"]
 
 ScriptedReply = str | Message | BaseException
 
@@ -134,3 +155,255 @@ class ScriptedDriver:
             if isinstance(chunk, TextChunk):
                 await anyio.lowlevel.checkpoint()
             yield chunk
+
+
+FunctionReply: TypeAlias = str | Message | ProviderResponse
+StreamDelta: TypeAlias = str | TextChunk | ReasoningChunk | ToolCallChunk | ResponseDone
+ReplyFunction: TypeAlias = Callable[[ProviderCall], FunctionReply | Awaitable[FunctionReply]]
+StreamFunction: TypeAlias = Callable[
+    [ProviderCall], AsyncIterable[StreamDelta] | Iterable[StreamDelta]
+]
+_T = TypeVar("_T")
+
+
+class FunctionDriver(Driver):
+    """A driver whose replies a function computes from what it was sent.
+
+    ``function`` takes the ``ProviderCall`` and returns (or, when it is
+    ``async``, resolves to) the reply: a ``str`` (the assistant's text), an
+    assistant ``Message`` (possibly with tool calls and reasoning), or a
+    whole ``ProviderResponse``, used as given. A ``stream`` of its reply is
+    cut into ``stream_pieces`` text deltas, as ``ScriptedDriver`` does.
+
+    ``stream_function`` takes the call and returns an iterable or async
+    iterable (a generator, sync or ``async``) of deltas: ``str`` text pieces
+    or ``TextChunk``, ``ReasoningChunk`` and ``ToolCallChunk`` values. The
+    driver streams them as they come and ends with a ``ResponseDone`` whose
+    response it puts together from them (a tool call without an ``id`` gets
+    one); a ``ResponseDone`` the function yields ends the stream with that
+    response instead. Give either function or both: ``complete`` uses
+    ``function`` when there is one, ``stream`` uses ``stream_function`` when
+    there is one, and each falls back on the other.
+
+    ``calls`` records every ``ProviderCall`` received. Usage, unless the
+    function returns a ``ProviderResponse``, is the cheap
+    ``4 + ceil(bytes / 4)`` estimate per message, and a call prices only the
+    messages it does not share with the call before it, so a long
+    conversation's test does not slow down turn after turn.
+
+    Raises:
+        TypeError: at construction, when neither function is given; on a call,
+            when a function returns something that is not a reply, a delta
+            or an iterable of deltas (the message names what it returned).
+        ValueError: a returned ``Message`` that is not an assistant message,
+            or a streamed tool call without a name.
+
+    Whatever the functions raise propagates unchanged, so a test can make
+    the model fail with a real driver's errors (``RateLimitError``,
+    ``ContextLengthExceededError``, ...) and see the run loop handle them.
+
+    Example::
+
+        async def deltas(call: ProviderCall) -> AsyncIterator[str]:
+            for word in ("Hello", ", ", call.messages[-1].text):
+                yield word
+
+        driver = FunctionDriver(stream_function=deltas)
+    """
+
+    name = "function"
+
+    def __init__(
+        self,
+        function: ReplyFunction | None = None,
+        *,
+        stream_function: StreamFunction | None = None,
+        token_counter: TokenCounter | None = None,
+        stream_pieces: int = 3,
+    ) -> None:
+        if function is None and stream_function is None:
+            raise TypeError("FunctionDriver needs a function, a stream_function or both")
+        self._function = function
+        self._stream_function = stream_function
+        self._counter = token_counter
+        self._stream_pieces = max(1, stream_pieces)
+        self._pricing = _InputPricing()
+        self.calls: list[ProviderCall] = []
+
+    def token_counter(self) -> TokenCounter | None:
+        return self._counter
+
+    def replay_projection(self, model: Model) -> NoReplay:
+        return NO_REPLAY
+
+    async def complete(self, call: ProviderCall) -> ProviderResponse:
+        self.calls.append(call)
+        if self._function is not None:
+            return await self._reply(self._function, call)
+        response: ProviderResponse | None = None
+        async with aclosing(self._chunks(await self._deltas(call), call)) as chunks:
+            async for chunk in chunks:
+                if isinstance(chunk, ResponseDone):
+                    response = chunk.response
+        assert response is not None, "a FunctionDriver stream always ends with ResponseDone"
+        return response
+
+    @asynccontextmanager
+    async def stream(self, call: ProviderCall) -> AsyncIterator[AsyncIterator[StreamChunk]]:
+        self.calls.append(call)
+        async with aclosing(self._chunks(await self._deltas(call), call)) as chunks:
+            yield chunks
+
+    async def _reply(self, function: ReplyFunction, call: ProviderCall) -> ProviderResponse:
+        await anyio.lowlevel.checkpoint()
+        reply = function(call)
+        if inspect.isawaitable(reply):
+            reply = await reply
+        if isinstance(reply, ProviderResponse):
+            return reply
+        if isinstance(reply, str):
+            return self._response(Message.assistant(reply), call)
+        if isinstance(reply, Message):
+            if reply.role is not Role.ASSISTANT:
+                raise ValueError(
+                    f"FunctionDriver's function returned a {reply.role} message; "
+                    "a reply is an assistant message"
+                )
+            return self._response(reply, call)
+        raise TypeError(
+            "FunctionDriver's function must return a str, an assistant Message or a "
+            f"ProviderResponse, not {type(reply).__name__}"
+        )
+
+    async def _deltas(self, call: ProviderCall) -> AsyncIterable[object] | Iterable[object]:
+        """What to stream: the stream function's deltas, or the reply's chunks."""
+        if self._stream_function is None:
+            assert self._function is not None  # __init__ took one or the other
+            reply = await self._reply(self._function, call)
+            return chunks_of(reply, text_pieces=self._stream_pieces)
+        deltas: object = self._stream_function(call)
+        if isinstance(deltas, str) or not isinstance(deltas, AsyncIterable | Iterable):
+            raise TypeError(
+                "FunctionDriver's stream_function must return an iterable or async iterable "
+                f"of text deltas and stream chunks, not {type(deltas).__name__}"
+            )
+        return deltas
+
+    async def _chunks(
+        self, deltas: AsyncIterable[object] | Iterable[object], call: ProviderCall
+    ) -> AsyncGenerator[StreamChunk, None]:
+        pieces: list[TextChunk | ReasoningChunk | ToolCallChunk] = []
+        async with aclosing(_each(deltas)) as each:
+            async for delta in each:
+                chunk = TextChunk(text=delta) if isinstance(delta, str) else delta
+                if not isinstance(chunk, TextChunk | ReasoningChunk | ToolCallChunk | ResponseDone):
+                    raise TypeError(
+                        "FunctionDriver's stream_function yields str, TextChunk, "
+                        f"ReasoningChunk, ToolCallChunk or ResponseDone, not {type(delta).__name__}"
+                    )
+                await anyio.lowlevel.checkpoint()
+                yield chunk
+                if isinstance(chunk, ResponseDone):
+                    return
+                pieces.append(chunk)
+        message = _assembled(
+            pieces, provider=f"{self.name}:{call.model.name}", call_id=f"call_{len(self.calls)}"
+        )
+        yield ResponseDone(response=self._response(message, call))
+
+    def _response(self, message: Message, call: ProviderCall) -> ProviderResponse:
+        message = message.with_origin(Origin.TURN)
+        usage = Usage(
+            input_tokens=self._pricing.input_tokens(call.messages),
+            output_tokens=estimate_message_tokens(message),
+        )
+        return ProviderResponse(
+            message=message,
+            finish_reason="tool_calls" if message.tool_calls else "stop",
+            usage=usage,
+            model=call.model.name,
+        )
+
+
+class _InputPricing:
+    """The pretend input tokens of a call, each message priced once.
+
+    A call repeats most of the one before it (the same message objects, in
+    the same order); only what follows the shared start is priced.
+    """
+
+    def __init__(self) -> None:
+        self._sent: tuple[Message, ...] = ()
+        self._totals = [0]  # _totals[i]: the price of self._sent[:i]
+
+    def input_tokens(self, messages: tuple[Message, ...]) -> int:
+        shared = self._shared_start(messages)
+        del self._totals[shared + 1 :]
+        for message in messages[shared:]:
+            self._totals.append(self._totals[-1] + estimate_message_tokens(message))
+        self._sent = messages
+        return self._totals[-1]
+
+    def _shared_start(self, messages: tuple[Message, ...]) -> int:
+        """How many messages this call starts with that the last one did too."""
+        sent = self._sent
+        end = min(len(sent), len(messages))
+        # Usually only the end differs (a turn's messages come back as seed
+        # copies): step back over it, then check the rest in one comparison,
+        # done in C; a call that differs earlier is scanned from the start.
+        start = end
+        while start and sent[start - 1] is not messages[start - 1]:
+            start -= 1
+        if sent[:start] == messages[:start]:
+            return start
+        return next(compress(count(), map(is_not, sent, messages)), end)
+
+
+async def _each(items: AsyncIterable[_T] | Iterable[_T]) -> AsyncGenerator[_T, None]:
+    """The items of a sync or async iterable; a generator is closed after, even
+    when the stream is left early, so its ``finally`` runs now."""
+    try:
+        if isinstance(items, AsyncIterable):
+            async for item in items:
+                yield item
+        else:
+            for item in items:
+                yield item
+    finally:
+        if isinstance(items, AsyncGenerator):
+            await items.aclose()
+        elif isinstance(items, Generator):
+            items.close()
+
+
+def _assembled(
+    pieces: Sequence[TextChunk | ReasoningChunk | ToolCallChunk], *, provider: str, call_id: str
+) -> Message:
+    """The assistant message that streamed as ``pieces``; a tool call streamed
+    without an id is given ``{call_id}_{index}``, unique to the driver's call."""
+    reasoning = "".join(p.text for p in pieces if isinstance(p, ReasoningChunk))
+    by_index: dict[int, list[ToolCallChunk]] = {}
+    for piece in pieces:
+        if isinstance(piece, ToolCallChunk):
+            by_index.setdefault(piece.index, []).append(piece)
+    return Message.assistant(
+        "".join(p.text for p in pieces if isinstance(p, TextChunk)),
+        tool_calls=[
+            _tool_call(parts, default_id=f"{call_id}_{index}")
+            for index, parts in sorted(by_index.items())
+        ],
+        reasoning=Reasoning(text=reasoning, provider=provider) if reasoning else None,
+    )
+
+
+def _tool_call(parts: list[ToolCallChunk], *, default_id: str) -> ToolCall:
+    name = next((p.name for p in parts if p.name), None)
+    if name is None:
+        raise ValueError(
+            f"FunctionDriver's stream_function streamed tool call {parts[0].index} without a name"
+        )
+    return ToolCall(
+        id=next((p.id for p in parts if p.id), default_id),
+        name=name,
+        arguments="".join(p.arguments for p in parts),
+    )
