@@ -43,8 +43,8 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Tracer, TracerProvider
 
     from threadline._messages import ToolCall
-    from threadline._plan import RunPlan
     from threadline._result import RunResult
+    from threadline.engine._plan import RunPlan
     from threadline.limiting._ledger import LimitingRecord
     from threadline.tools._tools import ToolOutcome
 
@@ -222,6 +222,6 @@ def for_run(plan: RunPlan, *, streaming: bool) -> Telemetry:
     tracer = _tracer()
     if tracer is None:
         return _OFF
-    from threadline._telemetry._spans import TracedRun
+    from threadline.engine._spans import TracedRun
 
     return TracedRun(tracer, plan, streaming=streaming, content=capturing_content())

@@ -14,25 +14,25 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 import attrs
 
-from threadline._deadline import CallDeadline
 from threadline._errors import InvalidRequestError, TranscriptIntegrityError
 from threadline._messages import Message
 from threadline._models import Model
 from threadline._provider import Driver, ProviderCall
-from threadline._replay import check_transcript_reasoning
 from threadline._settings import RequestSettings
 from threadline._validate import problem
 from threadline.counting import resolve_token_counter
 from threadline.counting._calibration import TokenCalibration
 from threadline.counting._protocol import TokenCounter
 from threadline.counting._resolution import ExactCounter, resolve_exact_token_counter
+from threadline.engine._deadline import CallDeadline
+from threadline.engine._replay import check_transcript_reasoning
 from threadline.limiting._budget import BudgetResolution, resolve_budget
 from threadline.limiting._incremental import CheckedHistory
 from threadline.limiting._units import check_integrity
 from threadline.tools._tools import Tool, Toolset, tool
 
 if TYPE_CHECKING:
-    from threadline._client import Client
+    from threadline.engine._client import Client
     from threadline.limiting._event import TokenLimitHandler
 
 __all__ = [
@@ -152,7 +152,7 @@ def plan_run(
         InvalidRequestError: every problem at once (no model, tools that cannot
             be used, a tool choice naming no tool, a history whose tool units are
             broken), a message whose reasoning replay state is refused (see
-            ``threadline._replay``), or a reserve that fills an explicit limit.
+            ``threadline.engine._replay``), or a reserve that fills an explicit limit.
     """
     found = list(problems)
     if model is None:

@@ -5,12 +5,12 @@ from __future__ import annotations
 from threadline._closing import AsyncClosing
 from threadline._models import Model
 from threadline._provider import Driver
-from threadline._request import Request
 from threadline._settings import exact_counter_or_none, token_counter_or_none
 from threadline._validate import fail
 from threadline.counting._calibration import TokenCalibration
 from threadline.counting._protocol import TokenCounter
 from threadline.counting._resolution import ExactCounter
+from threadline.engine._request import Request
 
 __all__ = ["Client"]
 

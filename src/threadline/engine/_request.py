@@ -3,7 +3,7 @@
 The builder collects a model, the system message, history, a prompt, tools
 and one :class:`RequestSettings` value (every ``with_*`` option evolves it).
 ``run()``, ``stream()`` and the budget helpers freeze it into a
-:class:`~threadline._plan.RunPlan`, which the run loop (``_run``) consumes.
+:class:`~threadline.engine._plan.RunPlan`, which the run loop (``_run``) consumes.
 """
 
 from __future__ import annotations
@@ -20,20 +20,20 @@ from threadline._errors import InvalidRequestError
 from threadline._events import FinalResult, StreamEvent
 from threadline._messages import Message, Origin, Role
 from threadline._models import Model
-from threadline._plan import RunPlan, TranscriptMemo, plan_run, settings_counter
 from threadline._result import RunResult
-from threadline._run import Run
 from threadline._sentinel import NOT_GIVEN, NotGiven
 from threadline._settings import RequestSettings, SettingsChanges
 from threadline._validate import problem
 from threadline.counting._protocol import TokenCounter
 from threadline.counting._resolution import ExactCounter
+from threadline.engine._plan import RunPlan, TranscriptMemo, plan_run, settings_counter
+from threadline.engine._run import Run
 from threadline.limiting._budget import Budget, BudgetResolution
 from threadline.limiting._incremental import CheckedHistory
 from threadline.tools._tools import Tool
 
 if TYPE_CHECKING:
-    from threadline._client import Client
+    from threadline.engine._client import Client
     from threadline.limiting._event import TokenLimitHandler
 
 __all__ = ["Request"]

@@ -21,12 +21,12 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
 from threadline._messages import ImagePart, Message, Role, TextPart, ToolCall, Usage
 from threadline._provider import ProviderCall, ProviderResponse, StreamChunk
-from threadline._telemetry import NOTHING, RoundFacts, Telemetry
+from threadline.engine._telemetry import NOTHING, RoundFacts, Telemetry
 from threadline.tools._tools import ToolOutcome, Toolset, invoke_concurrently
 
 if TYPE_CHECKING:
-    from threadline._plan import RunPlan
     from threadline._result import RunResult
+    from threadline.engine._plan import RunPlan
     from threadline.limiting._ledger import LimitingRecord
 
 __all__ = ["TracedRun"]

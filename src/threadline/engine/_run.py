@@ -32,7 +32,6 @@ from threadline._events import (
     ToolResultEvent,
 )
 from threadline._messages import Message, Origin
-from threadline._plan import RunPlan
 from threadline._provider import (
     ProviderResponse,
     ReasoningChunk,
@@ -40,11 +39,12 @@ from threadline._provider import (
     StreamChunk,
     TextChunk,
 )
-from threadline._replay import ReplayGuard, label_of
 from threadline._result import RoundRecord, RunResult
-from threadline._telemetry import for_run
 from threadline.counting._calibration import calibrated_estimate
 from threadline.counting._protocol import TokenCounter
+from threadline.engine._plan import RunPlan
+from threadline.engine._replay import ReplayGuard, label_of
+from threadline.engine._telemetry import for_run
 from threadline.limiting._budget import Budget
 from threadline.limiting._engine import apply_limits
 from threadline.limiting._ledger import DroppedReasoning, LimitingOutcome, LimitingRecord
