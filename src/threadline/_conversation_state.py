@@ -268,7 +268,7 @@ class ConversationState:
             or not slides_by_one(settings.pre_max_tokens_reached)
             or client.calibration is not None
             or self._agent.model is None
-            or not is_incremental(settings_counter(settings, client, self._agent.model))
+            or not is_incremental(settings_counter(settings, client.defaults, self._agent.model))
         ):
             return None
         return (self._settings, client.token_counter, default_token_counter())
@@ -353,7 +353,7 @@ class ConversationState:
             InvalidRequestError: no model to resolve the counter for.
         """
         agent = self._agent
-        counter = settings_counter(self._settings, agent.client, self._model())
+        counter = settings_counter(self._settings, agent.client.defaults, self._model())
         return counter.count(self.model_input, agent.tools)
 
     def available_context_tokens(self) -> int | None:

@@ -144,7 +144,7 @@ class Agent:
             raise InvalidRequestError(
                 "no model: give the Agent a model or the Client a default_model"
             )
-        return settings_counter(self._settings, self._client, model)
+        return settings_counter(self._settings, self._client.defaults, model)
 
     def request(self) -> Request:
         """A new request with the agent's setup applied, ready for history and a prompt."""

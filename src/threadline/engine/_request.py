@@ -26,6 +26,7 @@ from threadline._settings import RequestSettings, SettingsChanges
 from threadline._validate import problem
 from threadline.counting._protocol import TokenCounter
 from threadline.counting._resolution import ExactCounter
+from threadline.engine._defaults import ClientDefaults
 from threadline.engine._plan import RunPlan, TranscriptMemo, plan_run, settings_counter
 from threadline.engine._run import Run
 from threadline.limiting._budget import Budget, BudgetResolution
@@ -33,7 +34,6 @@ from threadline.limiting._incremental import CheckedHistory
 from threadline.tools._tools import Tool
 
 if TYPE_CHECKING:
-    from threadline.engine._client import Client
     from threadline.limiting._event import TokenLimitHandler
 
 __all__ = ["Request"]
@@ -68,8 +68,9 @@ class Request:
     ``stream`` and ``budget``, naming every problem.
     """
 
-    def __init__(self, client: Client) -> None:
-        self._client = client
+    def __init__(self, defaults: ClientDefaults) -> None:
+        # The client's driver and defaults, as a value: a request never sees the Client.
+        self._defaults = defaults
         self._model: Model | None = None
         self._system: str | None = None
         self._history: tuple[Message, ...] = ()
@@ -328,14 +329,14 @@ class Request:
             counter = await request.token_counter()
             print(type(counter).__name__, counter.count(messages, tools))
         """
-        model = self._model or self._client.default_model
+        model = self._model or self._defaults.default_model
         problems = list(self._problems.values())
         if model is None:
             problems.append("no model: call with_model() or give the Client a default_model")
         if problems:
             raise InvalidRequestError("invalid request: " + "; ".join(problems))
         assert model is not None
-        return settings_counter(self._settings, self._client, model)
+        return settings_counter(self._settings, self._defaults, model)
 
     async def is_token_limit_reached(self) -> bool:
         """Whether the transcript as built is over the prompt budget; ``False`` without one."""
@@ -386,8 +387,8 @@ class Request:
         if self._prompt is None and not self._history:
             problems.append("nothing to send: call with_prompt() or with_messages()")
         return plan_run(
-            self._client,
-            model=self._model or self._client.default_model,
+            self._defaults,
+            model=self._model or self._defaults.default_model,
             system=self._system,
             history=self._history,
             prompt=self._prompt,

@@ -211,7 +211,8 @@ def summarize_oldest(
 class _SummarizingClient(Protocol):
     """What summarize_oldest needs of a ``Client``."""
 
-    default_model: Model | None
+    @property
+    def default_model(self) -> Model | None: ...
 
     def request(self) -> Request: ...
 
