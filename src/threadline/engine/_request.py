@@ -8,7 +8,7 @@ and one :class:`RequestSettings` value (every ``with_*`` option evolves it).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import aclosing, asynccontextmanager
 from itertools import repeat
 from operator import attrgetter, is_
@@ -29,6 +29,7 @@ from threadline.counting._resolution import ExactCounter
 from threadline.engine._defaults import ClientDefaults
 from threadline.engine._plan import RunPlan, TranscriptMemo, plan_run, settings_counter
 from threadline.engine._run import Run
+from threadline.engine._telemetry import instrument
 from threadline.limiting._budget import Budget, BudgetResolution
 from threadline.limiting._incremental import CheckedHistory
 from threadline.tools._tools import Tool
@@ -357,7 +358,7 @@ class Request:
             MaxRoundsExceededError: the model kept calling tools.
             ProviderError: the provider failed (after the driver's retries).
         """
-        async with aclosing(Run(self._plan(), streaming=False).events()) as events:
+        async with aclosing(_events(self._plan(), streaming=False)) as events:
             async for event in events:
                 if isinstance(event, FinalResult):
                     return event.result
@@ -376,7 +377,7 @@ class Request:
                         print(event.text, end="")
         """
         # Planned on entry: an invalid request is refused here, not on first iteration.
-        events = Run(self._plan(), streaming=True).events()
+        events = _events(self._plan(), streaming=True)
         try:
             yield events
         finally:
@@ -399,3 +400,9 @@ class Request:
             checked_history=self._checked_history,
             memo=self._memo,
         )
+
+
+def _events(plan: RunPlan, *, streaming: bool) -> AsyncGenerator[StreamEvent, None]:
+    """The events of a run of ``plan``, sent and observed through what telemetry hands it."""
+    instruments = instrument(plan, streaming=streaming)
+    return Run(plan, streaming=streaming, instruments=instruments).events()
