@@ -44,7 +44,7 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 
-import threadline._run  # a conversation turn's engine step is timed where the run calls it
+import threadline.engine._run  # a conversation turn's engine step is timed where the run calls it
 from threadline import (
     Agent,
     Budget,
@@ -307,7 +307,7 @@ async def time_conversation_turns(
     )
     await conv.replace_events(conversation_events(messages[1:-1]))
     steps: list[tuple[float, bool]] = []
-    engine = threadline._run.apply_limits
+    engine = threadline.engine._run.apply_limits
 
     async def timed(*args: Any, **kwargs: Any) -> Any:
         gc.disable()
@@ -319,12 +319,12 @@ async def time_conversation_turns(
         finally:
             gc.enable()
 
-    threadline._run.apply_limits = timed  # type: ignore[assignment]
+    threadline.engine._run.apply_limits = timed  # type: ignore[assignment]
     try:
         for turn in range(turns):
             await conv.run(f"and now, question {turn}? " + "word " * 30)
     finally:
-        threadline._run.apply_limits = engine
+        threadline.engine._run.apply_limits = engine
     return steps[0][0], steps[1:]
 
 

@@ -239,7 +239,7 @@ async def test_reasoning_of_another_provider_or_model_is_never_sent_and_is_noted
 
 
 async def test_refused_replay_state_fails_before_sending(respx_mock: respx.MockRouter) -> None:
-    # The run loop checks replay state for every driver (threadline._replay).
+    # The run loop checks replay state for every driver (threadline.engine._replay).
     route = respx_mock.post(URL).mock(return_value=httpx.Response(200, json=OK))
     bad = Reasoning(text="t", provider_reasoning=b'{"type": "text", "text": "x"}', provider=LABEL)
     async with AnthropicDriver(base_url=BASE, api_key="k") as driver:

@@ -259,7 +259,7 @@ async def test_display_reasoning_is_never_sent_back(
 async def test_refused_replay_state_fails_before_anything_is_sent(
     driver: OpenAIChatDriver, respx_mock: respx.MockRouter, state: bytes, complaint: str
 ) -> None:
-    # The run loop checks replay state for every driver (threadline._replay).
+    # The run loop checks replay state for every driver (threadline.engine._replay).
     route = respx_mock.post(URL).mock(return_value=httpx.Response(200, json=REPLY))
     history = [
         Message.user("q"),

@@ -115,7 +115,7 @@ def test_opentelemetry_imported_without_a_provider_makes_no_span_until_one_is_se
     trace.set_tracer_provider(provider)
     """
     # The span module is imported by the first run that makes a span, and only then.
-    report = "print('threadline._telemetry._spans' in sys.modules)\n"
+    report = "print('threadline.engine._spans' in sys.modules)\n"
     names = "print(sorted(s.name for s in exporter.get_finished_spans()))"
     out = python(
         "import sys\nimport opentelemetry.trace\n"

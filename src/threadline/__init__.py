@@ -8,8 +8,6 @@ the ledger), :mod:`threadline.counting`, :mod:`threadline.tools`,
 and docs/ for the guide.
 """
 
-from threadline._agent import Agent
-from threadline._client import Client
 from threadline._conversation import Conversation
 from threadline._errors import (
     AuthenticationError,
@@ -50,11 +48,13 @@ from threadline._messages import (
 )
 from threadline._models import Model
 from threadline._public import publish
-from threadline._request import Request
 from threadline._result import RunResult
 from threadline._sentinel import NOT_GIVEN
 from threadline._settings import RequestSettings
 from threadline._transcript import Turn
+from threadline.engine._agent import Agent
+from threadline.engine._client import Client
+from threadline.engine._request import Request
 from threadline.limiting import Budget
 from threadline.tools import Tool, ToolResult, tool
 

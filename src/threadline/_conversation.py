@@ -30,7 +30,6 @@ from typing import Unpack
 import anyio
 import attrs
 
-from threadline._agent import Agent, combined_settings
 from threadline._conversation_settings import saved_changes
 from threadline._conversation_state import ConversationState, now
 from threadline._conversation_window import KeptWindow, SentWindow, saved_window
@@ -41,12 +40,13 @@ from threadline._errors import (
 )
 from threadline._events import FinalResult, StreamEvent
 from threadline._messages import Message, Origin, Role
-from threadline._request import Request
 from threadline._result import RunResult
 from threadline._settings import RequestSettings, SettingsChanges
 from threadline._store import ConversationStore
 from threadline._transcript import Transcript, Turn, checked_replacement, sum_usage, turn_events
 from threadline._validate import fail
+from threadline.engine._agent import Agent, combined_settings
+from threadline.engine._request import Request
 from threadline.serialization._converter import loads_conversation
 from threadline.serialization._documents import ConversationDocument, ConversationEvent
 

@@ -17,7 +17,6 @@ import anyio
 import anyio.lowlevel
 import attrs
 
-from threadline._agent import Agent, combined_settings
 from threadline._conversation_settings import saved_calibration, saved_settings
 from threadline._conversation_window import (
     WINDOW_KEY,
@@ -32,9 +31,7 @@ from threadline._conversation_window import (
 from threadline._errors import InvalidRequestError
 from threadline._messages import Message, Usage
 from threadline._models import Model
-from threadline._plan import settings_budget, settings_counter
 from threadline._provider import ProviderResponse
-from threadline._request import Request
 from threadline._result import RunResult
 from threadline._sentinel import NotGiven
 from threadline._settings import RequestSettings, SettingsChanges
@@ -44,6 +41,9 @@ from threadline._validate import fail, non_negative_int
 from threadline.counting._protocol import is_incremental
 from threadline.counting._resolution import default_token_counter
 from threadline.counting._saved import SavedEntry
+from threadline.engine._agent import Agent, combined_settings
+from threadline.engine._plan import settings_budget, settings_counter
+from threadline.engine._request import Request
 from threadline.limiting._drop_oldest import slides_by_one
 from threadline.serialization._converter import dumps_conversation
 from threadline.serialization._documents import ConversationDocument, ConversationEvent, JsonValue
@@ -268,7 +268,7 @@ class ConversationState:
             or not slides_by_one(settings.pre_max_tokens_reached)
             or client.calibration is not None
             or self._agent.model is None
-            or not is_incremental(settings_counter(settings, client, self._agent.model))
+            or not is_incremental(settings_counter(settings, client.defaults, self._agent.model))
         ):
             return None
         return (self._settings, client.token_counter, default_token_counter())
@@ -353,7 +353,7 @@ class ConversationState:
             InvalidRequestError: no model to resolve the counter for.
         """
         agent = self._agent
-        counter = settings_counter(self._settings, agent.client, self._model())
+        counter = settings_counter(self._settings, agent.client.defaults, self._model())
         return counter.count(self.model_input, agent.tools)
 
     def available_context_tokens(self) -> int | None:

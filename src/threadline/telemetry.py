@@ -13,7 +13,7 @@ says so. See docs/telemetry.md.
 """
 
 from threadline._public import publish
-from threadline._telemetry import (
+from threadline.engine._telemetry import (
     CONTENT_ENV,
     capture_content,
     capturing_content,

@@ -25,24 +25,21 @@ from threadline import (
     Client,
     Conversation,
     ConversationNotFoundError,
-    FinalResult,
     Model,
-    RunResult,
-    TextDelta,
 )
 from threadline._provider import Driver
 from threadline._store import ConversationStore
 from threadline.cli._conversations import latest_conversation
 from threadline.cli._errors import USER_FACING_ERRORS, CliError, describe
+from threadline.cli._interactive import interactive
 from threadline.cli._io import IO
 from threadline.cli._options import LOCAL_REPEAT_PENALTY
+from threadline.cli._session import ChatSession
 from threadline.cli._setup import NO_LOCAL_MODEL, db_path, open_store, provider_url
-from threadline.cli._status import check_prompt_fits, check_window, status_line
 from threadline.counting import TokenCalibration
-from threadline.limiting import Budget
 from threadline.serialization import ConversationDocument
 
-__all__ = ["ChatSession", "DriverFactory", "chat", "check_text"]
+__all__ = ["DriverFactory", "chat"]
 
 DriverFactory = Callable[[argparse.Namespace], tuple[Driver, Model, int | None]]
 """Builds the driver, the model and the reply cap for ``chat`` from its arguments."""
@@ -55,16 +52,6 @@ _SAVED = (
 )
 _SYSTEM_KEY = "instructions"
 """Where ``--system`` is saved among a conversation's settings, so a resume keeps it."""
-
-
-def check_text(prompt: str) -> None:
-    """Refuse a prompt holding bytes the terminal could not decode."""
-    try:
-        prompt.encode("utf-8")
-    except UnicodeEncodeError:
-        raise CliError(
-            "the prompt holds bytes that are not UTF-8 text; check the terminal's encoding"
-        ) from None
 
 
 def _saved_value(document: ConversationDocument, key: str, least: int) -> int | None:
@@ -90,66 +77,6 @@ def with_saved_settings(
     if args.system is None and isinstance(saved_system, str):
         effective.system = saved_system
     return effective
-
-
-@attrs.define(kw_only=True)
-class ChatSession:
-    """One conversation being chatted on, and how to tell the user about it."""
-
-    conversation: Conversation
-    model: Model
-    url: str | None
-    io: IO
-    args: argparse.Namespace
-    saving: bool
-    muted: bool = False
-    """Set when Ctrl-C stops an answer: nothing more of it is printed."""
-    last_result: RunResult | None = None
-    """The last answered turn, whose counts ``/budget`` explains."""
-
-    def where(self) -> str:
-        return f"{self.model.name} at {self.url}" if self.url else f"{self.model.name} (local)"
-
-    def hint(self) -> str:
-        """How to come back to this conversation."""
-        if not self.saving:
-            return "(nothing was saved: --no-save)"
-        conversation_id = self.conversation.id
-        db = f" --db {self.args.db}" if getattr(self.args, "db", None) else ""
-        return (
-            f"(conversation {conversation_id}: continue it with "
-            f"`threadline chat --conversation {conversation_id}{db}`)"
-        )
-
-    def window(self) -> Budget | None:
-        return check_window(self.conversation)
-
-    async def turn(self, prompt: str) -> RunResult | None:
-        """Stream one answer to stdout; ``None`` when it was stopped.
-
-        Raises:
-            CliError: the prompt alone does not fit the window.
-        """
-        check_text(prompt)
-        check_prompt_fits(self.conversation, prompt, self.window())
-        self.muted = False
-        result: RunResult | None = None
-        out = self.io.stdout
-        async with self.conversation.stream(prompt) as events:
-            async for event in events:
-                if isinstance(event, TextDelta):
-                    if not self.muted:
-                        out.write(event.text)
-                        out.flush()
-                elif isinstance(event, FinalResult):
-                    result = event.result
-        return result
-
-    def status(self, result: RunResult) -> str:
-        return status_line(result, self.conversation, model=self.model, url=self.url)
-
-    def describe(self, error: BaseException) -> str:
-        return describe(error, url=self.url)
 
 
 async def _stored_document(
@@ -226,8 +153,6 @@ async def _load_model(driver: Driver, io: IO) -> None:
 
 async def chat(args: argparse.Namespace, io: IO, factory: DriverFactory) -> int:
     """Run ``threadline chat``; a failure a user can meet ends as one :class:`CliError`."""
-    from threadline.cli._interactive import interactive
-
     url: str | None = None
     try:
         async with contextlib.AsyncExitStack() as stack:

@@ -13,7 +13,7 @@ from datetime import datetime
 
 import anyio
 
-from threadline import ConcurrentModificationError, ConversationNotFoundError
+from threadline import ConcurrentModificationError, ConversationNotFoundError, Message
 from threadline._store import ConversationStore
 from threadline.cli._errors import CliError
 from threadline.cli._io import IO
@@ -24,7 +24,7 @@ from threadline.serialization import (
     loads_conversation,
 )
 
-__all__ = ["conversations", "export_text", "latest_conversation", "listing"]
+__all__ = ["conversations", "export_text", "format_message", "latest_conversation", "listing"]
 
 _READ_ONLY = ("list", "show", "export")
 
@@ -60,6 +60,15 @@ def _format_time(moment: datetime | None) -> str:
     return moment.isoformat(timespec="seconds") if moment is not None else "-"
 
 
+def format_message(message: Message) -> str:
+    """One line for ``message``: its role, its text and the tools it calls."""
+    text = message.text
+    if message.tool_calls:
+        calls = ", ".join(f"{c.name}({c.arguments})" for c in message.tool_calls)
+        text = f"{text} [calls {calls}]".strip()
+    return f"{message.role.value}> {text}"
+
+
 async def _list(store: ConversationStore, io: IO) -> None:
     found = await listing(store)
     if not found:
@@ -72,8 +81,6 @@ async def _list(store: ConversationStore, io: IO) -> None:
 
 
 async def _show(store: ConversationStore, args: argparse.Namespace, io: IO) -> None:
-    from threadline.cli._interactive import format_message
-
     document = (await store.load(args.id)).document
     for event in document.events:
         pending = " (pending)" if event.pending else ""

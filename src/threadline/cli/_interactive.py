@@ -17,12 +17,12 @@ from typing import Any
 
 import anyio
 
-from threadline import Message
-from threadline.cli._chat import ChatSession, check_text
+from threadline.cli._conversations import format_message
 from threadline.cli._errors import USER_FACING_ERRORS
+from threadline.cli._session import ChatSession, check_text
 from threadline.cli._status import budget_words
 
-__all__ = ["format_message", "interactive"]
+__all__ = ["interactive"]
 
 HELP = """\
 /help         these commands
@@ -31,14 +31,6 @@ HELP = """\
 /reset        forget the turns (the id and the saved settings stay)
 /save FILE    write the conversation as JSON (conversations import reads it)
 /exit         quit (Ctrl-D too); Ctrl-C stops an answer"""
-
-
-def format_message(message: Message) -> str:
-    text = message.text
-    if message.tool_calls:
-        calls = ", ".join(f"{c.name}({c.arguments})" for c in message.tool_calls)
-        text = f"{text} [calls {calls}]".strip()
-    return f"{message.role.value}> {text}"
 
 
 @contextmanager

@@ -166,7 +166,7 @@ def request_body(
 
     Raises:
         InvalidRequestError: ``tool_choice`` names no tool sent. (Reasoning
-            replay state is checked by the run loop, ``threadline._replay``.)
+            replay state is checked by the run loop, ``threadline.engine._replay``.)
     """
     body: dict[str, Any] = {
         "model": call.model.name,

@@ -28,9 +28,9 @@ from threadline.limiting._event import TokenLimitEvent, TokenLimitHandler
 from threadline.limiting._units import PinReason, UnitKind
 
 if TYPE_CHECKING:
-    from threadline._agent import Agent
-    from threadline._client import Client
-    from threadline._request import Request
+    from threadline.engine._agent import Agent
+    from threadline.engine._client import Client
+    from threadline.engine._request import Request
 
 __all__ = [
     "DEFAULT_SUMMARY_INSTRUCTIONS",
@@ -211,7 +211,8 @@ def summarize_oldest(
 class _SummarizingClient(Protocol):
     """What summarize_oldest needs of a ``Client``."""
 
-    default_model: Model | None
+    @property
+    def default_model(self) -> Model | None: ...
 
     def request(self) -> Request: ...
 

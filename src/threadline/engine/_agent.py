@@ -13,17 +13,17 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Unpack
 
-from threadline._client import Client
 from threadline._errors import InvalidRequestError
 from threadline._events import StreamEvent
 from threadline._messages import Message
 from threadline._models import Model
-from threadline._plan import settings_counter
-from threadline._request import Request
 from threadline._result import RunResult
 from threadline._settings import RequestSettings, SettingsChanges
 from threadline._validate import fail
 from threadline.counting._protocol import TokenCounter
+from threadline.engine._client import Client
+from threadline.engine._plan import settings_counter
+from threadline.engine._request import Request
 from threadline.tools._tools import Tool, Toolset
 
 __all__ = ["Agent", "combined_settings"]
@@ -144,7 +144,7 @@ class Agent:
             raise InvalidRequestError(
                 "no model: give the Agent a model or the Client a default_model"
             )
-        return settings_counter(self._settings, self._client, model)
+        return settings_counter(self._settings, self._client.defaults, model)
 
     def request(self) -> Request:
         """A new request with the agent's setup applied, ready for history and a prompt."""

@@ -1,7 +1,11 @@
-"""The spans of a traced run: what ``_telemetry.for_run`` hands the run loop when
+"""The spans of a traced run: what ``_telemetry.instrument`` hands a run when
 someone traces. Imported only then, so OpenTelemetry is loaded only then.
 
-Spans are parented explicitly (the run loop is an async generator; see
+:class:`TracedRun` observes the run and its rounds (the ``invoke_agent`` and
+``chat {model}`` spans); :class:`InstrumentedDriver` delegates to the plan's
+driver with the round span current around each call; :class:`TracedTools`
+runs each tool call through the plain runner in an ``execute_tool {name}``
+span. Spans are parented explicitly (the run loop is an async generator; see
 ``_telemetry``), and made current only around awaits that never yield to the
 consumer: the provider call and each tool call.
 """
@@ -20,31 +24,47 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
 from threadline._messages import ImagePart, Message, Role, TextPart, ToolCall, Usage
-from threadline._provider import ProviderCall, ProviderResponse, StreamChunk
-from threadline._telemetry import NOTHING, RoundFacts, Telemetry
-from threadline.tools._tools import ToolOutcome, Toolset, invoke_concurrently
+from threadline._models import Model
+from threadline._provider import Driver, ProviderCall, ProviderResponse, StreamChunk
+from threadline.counting._protocol import ReplayProjection, TokenCounter
+from threadline.engine._instruments import Instruments, RoundFacts, ToolRunner
+from threadline.engine._plan import RunPlan
+from threadline.tools._tools import ToolOutcome, Toolset
 
 if TYPE_CHECKING:
-    from threadline._plan import RunPlan
     from threadline._result import RunResult
     from threadline.limiting._ledger import LimitingRecord
 
-__all__ = ["TracedRun"]
+__all__ = ["InstrumentedDriver", "TracedRun", "TracedTools", "traced"]
 
 # The GenAI convention's names for the providers threadline's drivers speak to;
 # another driver's own name is used as it is (a custom value is allowed).
 _PROVIDER_NAMES = {"openai-chat": "openai", "anthropic": "anthropic"}
 
 
-class TracedRun(Telemetry):
-    """The spans of one run: ``invoke_agent``, a ``chat {model}`` per round, and an
-    ``execute_tool {name}`` per tool call, the last two children of the first."""
+def traced(
+    plain: Instruments, tracer: Tracer, plan: RunPlan, *, streaming: bool, content: bool
+) -> Instruments:
+    """``plain`` wrapped in the spans of one run of ``plan``; ``content`` records
+    the messages, tool arguments and results too."""
+    spans = TracedRun(tracer, plan, streaming=streaming, content=content)
+    return Instruments(
+        driver=InstrumentedDriver(plain.driver, spans),
+        tools=TracedTools(plain.tools, spans, plan.toolset),
+        observer=spans,
+    )
+
+
+class TracedRun:
+    """The spans of one run: ``invoke_agent``, and a ``chat {model}`` per round, a
+    child of the first. The run's observer; the instrumented driver and the
+    tool runner of the run make their spans through it."""
 
     def __init__(self, tracer: Tracer, plan: RunPlan, *, streaming: bool, content: bool) -> None:
         self._tracer = tracer
         self._plan = plan
         self._streaming = streaming
-        self._content = content
+        self.content = content
         self._provider = _PROVIDER_NAMES.get(plan.driver.name, plan.driver.name)
         self._run_span: Span | None = None
         self._round_span: Span | None = None
@@ -90,7 +110,8 @@ class TracedRun(Telemetry):
             }
         )
 
-    def _child_of_run(self, name: str, kind: SpanKind, attributes: Mapping[str, Any]) -> Span:
+    def child_of_run(self, name: str, kind: SpanKind, attributes: Mapping[str, Any]) -> Span:
+        """A span whose parent is the run's, whatever span is current."""
         parent = trace.set_span_in_context(self._run_span) if self._run_span else None
         return self._tracer.start_span(
             name, context=parent, kind=kind, attributes=_without_none(attributes)
@@ -102,7 +123,7 @@ class TracedRun(Telemetry):
         call = self._plan.call_template
         sampling = call.sampling
         model = self._plan.model.name
-        span = self._child_of_run(
+        span = self.child_of_run(
             f"chat {model}",
             SpanKind.CLIENT,
             {
@@ -139,53 +160,72 @@ class TracedRun(Telemetry):
             attributes.update(_usage_attributes(response.usage))
             if response.usage.input_tokens:
                 attributes["threadline.input_tokens.reported"] = response.usage.input_tokens
-            if self._content:
+            if self.content:
                 attributes["gen_ai.output.messages"] = _output_json(response)
         span.set_attributes(attributes)
         for event in _handler_events(records):
             span.add_event("threadline.limiting.handler", event)
 
-    def provider_call(self, call: ProviderCall) -> AbstractContextManager[object]:
-        span = self._sending(call)
-        return _current(span) if span is not None else NOTHING
-
-    def provider_stream(
-        self,
-        call: ProviderCall,
-        stream: AbstractAsyncContextManager[AsyncIterator[StreamChunk]],
-    ) -> AbstractAsyncContextManager[AsyncIterator[StreamChunk]]:
-        span = self._sending(call)
-        return stream if span is None else _TracedStream(span, stream)
-
-    def _sending(self, call: ProviderCall) -> Span | None:
+    def sending(self, call: ProviderCall) -> Span | None:
+        """The span of the round sending ``call``, which notes what it carries."""
         span = self._round_span
-        if span is not None and self._content and span.is_recording():
+        if span is not None and self.content and span.is_recording():
             # A retried round records what its second send carried.
             span.set_attribute("gen_ai.input.messages", _messages_json(call.messages))
         return span
 
-    # -- tools --------------------------------------------------------------------------
 
-    async def invoke_tools(
-        self,
-        toolset: Toolset,
-        calls: Sequence[ToolCall],
-        round_number: int,
-        *,
-        default_timeout: float | None = None,
-    ) -> list[ToolOutcome]:
-        # What Toolset.invoke_all does, with each call in a span of its own made in
-        # its own task, so the tool's own spans nest under it.
-        async def invoke(call: ToolCall) -> ToolOutcome:
-            return await self._invoke(toolset, call, round_number, default_timeout)
+class InstrumentedDriver:
+    """A driver that delegates to ``inner``, its calls made with the round span current
+    (so an HTTP client's spans nest in the round) and a stream's first chunk timed."""
 
-        return await invoke_concurrently(calls, invoke)
+    def __init__(self, inner: Driver, spans: TracedRun) -> None:
+        self._inner = inner
+        self._spans = spans
 
-    async def _invoke(
-        self, toolset: Toolset, call: ToolCall, round_number: int, default_timeout: float | None
-    ) -> ToolOutcome:
-        found = toolset.get(call.name)
-        span = self._child_of_run(
+    @property
+    def name(self) -> str:
+        return self._inner.name
+
+    async def complete(self, call: ProviderCall) -> ProviderResponse:
+        span = self._spans.sending(call)
+        if span is None:
+            return await self._inner.complete(call)
+        with _current(span):
+            return await self._inner.complete(call)
+
+    def stream(self, call: ProviderCall) -> AbstractAsyncContextManager[AsyncIterator[StreamChunk]]:
+        span = self._spans.sending(call)
+        stream = self._inner.stream(call)
+        return stream if span is None else _TracedStream(span, stream)
+
+    def token_counter(self) -> TokenCounter | None:
+        return self._inner.token_counter()
+
+    def replay_projection(self, model: Model) -> ReplayProjection:
+        return self._inner.replay_projection(model)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    def __repr__(self) -> str:
+        return f"InstrumentedDriver({self._inner!r})"
+
+
+class TracedTools:
+    """A tool runner that runs each call through ``inner`` in an ``execute_tool {name}``
+    span, a child of the run's, current while the tool runs (in its own task, so the
+    tool's own spans nest under it)."""
+
+    def __init__(self, inner: ToolRunner, spans: TracedRun, toolset: Toolset) -> None:
+        self._inner = inner
+        self._spans = spans
+        self._toolset = toolset
+
+    async def __call__(self, call: ToolCall, *, round_number: int) -> ToolOutcome:
+        found = self._toolset.get(call.name)
+        content = self._spans.content
+        span = self._spans.child_of_run(
             f"execute_tool {call.name}",
             SpanKind.INTERNAL,
             {
@@ -194,27 +234,28 @@ class TracedRun(Telemetry):
                 "gen_ai.tool.call.id": call.id,
                 "gen_ai.tool.type": "function",
                 "gen_ai.tool.description": (found.description or None) if found else None,
-                "gen_ai.tool.call.arguments": call.arguments if self._content else None,
+                "gen_ai.tool.call.arguments": call.arguments if content else None,
                 "threadline.round": round_number,
             },
         )
         with _Ending(span):
             with _current(span):
-                outcome = await toolset.invoke(call, default_timeout=default_timeout)
-            self._tool_ended(span, outcome)
+                outcome = await self._inner(call, round_number=round_number)
+            _tool_ended(span, outcome, content=content)
         return outcome
 
-    def _tool_ended(self, span: Span, outcome: ToolOutcome) -> None:
-        if self._content:
-            span.set_attribute("gen_ai.tool.call.result", outcome.text)
-        if not outcome.is_error:
-            return
-        cause = outcome.exception
-        span.set_attribute("error.type", _error_type(cause) if cause is not None else "_OTHER")
-        span.set_status(Status(StatusCode.ERROR))
-        # A tool's error text can quote the model's arguments: content, so opt-in.
-        if cause is not None and self._content:
-            span.record_exception(cause)
+
+def _tool_ended(span: Span, outcome: ToolOutcome, *, content: bool) -> None:
+    if content:
+        span.set_attribute("gen_ai.tool.call.result", outcome.text)
+    if not outcome.is_error:
+        return
+    cause = outcome.exception
+    span.set_attribute("error.type", _error_type(cause) if cause is not None else "_OTHER")
+    span.set_status(Status(StatusCode.ERROR))
+    # A tool's error text can quote the model's arguments: content, so opt-in.
+    if cause is not None and content:
+        span.record_exception(cause)
 
 
 # -- span scopes ------------------------------------------------------------------------

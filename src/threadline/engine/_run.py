@@ -5,10 +5,16 @@ calls tools, run them concurrently and append their results. Rounds repeat
 until the model answers without calling a tool, or the plan's ``max_rounds``
 is hit. ``Request.run()`` and ``Request.stream()`` drive the same loop over a
 :class:`RunPlan`; ``run()`` simply drains it.
+
+The loop sends through the driver it is handed, runs tool calls through the
+tool runner it is handed, and tells the observer it is handed where the run
+and each round begin and end (``_instruments``). Telemetry wraps the first
+two and is the third when someone traces; the loop does not know it.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from collections.abc import AsyncGenerator
@@ -32,7 +38,6 @@ from threadline._events import (
     ToolResultEvent,
 )
 from threadline._messages import Message, Origin
-from threadline._plan import RunPlan
 from threadline._provider import (
     ProviderResponse,
     ReasoningChunk,
@@ -40,15 +45,17 @@ from threadline._provider import (
     StreamChunk,
     TextChunk,
 )
-from threadline._replay import ReplayGuard, label_of
 from threadline._result import RoundRecord, RunResult
-from threadline._telemetry import for_run
 from threadline.counting._calibration import calibrated_estimate
 from threadline.counting._protocol import TokenCounter
+from threadline.engine._instruments import Instruments
+from threadline.engine._plan import RunPlan
+from threadline.engine._replay import ReplayGuard, label_of
 from threadline.limiting._budget import Budget
 from threadline.limiting._engine import apply_limits
 from threadline.limiting._ledger import DroppedReasoning, LimitingOutcome, LimitingRecord
 from threadline.limiting._units import split_units
+from threadline.tools._tools import invoke_concurrently
 
 __all__ = ["Run"]
 
@@ -86,7 +93,7 @@ class _Round:
 class Run:
     """The state of one run: the engine's own transcript, the budget and the ledger."""
 
-    def __init__(self, plan: RunPlan, *, streaming: bool) -> None:
+    def __init__(self, plan: RunPlan, *, streaming: bool, instruments: Instruments) -> None:
         self.plan = plan
         self.streaming = streaming
         self.budget: Budget | None = plan.resolution.budget
@@ -98,7 +105,9 @@ class Run:
         )
         self.rounds: list[RoundRecord] = []
         self.checked_history = plan.checked_history
-        self.telemetry = for_run(plan, streaming=streaming)
+        self.driver = instruments.driver
+        self.tools = instruments.tools
+        self.observer = instruments.observer
         self.replay = ReplayGuard(label_of(plan.driver.name, plan.model.name))
 
     async def events(self) -> AsyncGenerator[StreamEvent, None]:
@@ -107,10 +116,10 @@ class Run:
         Raises:
             MaxRoundsExceededError: the model was still calling tools after the last round.
         """
-        with self.telemetry.run():
+        with self.observer.run():
             for number in range(1, self.plan.max_rounds + 1):
                 current = _Round(number=number)
-                with self.telemetry.round(current):
+                with self.observer.round(current):
                     async with aclosing(self._send_round(current)) as sending:
                         async for event in sending:
                             yield event
@@ -123,7 +132,7 @@ class Run:
                     # the run ends and hands the transcript back.
                     assert current.response is not None
                     result = self._result(current.response)
-                    self.telemetry.finished(result)
+                    self.observer.finished(result)
                     yield FinalResult(result=result)
                     return
             raise MaxRoundsExceededError(self.plan.max_rounds)
@@ -211,18 +220,18 @@ class Run:
                         yield event
 
     async def _send(self, current: _Round) -> AsyncGenerator[StreamEvent, None]:
-        driver = self.plan.driver
+        driver = self.driver
         messages, current.reasoning_dropped = self.replay.prepare(
             self.transcript, self.checked_history
         )
         call = self.plan.call(messages, current.number)
         deadline = self.plan.deadline(streaming=self.streaming)
         if not self.streaming:
-            with deadline.bound(), self.telemetry.provider_call(call):
+            with deadline.bound():
                 current.response = await driver.complete(call)
             return
         with deadline.bound():
-            async with self.telemetry.provider_stream(call, driver.stream(call)) as chunks:
+            async with driver.stream(call) as chunks:
                 async for chunk in chunks:
                     deadline.first_token()
                     event = _event_of(chunk, current)
@@ -273,9 +282,8 @@ class Run:
         if not current.runnable:
             return
         injected: list[Message] = []
-        for result in await self.telemetry.invoke_tools(
-            toolset, calls, current.number, default_timeout=self.plan.tool_timeout
-        ):
+        run_one = functools.partial(self.tools, round_number=current.number)
+        for result in await invoke_concurrently(calls, run_one):
             self._append(result.message)
             injected.extend(result.injected)
             yield ToolResultEvent(

@@ -3,12 +3,12 @@
 The builder collects a model, the system message, history, a prompt, tools
 and one :class:`RequestSettings` value (every ``with_*`` option evolves it).
 ``run()``, ``stream()`` and the budget helpers freeze it into a
-:class:`~threadline._plan.RunPlan`, which the run loop (``_run``) consumes.
+:class:`~threadline.engine._plan.RunPlan`, which the run loop (``_run``) consumes.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import aclosing, asynccontextmanager
 from itertools import repeat
 from operator import attrgetter, is_
@@ -20,20 +20,21 @@ from threadline._errors import InvalidRequestError
 from threadline._events import FinalResult, StreamEvent
 from threadline._messages import Message, Origin, Role
 from threadline._models import Model
-from threadline._plan import RunPlan, TranscriptMemo, plan_run, settings_counter
 from threadline._result import RunResult
-from threadline._run import Run
 from threadline._sentinel import NOT_GIVEN, NotGiven
 from threadline._settings import RequestSettings, SettingsChanges
 from threadline._validate import problem
 from threadline.counting._protocol import TokenCounter
 from threadline.counting._resolution import ExactCounter
+from threadline.engine._defaults import ClientDefaults
+from threadline.engine._plan import RunPlan, TranscriptMemo, plan_run, settings_counter
+from threadline.engine._run import Run
+from threadline.engine._telemetry import instrument
 from threadline.limiting._budget import Budget, BudgetResolution
 from threadline.limiting._incremental import CheckedHistory
 from threadline.tools._tools import Tool
 
 if TYPE_CHECKING:
-    from threadline._client import Client
     from threadline.limiting._event import TokenLimitHandler
 
 __all__ = ["Request"]
@@ -68,8 +69,9 @@ class Request:
     ``stream`` and ``budget``, naming every problem.
     """
 
-    def __init__(self, client: Client) -> None:
-        self._client = client
+    def __init__(self, defaults: ClientDefaults) -> None:
+        # The client's driver and defaults, as a value: a request never sees the Client.
+        self._defaults = defaults
         self._model: Model | None = None
         self._system: str | None = None
         self._history: tuple[Message, ...] = ()
@@ -328,14 +330,14 @@ class Request:
             counter = await request.token_counter()
             print(type(counter).__name__, counter.count(messages, tools))
         """
-        model = self._model or self._client.default_model
+        model = self._model or self._defaults.default_model
         problems = list(self._problems.values())
         if model is None:
             problems.append("no model: call with_model() or give the Client a default_model")
         if problems:
             raise InvalidRequestError("invalid request: " + "; ".join(problems))
         assert model is not None
-        return settings_counter(self._settings, self._client, model)
+        return settings_counter(self._settings, self._defaults, model)
 
     async def is_token_limit_reached(self) -> bool:
         """Whether the transcript as built is over the prompt budget; ``False`` without one."""
@@ -356,7 +358,7 @@ class Request:
             MaxRoundsExceededError: the model kept calling tools.
             ProviderError: the provider failed (after the driver's retries).
         """
-        async with aclosing(Run(self._plan(), streaming=False).events()) as events:
+        async with aclosing(_events(self._plan(), streaming=False)) as events:
             async for event in events:
                 if isinstance(event, FinalResult):
                     return event.result
@@ -375,7 +377,7 @@ class Request:
                         print(event.text, end="")
         """
         # Planned on entry: an invalid request is refused here, not on first iteration.
-        events = Run(self._plan(), streaming=True).events()
+        events = _events(self._plan(), streaming=True)
         try:
             yield events
         finally:
@@ -386,8 +388,8 @@ class Request:
         if self._prompt is None and not self._history:
             problems.append("nothing to send: call with_prompt() or with_messages()")
         return plan_run(
-            self._client,
-            model=self._model or self._client.default_model,
+            self._defaults,
+            model=self._model or self._defaults.default_model,
             system=self._system,
             history=self._history,
             prompt=self._prompt,
@@ -398,3 +400,9 @@ class Request:
             checked_history=self._checked_history,
             memo=self._memo,
         )
+
+
+def _events(plan: RunPlan, *, streaming: bool) -> AsyncGenerator[StreamEvent, None]:
+    """The events of a run of ``plan``, sent and observed through what telemetry hands it."""
+    instruments = instrument(plan, streaming=streaming)
+    return Run(plan, streaming=streaming, instruments=instruments).events()

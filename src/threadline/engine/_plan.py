@@ -14,25 +14,25 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 import attrs
 
-from threadline._deadline import CallDeadline
 from threadline._errors import InvalidRequestError, TranscriptIntegrityError
 from threadline._messages import Message
 from threadline._models import Model
 from threadline._provider import Driver, ProviderCall
-from threadline._replay import check_transcript_reasoning
 from threadline._settings import RequestSettings
 from threadline._validate import problem
 from threadline.counting import resolve_token_counter
 from threadline.counting._calibration import TokenCalibration
 from threadline.counting._protocol import TokenCounter
 from threadline.counting._resolution import ExactCounter, resolve_exact_token_counter
+from threadline.engine._deadline import CallDeadline
+from threadline.engine._defaults import ClientDefaults
+from threadline.engine._replay import check_transcript_reasoning
 from threadline.limiting._budget import BudgetResolution, resolve_budget
 from threadline.limiting._incremental import CheckedHistory
 from threadline.limiting._units import check_integrity
 from threadline.tools._tools import Tool, Toolset, tool
 
 if TYPE_CHECKING:
-    from threadline._client import Client
     from threadline.limiting._event import TokenLimitHandler
 
 __all__ = [
@@ -127,7 +127,7 @@ class TranscriptMemo:
 
 
 def plan_run(
-    client: Client,
+    defaults: ClientDefaults,
     *,
     model: Model | None,
     system: str | None,
@@ -142,6 +142,7 @@ def plan_run(
 ) -> RunPlan:
     """Check a request and freeze it into a plan.
 
+    ``defaults`` are the client's: its driver, counters and calibration.
     ``problems`` are what the builder already found; they come first in the error.
     ``cache_key`` goes to every call (see ``Request.with_cache_key``).
     ``checked_history`` is a conversation's word that ``history`` is whole
@@ -152,7 +153,7 @@ def plan_run(
         InvalidRequestError: every problem at once (no model, tools that cannot
             be used, a tool choice naming no tool, a history whose tool units are
             broken), a message whose reasoning replay state is refused (see
-            ``threadline._replay``), or a reserve that fills an explicit limit.
+            ``threadline.engine._replay``), or a reserve that fills an explicit limit.
     """
     found = list(problems)
     if model is None:
@@ -171,7 +172,7 @@ def plan_run(
             memo.keep(inputs, built)
     transcript, prompt_index, checked_history = built
     resolution = settings_budget(settings, model)
-    counter = settings_counter(settings, client, model)
+    counter = settings_counter(settings, defaults, model)
     template = ProviderCall(
         model=model,
         messages=(),
@@ -183,17 +184,17 @@ def plan_run(
         cache_key=cache_key,
     )
     return RunPlan(
-        driver=client.driver,
+        driver=defaults.driver,
         model=model,
         transcript=transcript,
         prompt_index=prompt_index,
         toolset=toolset,
         counter=counter,
         exact_counter=resolve_exact_token_counter(
-            settings.exact_token_counter, client.exact_token_counter, client.driver, model
+            settings.exact_token_counter, defaults.exact_token_counter, defaults.driver, model
         ),
         exact_margin=settings.exact_count_margin,
-        calibration=client.calibration,
+        calibration=defaults.calibration,
         resolution=resolution,
         call_template=template,
         pre=settings.pre_max_tokens_reached,
@@ -241,9 +242,16 @@ def settings_budget(settings: RequestSettings, model: Model) -> BudgetResolution
     )
 
 
-def settings_counter(settings: RequestSettings, client: Client, model: Model) -> TokenCounter:
-    """The counter a request counts with: settings → client → driver → default → built-in."""
-    return resolve_token_counter(settings.token_counter, client.token_counter, client.driver, model)
+def settings_counter(
+    settings: RequestSettings, defaults: ClientDefaults, model: Model
+) -> TokenCounter:
+    """The counter a request counts with: settings → client → driver → default → built-in.
+
+    ``defaults`` is the client's (``Client.defaults``).
+    """
+    return resolve_token_counter(
+        settings.token_counter, defaults.token_counter, defaults.driver, model
+    )
 
 
 def _toolset(tools: Iterable[Tool | Any], problems: list[str]) -> Toolset | None:

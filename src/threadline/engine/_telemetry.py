@@ -24,38 +24,31 @@ only when the user opts in (:func:`capture_content`, or the convention's
 ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``). A key never reaches a
 span: nothing here reads a driver's settings.
 
-The spans themselves are made in ``_telemetry._spans``, imported on the first
-traced run, so OpenTelemetry is loaded only then.
+The run loop does not know telemetry. :func:`instrument` hands a traced run
+an instrumented driver (it delegates to the plan's, with the round span
+current around each call), a tool runner that runs each call in a span, and
+an observer the loop tells where the run and each round begin and end (the
+protocols are in ``_instruments``). They are made in ``_spans``, imported on
+the first traced run, so OpenTelemetry is loaded only then.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import AsyncIterator, Sequence
-from contextlib import AbstractAsyncContextManager, AbstractContextManager
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
-from threadline._provider import ProviderCall, ProviderResponse, StreamChunk
-from threadline.tools._tools import Toolset
+from threadline.engine._instruments import Instruments, plain_instruments
+from threadline.engine._plan import RunPlan
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Tracer, TracerProvider
 
-    from threadline._messages import ToolCall
-    from threadline._plan import RunPlan
-    from threadline._result import RunResult
-    from threadline.limiting._ledger import LimitingRecord
-    from threadline.tools._tools import ToolOutcome
-
 __all__ = [
     "CONTENT_ENV",
-    "NOTHING",
-    "RoundFacts",
-    "Telemetry",
     "capture_content",
     "capturing_content",
-    "for_run",
+    "instrument",
     "set_tracer_provider",
 ]
 
@@ -150,78 +143,14 @@ def _version() -> str:
         return "0+unknown"
 
 
-class RoundFacts(Protocol):
-    """What the run loop knows about a round when its span ends."""
-
-    @property
-    def number(self) -> int: ...
-    @property
-    def estimated(self) -> int: ...
-    @property
-    def limiting(self) -> LimitingRecord | None: ...
-    @property
-    def retry_limiting(self) -> LimitingRecord | None: ...
-    @property
-    def context_retry(self) -> bool: ...
-    @property
-    def response(self) -> ProviderResponse | None: ...
-
-
-class Telemetry:
-    """The seam the run loop calls. This base records nothing and costs nothing;
-    :func:`for_run` returns a tracing one when spans are wanted."""
-
-    def run(self) -> AbstractContextManager[object]:
-        """The span of the whole run."""
-        return NOTHING
-
-    def finished(self, result: RunResult) -> None:
-        """The run ended with ``result``."""
-
-    def round(self, current: RoundFacts) -> AbstractContextManager[object]:
-        """The span of one round: limiting, the provider call, its retry."""
-        return NOTHING
-
-    def provider_call(self, call: ProviderCall) -> AbstractContextManager[object]:
-        """Around a non-streamed provider call (``call`` is what is sent)."""
-        return NOTHING
-
-    def provider_stream(
-        self,
-        call: ProviderCall,
-        stream: AbstractAsyncContextManager[AsyncIterator[StreamChunk]],
-    ) -> AbstractAsyncContextManager[AsyncIterator[StreamChunk]]:
-        """Around a streamed provider call: ``stream`` as it is, or wrapped."""
-        return stream
-
-    async def invoke_tools(
-        self,
-        toolset: Toolset,
-        calls: Sequence[ToolCall],
-        round_number: int,
-        *,
-        default_timeout: float | None = None,
-    ) -> list[ToolOutcome]:
-        """Run ``calls`` concurrently, each in a span when tracing; ``default_timeout``
-        is the time limit of a tool without its own."""
-        return await toolset.invoke_all(calls, default_timeout=default_timeout)
-
-
-class _Nothing(AbstractContextManager[object]):
-    def __exit__(self, *exc_info: object) -> None:
-        return None
-
-
-NOTHING: AbstractContextManager[object] = _Nothing()
-"""A context manager that does nothing, shared by every untraced run."""
-_OFF = Telemetry()
-
-
-def for_run(plan: RunPlan, *, streaming: bool) -> Telemetry:
-    """The telemetry of one run of ``plan``: spans when someone traces, else nothing."""
+def instrument(plan: RunPlan, *, streaming: bool) -> Instruments:
+    """What a run of ``plan`` is handed: its driver and tool runner wrapped in spans
+    and an observer that makes the run and round spans when someone traces, else
+    the plan's own, unobserved."""
+    plain = plain_instruments(plan)
     tracer = _tracer()
     if tracer is None:
-        return _OFF
-    from threadline._telemetry._spans import TracedRun
+        return plain
+    from threadline.engine._spans import traced
 
-    return TracedRun(tracer, plan, streaming=streaming, content=capturing_content())
+    return traced(plain, tracer, plan, streaming=streaming, content=capturing_content())
