@@ -295,6 +295,7 @@ def llama_server(threads: int, context: int = SERVER_CONTEXT_TOKENS) -> Iterator
         # No host-memory prompt cache: it would hand a later policy the prompts an
         # earlier one left (the same turns), so only the slot's own KV cache counts.
         *("--cache-ram", "0"),
+        "--no-repack",  # no AMX buffers: the tests' reason (tests/integration/conftest.py)
     ]
     with log.open("wb") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)

@@ -655,6 +655,7 @@ def servers(log_dir: Path) -> Iterator[tuple[str, str]]:
         "2",
         "-np",
         "1",
+        "--no-repack",  # no AMX buffers: the tests' reason (tests/integration/conftest.py)
     ]
     env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
     started: list[subprocess.Popen[bytes]] = []

@@ -237,6 +237,10 @@ def llama_server_upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         # test_cache_bench measures, never a prompt an earlier test left.
         "--cache-ram",
         "0",
+        # No AMX/repacked weight buffers: where the kernel does not grant AMX tile
+        # state (some VMs, this project's CI machines among them) the first decode
+        # dies with SIGILL or SIGSEGV; see _llama_server.py for the same setting.
+        "--no-repack",
     ]
     with log.open("wb") as log_file:
         process = subprocess.Popen(
