@@ -44,7 +44,7 @@ from threadline._validate import fail, non_negative_int
 from threadline.counting._protocol import is_incremental
 from threadline.counting._resolution import default_token_counter
 from threadline.counting._saved import SavedEntry
-from threadline.limiting._drop_oldest import slides_by_one
+from threadline.limiting._traits import traits_of
 from threadline.serialization._converter import dumps_conversation
 from threadline.serialization._documents import ConversationDocument, ConversationEvent, JsonValue
 
@@ -265,7 +265,7 @@ class ConversationState:
         if (
             keeps_window(settings)
             or settings.post_max_tokens_reached is not None
-            or not slides_by_one(settings.pre_max_tokens_reached)
+            or not traits_of(settings.pre_max_tokens_reached).slides_one_unit
             or client.calibration is not None
             or self._agent.model is None
             or not is_incremental(settings_counter(settings, client, self._agent.model))

@@ -28,7 +28,8 @@ from threadline._errors import ConversationFormatError
 from threadline._messages import Message, Origin, Role
 from threadline._result import RunResult
 from threadline._settings import RequestSettings
-from threadline.limiting._cache_stable import CacheStableUnits, cache_stable_units
+from threadline.limiting._defaults import DEFAULT_CONVERSATION_HANDLER
+from threadline.limiting._traits import traits_of
 from threadline.serialization._converter import messages_from_value, messages_value
 from threadline.serialization._documents import JsonValue
 
@@ -47,9 +48,7 @@ __all__ = [
 
 WINDOW_KEY = "window"
 
-CONVERSATION_PRE = cache_stable_units()
-"""A conversation's Pre handler when its settings name none (a plain request's is
-``drop_oldest_units``): see docs/limiting.md for the measurements behind it."""
+CONVERSATION_PRE = DEFAULT_CONVERSATION_HANDLER
 
 
 @attrs.frozen(kw_only=True)
@@ -101,10 +100,10 @@ def conversation_settings(settings: RequestSettings) -> RequestSettings:
 
 def keeps_window(settings: RequestSettings) -> bool:
     """Whether a conversation with these settings keeps its window between cuts:
-    its Pre handler (the default one included) or its Post handler is cache-stable."""
+    its Pre handler (the default one included) or its Post handler keeps a stable prefix."""
     settings = conversation_settings(settings)
     return any(
-        isinstance(handler, CacheStableUnits)
+        traits_of(handler).keeps_stable_prefix
         for handler in (settings.pre_max_tokens_reached, settings.post_max_tokens_reached)
     )
 
