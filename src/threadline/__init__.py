@@ -10,7 +10,6 @@ and docs/ for the guide.
 
 from threadline._agent import Agent
 from threadline._client import Client
-from threadline._conversation import Conversation
 from threadline._errors import (
     AuthenticationError,
     BadRequestError,
@@ -54,7 +53,8 @@ from threadline._request import Request
 from threadline._result import RunResult
 from threadline._sentinel import NOT_GIVEN
 from threadline._settings import RequestSettings
-from threadline._transcript import Turn
+from threadline.conversation._conversation import Conversation
+from threadline.conversation._transcript import Turn
 from threadline.limiting import Budget
 from threadline.tools import Tool, ToolResult, tool
 
