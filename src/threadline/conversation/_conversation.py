@@ -58,6 +58,7 @@ from threadline.conversation._window import (
     cache_key,
     sent_window,
     slide_after,
+    slide_start,
 )
 from threadline.serialization._converter import dumps_conversation, loads_conversation
 from threadline.serialization._documents import ConversationDocument, ConversationEvent, JsonValue
@@ -396,9 +397,9 @@ class Conversation:
             message = prompt.with_origin(Origin.TURN)
         else:
             fail("prompt", "a str or a user Message", prompt)
-        policy, transcript, slide = self._policy, self._transcript, self._slide
+        policy, transcript = self._policy, self._transcript
         key = policy.slide_key(self._agent)
-        slid = slide.start if key is not None and slide is not None and slide.key == key else 0
+        slid = slide_start(self._slide, key)
         sent = sent_window(transcript, self._history_limit, policy.kept(self._window), slid)
         request = self._agent.request().with_settings(policy.turn_settings)
         checked = transcript.checked(sent.kept.head, sent.window, sent.base)

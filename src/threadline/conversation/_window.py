@@ -46,6 +46,7 @@ __all__ = [
     "cache_key",
     "sent_window",
     "slide_after",
+    "slide_start",
     "window_after",
 ]
 
@@ -92,6 +93,12 @@ class Slide:
 
     key: tuple[object, ...]
     start: int
+
+
+def slide_start(slide: Slide | None, key: tuple[object, ...] | None) -> int:
+    """Where the last cut left the window when ``slide`` holds for a turn with slide
+    ``key``; 0 (nothing to skip) otherwise."""
+    return slide.start if key is not None and slide is not None and slide.key == key else 0
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -184,7 +191,7 @@ def slide_after(
     is committed (``None``: the turn did not slide)."""
     if key is None:
         return None
-    start = slide.start if slide is not None and slide.key == key else 0
+    start = slide_start(slide, key)
     if any(record.context_retry for record in result.rounds):
         return Slide(key, start)  # a budget the provider tightened for one round
     kept = window_after(sent, result, instructions=instructions)
