@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from threadline import Agent, Client, Conversation, Message, Model, Role, ToolCall
-from threadline._transcript import Transcript  # private: the property drives the index itself
+from threadline.conversation._transcript import Transcript  # private: the index itself
 from threadline.limiting import check_integrity
 from threadline.serialization import ConversationEvent
 from threadline.testing import ScriptedDriver

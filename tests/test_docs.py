@@ -25,8 +25,8 @@ DOCS = Path(__file__).parent.parent / "docs"
 PAGES = sorted(DOCS.glob("*.md"))
 REFERENCE = DOCS / "reference"
 # Subpackages with a page of their own in the guide rather than an API reference,
-# and rooms of private modules that export no names of their own.
-NOT_IN_REFERENCE = {"threadline.cli", "threadline.engine"}
+# and rooms of private modules whose public names are published from threadline.
+NOT_IN_REFERENCE = {"threadline.cli", "threadline.conversation", "threadline.engine"}
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 
 # Pages whose examples load the local model: they run with the integration tests.

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from threadline import Message, Origin, Reasoning, ToolCall, Usage
 from threadline._provider import ProviderResponse
-from threadline._transcript import Transcript  # private: the storage itself is under test
+from threadline.conversation._transcript import Transcript  # private: under test
 from threadline.serialization import ConversationEvent
 
 _usages = st.none() | st.builds(
@@ -97,7 +97,7 @@ def test_an_empty_transcript_has_no_events_turns_or_messages() -> None:
 
 
 def test_packed_fields_come_back_for_any_int_and_any_step() -> None:
-    from threadline._packed_events import PackedEvents  # private: the byte packing itself
+    from threadline.conversation._packed_events import PackedEvents  # private: the packing
 
     packed = PackedEvents()
     user = Message.user("q")

@@ -8,7 +8,6 @@ the ledger), :mod:`threadline.counting`, :mod:`threadline.tools`,
 and docs/ for the guide.
 """
 
-from threadline._conversation import Conversation
 from threadline._errors import (
     AuthenticationError,
     BadRequestError,
@@ -51,7 +50,8 @@ from threadline._public import publish
 from threadline._result import RunResult
 from threadline._sentinel import NOT_GIVEN
 from threadline._settings import RequestSettings
-from threadline._transcript import Turn
+from threadline.conversation._conversation import Conversation
+from threadline.conversation._transcript import Turn
 from threadline.engine._agent import Agent
 from threadline.engine._client import Client
 from threadline.engine._request import Request

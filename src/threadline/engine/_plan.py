@@ -107,10 +107,9 @@ class TranscriptMemo:
 
     A request's system text, history, prompt and checked history are
     immutable, so a plan of the very same objects builds, checks and refuses
-    exactly what the last one did. A conversation with a store plans each turn
-    twice (its budget before the pending prompt is written, then the run):
-    the second plan reuses the first's transcript instead of copying the
-    history again.
+    exactly what the last one did. A caller that asks for the budget and then
+    runs plans twice: the second plan reuses the first's transcript instead of
+    copying the history again.
     """
 
     inputs: tuple[object, ...] = ()

@@ -4,6 +4,12 @@ The builder collects a model, the system message, history, a prompt, tools
 and one :class:`RequestSettings` value (every ``with_*`` option evolves it).
 ``run()``, ``stream()`` and the budget helpers freeze it into a
 :class:`~threadline.engine._plan.RunPlan`, which the run loop (``_run``) consumes.
+
+The functions below the class are the builder's package-internal steps, for
+a :class:`~threadline.Conversation`: :func:`with_checked_history` hands over
+history it vouches for, :func:`planned` checks a request and returns its plan
+(before the conversation writes anything), and :func:`run_plan` and
+:func:`stream_plan` run that very plan, so a turn is planned once.
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ from threadline.tools._tools import Tool
 if TYPE_CHECKING:
     from threadline.limiting._event import TokenLimitHandler
 
-__all__ = ["Request"]
+__all__ = ["Request", "planned", "run_plan", "stream_plan", "with_checked_history"]
 
 _SETTING_NAMES = frozenset(attrs.fields_dict(RequestSettings))
 _ORIGIN = attrgetter("origin")
@@ -130,15 +136,6 @@ class Request:
             if not all(map(is_, map(_ORIGIN, history), repeat(Origin.SEED))):
                 history = tuple(m.with_origin(Origin.SEED) for m in history)
             self._history = history
-        return self
-
-    def _with_checked_history(self, history: CheckedHistory) -> Self:
-        """``with_messages(history.messages)``, which a conversation vouches for: checked
-        as its turns joined, so neither planning nor limiting walks it again."""
-        # Seed messages all, as the conversation made them: nothing to check or copy.
-        self._problems.pop("messages", None)
-        self._history = history.messages
-        self._checked_history = history
         return self
 
     def with_prompt(self, prompt: str | Message) -> Self:
@@ -358,11 +355,7 @@ class Request:
             MaxRoundsExceededError: the model kept calling tools.
             ProviderError: the provider failed (after the driver's retries).
         """
-        async with aclosing(_events(self._plan(), streaming=False)) as events:
-            async for event in events:
-                if isinstance(event, FinalResult):
-                    return event.result
-        raise AssertionError("the run loop ended without a result")  # pragma: no cover
+        return await run_plan(self._plan())
 
     @asynccontextmanager
     async def stream(self) -> AsyncIterator[AsyncIterator[StreamEvent]]:
@@ -377,11 +370,8 @@ class Request:
                         print(event.text, end="")
         """
         # Planned on entry: an invalid request is refused here, not on first iteration.
-        events = _events(self._plan(), streaming=True)
-        try:
+        async with stream_plan(self._plan()) as events:
             yield events
-        finally:
-            await events.aclose()
 
     def _plan(self) -> RunPlan:
         problems = list(self._problems.values())
@@ -400,6 +390,44 @@ class Request:
             checked_history=self._checked_history,
             memo=self._memo,
         )
+
+
+def with_checked_history(request: Request, history: CheckedHistory) -> Request:
+    """``request.with_messages(history.messages)``, for history a conversation vouches
+    for: checked as its turns joined, so neither planning nor limiting walks it again."""
+    # Seed messages all, as the conversation made them: nothing to check or copy.
+    request._problems.pop("messages", None)
+    request._history = history.messages
+    request._checked_history = history
+    return request
+
+
+def planned(request: Request) -> RunPlan:
+    """``request`` checked and frozen into the plan its run would run.
+
+    Raises:
+        InvalidRequestError: as ``Request.run`` (see the class docstring).
+    """
+    return request._plan()
+
+
+async def run_plan(plan: RunPlan) -> RunResult:
+    """Run ``plan`` to its final answer, as ``Request.run`` does."""
+    async with aclosing(_events(plan, streaming=False)) as events:
+        async for event in events:
+            if isinstance(event, FinalResult):
+                return event.result
+    raise AssertionError("the run loop ended without a result")  # pragma: no cover
+
+
+@asynccontextmanager
+async def stream_plan(plan: RunPlan) -> AsyncIterator[AsyncIterator[StreamEvent]]:
+    """Run ``plan``, yielding its events, as ``Request.stream`` does."""
+    events = _events(plan, streaming=True)
+    try:
+        yield events
+    finally:
+        await events.aclose()
 
 
 def _events(plan: RunPlan, *, streaming: bool) -> AsyncGenerator[StreamEvent, None]:

@@ -7,7 +7,9 @@ stays cached, and ``summarize_oldest`` replaces the oldest with a summary. A
 handler of your own gets a :class:`TokenLimitEvent` and can do everything the
 built-ins do: list the units (``event.units()``), drop some with a reason
 the ledger records (``event.drop_units(units, reason=...)``), recount
-(``event.is_over_budget()``). See docs/limiting.md.
+(``event.is_over_budget()``), and declare the same traits as a built-in
+(:class:`HandlerTraits`, :func:`with_traits`) to get the same treatment from
+the engine and a conversation. See docs/limiting.md and docs/handlers.md.
 """
 
 from threadline._errors import TranscriptIntegrityError
@@ -28,6 +30,7 @@ from threadline.limiting._summarize import (
     SUMMARY_HEADING,
     summarize_oldest,
 )
+from threadline.limiting._traits import HandlerTraits, traits_of, with_traits
 from threadline.limiting._units import (
     PinReason,
     Unit,
@@ -49,6 +52,7 @@ __all__ = [
     "DroppedReasoning",
     "DroppedUnit",
     "HandlerRun",
+    "HandlerTraits",
     "LimitingRecord",
     "PinReason",
     "RoundRecord",
@@ -63,6 +67,8 @@ __all__ = [
     "drop_oldest_units",
     "split_units",
     "summarize_oldest",
+    "traits_of",
+    "with_traits",
 ]
 
 publish(globals(), __all__, __name__)

@@ -26,6 +26,7 @@ from threadline.counting._anchored import AnchoredCounter
 from threadline.counting._protocol import TokenCounter, is_token_counter
 from threadline.limiting._budget import message_costs
 from threadline.limiting._event import TokenLimitEvent, priced
+from threadline.limiting._traits import HandlerTraits
 from threadline.limiting._units import PinReason, Units
 
 if TYPE_CHECKING:
@@ -43,11 +44,13 @@ class CacheStableUnits:
     """The cache-stable handler that :func:`cache_stable_units` builds.
 
     ``low_water`` is the share of the prompt budget a cut leaves; ``counter``
-    prices the messages (``None``: the event's). A conversation whose Pre or
-    Post handler is one of these keeps its window's start between cuts.
+    prices the messages (``None``: the event's). Every one declares
+    ``keeps_stable_prefix``: a conversation whose Pre or Post handler is one
+    keeps its window's start between cuts.
     """
 
     __slots__ = ("__qualname__", "counter", "low_water")
+    __threadline_traits__ = HandlerTraits(keeps_stable_prefix=True)
 
     def __init__(self, low_water: float, counter: TokenCounter | None) -> None:
         self.low_water = low_water

@@ -9,22 +9,23 @@ from __future__ import annotations
 
 import bisect
 import itertools
-import weakref
 from array import array
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from threadline._errors import InvalidRequestError
 from threadline._messages import Message, Role
 from threadline.counting._protocol import TokenCounter, is_token_counter
 from threadline.limiting._event import TokenLimitEvent, TokenLimitHandler, priced
+from threadline.limiting._traits import HandlerTraits, with_traits
 from threadline.limiting._units import PinReason, UnitKind, Units, pinned_units, spans_of
 
-__all__ = ["drop_oldest_units", "slide_cut", "slides_by_one"]
+__all__ = ["drop_oldest_units", "slide_cut"]
 
 _OPENING = "dropped so that the transcript opens with a user message"
 
-# The handlers drop_oldest_units(None) made: they price with the event's counter.
-_ON_THE_EVENTS_COUNTER: weakref.WeakSet[Callable[..., object]] = weakref.WeakSet()
+# On the event's counter, what it keeps is the newest stretch of units that fits,
+# wherever the transcript starts: the engine may cut so itself (slide_cut).
+_SLIDES = HandlerTraits(slides_one_unit=True)
 
 
 def drop_oldest_units(counter: TokenCounter | None = None) -> TokenLimitHandler:
@@ -59,19 +60,8 @@ def drop_oldest_units(counter: TokenCounter | None = None) -> TokenLimitHandler:
         _drop_oldest(event, counter if counter is not None else event.counter)
 
     handler.__name__ = handler.__qualname__ = "drop_oldest_units"
-    if counter is None:
-        _ON_THE_EVENTS_COUNTER.add(handler)
-    return handler
-
-
-def slides_by_one(handler: object) -> bool:
-    """Whether ``handler`` is a ``drop_oldest_units(None)``: what it keeps of a
-    transcript is the newest stretch that fits, wherever the transcript starts, so
-    a conversation may send it only what the last cut left (see ``_conversation_state``)."""
-    try:
-        return handler in _ON_THE_EVENTS_COUNTER
-    except TypeError:  # not weakly referable: not one of ours
-        return False
+    # With a counter of its own its prices are not the event's: no promise then.
+    return with_traits(handler, _SLIDES) if counter is None else handler
 
 
 def _drop_oldest(event: TokenLimitEvent, counter: TokenCounter) -> None:
@@ -114,8 +104,9 @@ def slide_cut(
 
     What :class:`_Window` finds through an event's units, found here on unit
     numbers and the few pinned units alone, for the engine, which holds the
-    starts and costs already and takes ``drop_oldest_units(None)`` without an
-    event (see ``_engine``): listing the units, making the window and dropping
+    starts and costs already and takes a handler that declares
+    ``slides_one_unit`` (``drop_oldest_units(None)``) without an event (see
+    ``_engine``): listing the units, making the window and dropping
     each run cost more than the cut itself on a short transcript. A property
     test holds the two to the same outcome and ledger.
     """

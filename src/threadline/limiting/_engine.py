@@ -45,7 +45,8 @@ from threadline.counting._calibration import calibrated_estimate
 from threadline.counting._protocol import TokenCounter, is_incremental
 from threadline.counting._resolution import ExactCounter
 from threadline.limiting._budget import Budget, budget_report, message_costs
-from threadline.limiting._drop_oldest import drop_oldest_units, slide_cut, slides_by_one
+from threadline.limiting._defaults import DEFAULT_REQUEST_HANDLER
+from threadline.limiting._drop_oldest import slide_cut
 from threadline.limiting._drops import Drops, starts_after, units_dropped
 from threadline.limiting._event import (
     TokenLimitEvent,
@@ -65,6 +66,7 @@ from threadline.limiting._ledger import (
     LimitingRecord,
     Phase,
 )
+from threadline.limiting._traits import traits_of
 from threadline.limiting._units import (
     PinReason,
     checked_unit_starts,
@@ -78,9 +80,6 @@ from threadline.tools._tools import Tool
 __all__ = ["apply_limits"]
 
 logger = logging.getLogger("threadline.limiting")
-
-# The Pre handler when none is given. It keeps no state, so one serves every step.
-_BUILT_IN_PRE = drop_oldest_units(None)
 
 
 async def apply_limits(
@@ -130,13 +129,13 @@ async def apply_limits(
             exact_margin=(1.0 if exact_always else exact_margin)
             if exact_counter is not None
             else None,
-            slides_by_one=post is None and slides_by_one(pre),
+            sliding=handler_name(pre) if post is None and traits_of(pre).slides_one_unit else None,
         )
         if quick is not None:
             return quick
     state = _Limiting(list(messages), tuple(tools), counter, budget, round, prompt_index)
     if budget is not None:
-        first = pre if pre is not None else _BUILT_IN_PRE
+        first = pre if pre is not None else DEFAULT_REQUEST_HANDLER
         if exact_counter is not None and exact_margin is not None:
             built_in = first if pre is None else None
             await state.count_exactly(
@@ -271,7 +270,7 @@ class _Limiting:
 
     async def run(self, phase: Phase, handler: TokenLimitHandler, budget: Budget) -> None:
         name = handler_name(handler)
-        if self.costs is not None and slides_by_one(handler):
+        if self.costs is not None and traits_of(handler).slides_one_unit:
             self._slide(phase, name, budget.prompt_tokens, self.costs)
             return
         event = checked_event(

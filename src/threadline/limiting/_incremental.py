@@ -72,14 +72,14 @@ def quick_outcome(
     prompt_index: int | None,
     history: CheckedHistory,
     exact_margin: float | None,
-    slides_by_one: bool = False,
+    sliding: str | None = None,
 ) -> LimitingOutcome | None:
     """The outcome of a limiting step that runs no handler, or ``None`` for the full step.
 
     ``exact_margin`` is the margin the exact counter would be asked at
-    (``None``: it is not asked). ``slides_by_one`` says the step's only handler
-    is ``drop_oldest_units(None)``: over budget, its cut is then made here too
-    (see :func:`_cut`).
+    (``None``: it is not asked). ``sliding`` names the step's only handler when
+    it declares ``slides_one_unit`` (see ``_traits``): over budget, its cut is
+    then made here too (see :func:`_cut`).
     """
     if prompt_index is None or not is_incremental(counter):
         return None
@@ -109,9 +109,9 @@ def quick_outcome(
         if exact_margin is not None:
             threshold = min(threshold, budget.prompt_tokens * (1 - exact_margin))
         if total > threshold:
-            if not slides_by_one or exact_margin is not None or len(tail) != 1:
+            if sliding is None or exact_margin is not None or len(tail) != 1:
                 return None
-            return _cut(messages, start, end, pinned, tools, counter, budget, round, total)
+            return _cut(sliding, messages, start, end, pinned, tools, counter, budget, round, total)
     record = LimitingRecord(
         round=round,
         budget_tokens=budget.prompt_tokens if budget is not None else None,
@@ -199,6 +199,7 @@ _OPENING = "dropped so that the transcript opens with a user message"
 
 
 def _cut(
+    handler: str,
     messages: Sequence[Message],
     start: int,
     end: int,
@@ -209,9 +210,10 @@ def _cut(
     round: int,
     total: int,
 ) -> LimitingOutcome | None:
-    """``drop_oldest_units(None)``'s cut of an over-budget transcript whose history is
-    vouched for and whose only message after it is the prompt; ``None`` when the cut
-    would take the whole history (the full step then warns as it should).
+    """The cut of ``drop_oldest_units(None)``, which ``handler`` declares it makes (the
+    ledger names it), of an over-budget transcript whose history is vouched for and
+    whose only message after it is the prompt; ``None`` when the cut would take the
+    whole history (the full step then warns as it should).
 
     Everything in the history is droppable, so the handler drops its oldest
     units until they free the excess, then those before the first user
@@ -221,7 +223,7 @@ def _cut(
     """
     assert is_incremental(counter)
     prompt_tokens = budget.prompt_tokens
-    dropped, freed, at = _oldest_units(messages, start, end, counter, total, prompt_tokens)
+    dropped, freed, at = _oldest_units(handler, messages, start, end, counter, total, prompt_tokens)
     if at >= end:
         return None
     kept = (*messages[:start], *messages[at:])
@@ -236,7 +238,7 @@ def _cut(
         tokens_after=tokens,
         handlers=(
             HandlerRun(
-                handler="drop_oldest_units",
+                handler=handler,
                 phase="pre",
                 tokens_before=total,
                 tokens_after=tokens,
@@ -270,6 +272,7 @@ def _cut(
 
 
 def _oldest_units(
+    handler: str,
     messages: Sequence[Message],
     start: int,
     end: int,
@@ -278,7 +281,7 @@ def _oldest_units(
     prompt_tokens: int,
 ) -> tuple[list[DroppedUnit], int, int]:
     """The units ``drop_oldest_units`` drops from ``messages[start:end]`` (all droppable),
-    the tokens they free, and where what is kept begins."""
+    the tokens they free, and where what is kept begins; the ledger names ``handler``."""
     assert is_incremental(counter)
     excess = total - prompt_tokens
     over_budget = f"oldest droppable unit while {total} > {prompt_tokens} tokens"
@@ -294,7 +297,7 @@ def _oldest_units(
         freed += sum(map(counter.message_tokens, unit))
         dropped.append(
             DroppedUnit(
-                handler="drop_oldest_units",
+                handler=handler,
                 phase="pre",
                 kind=unit_kind(unit[0]),
                 start=at,

@@ -21,9 +21,9 @@ from threadline._errors import (
     TranscriptIntegrityError,
 )
 from threadline._messages import Message, Origin, Role, Usage
-from threadline._packed_events import PackedEvents
 from threadline._provider import ProviderResponse
 from threadline._result import RunResult
+from threadline.conversation._packed_events import PackedEvents
 from threadline.limiting._incremental import CheckedHistory
 from threadline.limiting._units import check_integrity
 from threadline.serialization._documents import (
