@@ -32,15 +32,9 @@ from threadline.stores import ConversationStore
 from threadline.stores.sqlite import SQLiteStore
 from threadline.testing import ScriptedDriver
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 
 MODEL = Model("scripted-model", context_size=8192)
-
-
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    backend: str = request.param
-    return backend
 
 
 @pytest.fixture
