@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 import tomllib
+from collections.abc import Mapping, Set
 from pathlib import Path
 
 import grimp
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src" / "threadline"
+TESTS = ROOT / "tests"
 
 
 def _room(module: str) -> str:
@@ -80,3 +83,132 @@ def test_modules_and_functions_stay_readable() -> None:
         text=True,
     )
     assert out.returncode == 0, out.stdout
+
+
+# -- which tests may reach inside a room -------------------------------------------------
+
+# The test modules (paths under tests/) that import a private module of threadline
+# (``threadline._x``, ``threadline.pkg._y``) to test a piece on its own; every other
+# test goes through the public face, as users do. The check below fails on a module
+# that imports one and is not listed, and on a listed one that no longer does, so the
+# list stays exact.
+MAY_IMPORT_PRIVATE_MODULES = frozenset(
+    {
+        "cli/test_anthropic_cli.py",
+        "cli/test_cli_counting.py",
+        "conversation/test_conversation_window.py",
+        "conversation/test_transcript_storage.py",
+        "counting/test_counting_builtin.py",
+        "counting/test_counting_calibration.py",
+        "counting/test_counting_classes.py",
+        "counting/test_counting_encoding.py",
+        "counting/test_counting_lengths.py",
+        "counting/test_counting_resolution.py",
+        "drivers/anthropic/test_anthropic_request.py",
+        "drivers/http/test_http_errors.py",
+        "drivers/http/test_http_retry.py",
+        "drivers/http/test_sse.py",
+        "drivers/local/test_local_driver.py",
+        "drivers/local/test_local_driver_integration.py",
+        "drivers/openai_chat/test_openai_chat_encoding.py",
+        "drivers/openai_chat/test_openai_chat_request.py",
+        "engine/test_messages.py",
+        "engine/test_request_settings.py",
+        "limiting/test_budget.py",
+        "limiting/test_cache_stable.py",
+        "limiting/test_limiting.py",
+        "limiting/test_limiting_bookkeeping.py",
+        "limiting/test_limiting_event.py",
+        "limiting/test_limiting_incremental.py",
+        "limiting/test_limiting_properties.py",
+        "limiting/test_units.py",
+        "serialization/test_serialization_documents.py",
+        "serialization/test_serialization_parts.py",
+        "serialization/test_serialization_roundtrip.py",
+        "serialization/test_serialization_versions.py",
+        "stores/test_stores_postgres.py",
+        "stores/test_stores_redis.py",
+        "stores/test_stores_sqlite.py",
+        "tools/test_tools_schema.py",
+    }
+)
+
+
+def _private_module(dotted: str) -> str | None:
+    """``threadline.limiting._engine`` for any name at or under it; None for a public name."""
+    parts = dotted.split(".")
+    if parts[0] != "threadline":
+        return None
+    for end, part in enumerate(parts[1:], start=2):
+        if part.startswith("_") and not (part.startswith("__") and part.endswith("__")):
+            return ".".join(parts[:end])
+    return None
+
+
+def private_imports(source: str) -> set[str]:
+    """The private modules of threadline that ``source`` imports, wherever the import is."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+        else:
+            continue
+        found |= {private for name in names if (private := _private_module(name))}
+    return found
+
+
+def listing_errors(imports: Mapping[str, Set[str]], allowed: Set[str]) -> list[str]:
+    """What is wrong with ``allowed``, given each test module's private imports."""
+    importing = {module for module, private in imports.items() if private}
+    return [
+        *(
+            f"{module} imports {', '.join(sorted(imports[module]))}: "
+            "list it in MAY_IMPORT_PRIVATE_MODULES or go through the public API"
+            for module in sorted(importing - allowed)
+        ),
+        *(
+            f"{module} is listed in MAY_IMPORT_PRIVATE_MODULES "
+            "but imports no private module (or is gone): take it off the list"
+            for module in sorted(allowed - importing)
+        ),
+    ]
+
+
+def test_only_the_listed_test_modules_import_private_modules() -> None:
+    imports = {
+        path.relative_to(TESTS).as_posix(): private_imports(path.read_text(encoding="utf-8"))
+        for path in TESTS.rglob("*.py")
+    }
+    assert listing_errors(imports, MAY_IMPORT_PRIVATE_MODULES) == []
+
+
+def test_the_private_import_check_can_fail() -> None:
+    source = "\n".join(
+        [
+            "import threadline._messages",
+            "from threadline import Message, __version__",
+            "from threadline.limiting._engine import apply_limits",
+            "from threadline.drivers import _wire",
+            "from threadline.serialization import loads_conversation",
+            "def later():",
+            "    from threadline.cli._app import parser",
+        ]
+    )
+    found = private_imports(source)
+    assert found == {
+        "threadline._messages",
+        "threadline.limiting._engine",
+        "threadline.drivers._wire",
+        "threadline.cli._app",
+    }
+    imports = {"a/test_new.py": found, "b/test_public.py": set()}
+    assert listing_errors(imports, {"b/test_public.py"}) == [
+        "a/test_new.py imports threadline._messages, threadline.cli._app, "
+        "threadline.drivers._wire, threadline.limiting._engine: "
+        "list it in MAY_IMPORT_PRIVATE_MODULES or go through the public API",
+        "b/test_public.py is listed in MAY_IMPORT_PRIVATE_MODULES "
+        "but imports no private module (or is gone): take it off the list",
+    ]
+    assert listing_errors(imports, {"a/test_new.py"}) == []
