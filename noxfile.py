@@ -56,7 +56,7 @@ def docs(session: nox.Session) -> None:
     """Build the site strictly, as CI does, and run every Python example in docs/ (offline)."""
     session.install("-e", ".[test,docs]")
     session.run("mkdocs", "build", "--strict", env={"NO_MKDOCS_2_WARNING": "1"})
-    session.run("python", "-m", "pytest", "tests/test_docs.py", *session.posargs)
+    session.run("python", "-m", "pytest", "tests/public/test_docs.py", *session.posargs)
 
 
 @nox.session(python=PYTHON)

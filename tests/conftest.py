@@ -1,8 +1,14 @@
 """Shared test configuration.
 
+The tests are arranged like the source: one folder per room (``engine/``,
+``conversation/``, ``limiting/``, ...); a folder's ``conftest.py`` holds the
+fixtures its modules share.
+
 Async tests use anyio's pytest plugin (``@pytest.mark.anyio``). They run on
 asyncio by default; a test that must also prove trio works parametrizes
-``anyio_backend`` with ``["asyncio", "trio"]``.
+``anyio_backend`` with ``["asyncio", "trio"]``, and a module whose every async
+test must is marked ``both_backends`` (``pytestmark``). A folder that runs all
+its async tests on both says so in its own ``conftest.py``.
 """
 
 from __future__ import annotations
@@ -15,10 +21,23 @@ import pytest
 
 from servers import PostgresServer, RedisServer, require_or_skip
 
+BACKENDS = ("asyncio", "trio")
+
 
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    # ``both_backends`` runs on each backend every test that takes ``anyio_backend``,
+    # directly or through a fixture (an async store, say), as a fixture with
+    # ``params=BACKENDS`` in the module would; run first, so that ids name the
+    # backend first as that fixture's did (``[asyncio-memory]``).
+    marked = metafunc.definition.get_closest_marker("both_backends") is not None
+    if marked and "anyio_backend" in metafunc.fixturenames:
+        metafunc.parametrize("anyio_backend", BACKENDS)
 
 
 # --- real PostgreSQL and Redis servers, one of each per session (tests/servers.py) ---------

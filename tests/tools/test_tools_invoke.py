@@ -19,11 +19,6 @@ from threadline.tools import ToolArgumentsError, ToolOutcome, Toolset
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
 class Unit(enum.Enum):
     CELSIUS = "celsius"
     FAHRENHEIT = "fahrenheit"

@@ -44,7 +44,7 @@ from threadline.testing import FunctionDriver, ProviderCall
 pytestmark = pytest.mark.anyio
 
 MODEL = Model("function-model", context_size=8192)
-BOTH_BACKENDS = pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
+BOTH_BACKENDS = pytest.mark.both_backends
 
 
 @tool

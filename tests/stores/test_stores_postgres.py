@@ -31,13 +31,7 @@ from threadline.stores import open_store
 from threadline.stores.postgres import SCHEMA_VERSION, PostgresStore
 from threadline.testing import ScriptedDriver
 
-pytestmark = [pytest.mark.anyio, pytest.mark.integration]
-
-
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    backend: str = request.param
-    return backend
+pytestmark = [pytest.mark.anyio, pytest.mark.both_backends, pytest.mark.integration]
 
 
 @pytest.fixture

@@ -11,19 +11,14 @@ import httpx
 import pytest
 import respx
 
-# The helpers and fixtures of test_cli.py and test_cli_servers.py.
-from test_cli import invoke, no_provider_in_the_environment  # noqa: F401
+# The helpers of test_cli.py and test_cli_servers.py.
+from test_cli import invoke
 from test_cli_servers import URL, answer, llama_cpp_counts, llama_cpp_models
 from threadline import Model, Usage
 from threadline.cli._setup import build_driver  # the driver chat builds, not a public API
 from threadline.cli._status import count_words  # the status line's wording, not a public API
 from threadline.drivers import OpenAIChatDriver
 from threadline.limiting import RoundRecord
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Path:
-    return tmp_path / "conversations.sqlite3"
 
 
 def test_the_status_line_shows_estimate_and_server_when_they_differ(db: Path) -> None:

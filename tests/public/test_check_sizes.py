@@ -5,7 +5,7 @@ from __future__ import annotations
 import runpy
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # The gate is a script, not a package: its functions are the globals it defines.
 GATE = runpy.run_path(str(ROOT / ".ci" / "check_sizes.py"))
 

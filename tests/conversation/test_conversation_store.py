@@ -30,15 +30,9 @@ from threadline.stores.memory import MemoryStore
 from threadline.stores.sqlite import SQLiteStore
 from threadline.testing import ScriptedDriver, ScriptedReply
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 
 MODEL = Model("scripted-model", context_size=8192)
-
-
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    backend: str = request.param
-    return backend
 
 
 @pytest.fixture(params=["memory", "sqlite"])

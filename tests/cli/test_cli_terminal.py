@@ -19,13 +19,7 @@ from typing import Any
 
 import pytest
 
-from test_cli import invoke, no_provider_in_the_environment  # noqa: F401
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Path:
-    return tmp_path / "conversations.sqlite3"
-
+from test_cli import invoke
 
 pexpect = pytest.importorskip("pexpect")
 

@@ -18,15 +18,9 @@ from threadline import (
 from threadline.counting import ApproximateCounter
 from threadline.testing import ScriptedDriver
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 
 MODEL = Model("scripted-model", context_size=8192)
-
-
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    backend: str = request.param
-    return backend
 
 
 @tool

@@ -21,7 +21,7 @@ import pytest
 
 import threadline
 
-DOCS = Path(__file__).parent.parent / "docs"
+DOCS = Path(__file__).parents[2] / "docs"
 PAGES = sorted(DOCS.glob("*.md"))
 REFERENCE = DOCS / "reference"
 # Subpackages with a page of their own in the guide rather than an API reference,

@@ -34,7 +34,7 @@ from threadline.stores import ConversationStore, StoreClosedError
 from threadline.stores.memory import MemoryStore
 from threadline.stores.sqlite import SQLiteStore
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 
 StoreFactory = Callable[[pytest.FixtureRequest, Path], ConversationStore]
 
@@ -67,12 +67,6 @@ STORE_FACTORIES = [
     pytest.param(_postgres_store, id="postgres", marks=pytest.mark.integration),
     pytest.param(_redis_store, id="redis", marks=pytest.mark.integration),
 ]
-
-
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    backend: str = request.param
-    return backend
 
 
 @pytest.fixture(params=STORE_FACTORIES)

@@ -1,4 +1,4 @@
-"""A process of its own on a server store, for tests/test_stores_races.py.
+"""A process of its own on a server store, for tests/stores/test_stores_races.py.
 
 python _store_worker.py race URL PREFIX WORKER TURNS BACKEND
     runs TURNS turns on conversation "race", reloading and retrying on

@@ -15,14 +15,8 @@ import httpx
 import pytest
 import respx
 
-# The helpers and fixtures of test_cli.py (invoke runs the command in process).
-from test_cli import errors, invoke, no_provider_in_the_environment  # noqa: F401
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Path:
-    return tmp_path / "conversations.sqlite3"
-
+# The helpers of test_cli.py (invoke runs the command in process).
+from test_cli import errors, invoke
 
 URL = "http://127.0.0.1:8080/v1"
 OPENAI = "https://api.openai.com/v1"

@@ -28,6 +28,8 @@ from threadline.testing import ScriptedDriver
 
 MODEL = Model("scripted-model", context_size=8192)
 
+pytestmark = pytest.mark.both_backends
+
 
 def every_option() -> RequestSettings:
     async def pre(event: TokenLimitEvent) -> None:
@@ -241,12 +243,6 @@ def test_keywords_change_the_settings_value_they_come_with() -> None:
 
 
 # -- handlers set on the agent reach every conversation ------------------------------
-
-
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    backend: str = request.param
-    return backend
 
 
 @pytest.fixture(params=["memory", "sqlite"])

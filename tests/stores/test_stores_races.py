@@ -1,7 +1,7 @@
 """Many processes on one conversation through each server store, and a process
 killed between its pending prompt and its commit.
 
-The workers are ``tests/_store_worker.py``, half of them on asyncio and half
+The workers are ``tests/stores/_store_worker.py``, half of them on asyncio and half
 on trio.
 """
 

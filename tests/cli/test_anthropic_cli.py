@@ -12,12 +12,6 @@ from threadline.drivers import AnthropicDriver, OpenAIChatDriver
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(autouse=True)
-def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "THREADLINE_PROVIDER", "ANTHROPIC_API_KEY"):
-        monkeypatch.delenv(name, raising=False)
-
-
 async def test_provider_flag_builds_the_anthropic_driver() -> None:
     args = parser().parse_args(["chat", "--provider", "anthropic", "--model", "claude-x"])
     driver, model, _ = build_driver(args)

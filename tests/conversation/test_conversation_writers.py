@@ -3,7 +3,7 @@
 A crash is simulated two ways: by cancelling the turn between its pending
 write and its commit (the conversation's clean-up runs), and by a store that
 goes dead inside the model call, as a killed process would (no clean-up
-reaches the store). tests/test_conversation_processes.py kills real processes.
+reaches the store). tests/conversation/test_conversation_processes.py kills real processes.
 """
 
 from __future__ import annotations
@@ -32,15 +32,9 @@ from threadline.stores import ConversationStore
 from threadline.stores.sqlite import SQLiteStore
 from threadline.testing import ScriptedDriver
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 
 MODEL = Model("scripted-model", context_size=8192)
-
-
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    backend: str = request.param
-    return backend
 
 
 @pytest.fixture

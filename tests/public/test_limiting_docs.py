@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-PAGE = Path(__file__).parent.parent / "docs" / "limiting.md"
+PAGE = Path(__file__).parents[2] / "docs" / "limiting.md"
 
 
 def python_blocks() -> list[str]:

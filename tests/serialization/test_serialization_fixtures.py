@@ -22,7 +22,7 @@ from threadline.serialization import (
     loads_messages,
 )
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 TURN = Origin.TURN
 
 _THINKING = (

@@ -26,15 +26,9 @@ from threadline import (
 from threadline.drivers import ProviderCall, StreamChunk, TextChunk
 from threadline.testing import ScriptedDriver
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 
 MODEL = Model("scripted-model", context_size=8192)
-
-
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    backend: str = request.param
-    return backend
 
 
 class BreaksMidStream(ScriptedDriver):

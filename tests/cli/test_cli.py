@@ -62,24 +62,6 @@ def errors(run: Run) -> list[str]:
     return re.findall(r"threadline: error: [^\n]*", run.err)
 
 
-@pytest.fixture
-def db(tmp_path: Path) -> Path:
-    return tmp_path / "conversations.sqlite3"
-
-
-@pytest.fixture(autouse=True)
-def no_provider_in_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in (
-        "OPENAI_API_KEY",
-        "OPENAI_BASE_URL",
-        "THREADLINE_PROVIDER",
-        "THREADLINE_DB",
-        "THREADLINE_BASE_URL",
-        "THREADLINE_MODEL",
-    ):
-        monkeypatch.delenv(name, raising=False)
-
-
 # -- chat --once ---------------------------------------------------------------------------
 
 
