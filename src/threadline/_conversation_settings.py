@@ -23,7 +23,7 @@ from typing import Any, cast
 from threadline._errors import ConversationFormatError, InvalidRequestError
 from threadline._sentinel import NotGiven
 from threadline._settings import RequestSettings, SettingsChanges
-from threadline.counting._saved import SavedEntry, check_saved, merged
+from threadline.counting._calibration._saved import SavedEntry, check_saved, merged
 from threadline.serialization._documents import ConversationDocument, JsonValue
 
 __all__ = ["CALIBRATION_KEY", "saved_calibration", "saved_changes", "saved_settings"]
@@ -59,7 +59,7 @@ def saved_changes(document: ConversationDocument) -> tuple[SettingsChanges, dict
 
 def saved_calibration(extra: Mapping[str, JsonValue]) -> dict[str, SavedEntry]:
     """The calibration kept among a document's settings (empty when none): per key, a
-    ratio or a ratio with its fit by class (see ``threadline.counting._saved``).
+    ratio or a ratio with its fit by class (see ``threadline.counting._calibration._saved``).
 
     Raises:
         ConversationFormatError: ``token_calibration`` is not a mapping of keys to

@@ -41,9 +41,9 @@ from threadline._settings import RequestSettings, SettingsChanges
 from threadline._store import ConversationStore
 from threadline._transcript import Transcript, Turn
 from threadline._validate import fail, non_negative_int
+from threadline.counting._calibration._saved import SavedEntry
 from threadline.counting._protocol import is_incremental
 from threadline.counting._resolution import default_token_counter
-from threadline.counting._saved import SavedEntry
 from threadline.limiting._drop_oldest import slides_by_one
 from threadline.serialization._converter import dumps_conversation
 from threadline.serialization._documents import ConversationDocument, ConversationEvent, JsonValue
