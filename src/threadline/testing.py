@@ -21,6 +21,7 @@ from threadline._errors import ThreadlineError
 from threadline._messages import Message, Origin, Role, Usage
 from threadline._models import Model
 from threadline._provider import (
+    Driver,
     ProviderCall,
     ProviderResponse,
     StreamChunk,
@@ -40,7 +41,7 @@ class ScriptExhaustedError(ThreadlineError):
     """A ``ScriptedDriver`` was called more often than it has replies."""
 
 
-class ScriptedDriver:
+class ScriptedDriver(Driver):
     """A driver whose replies are scripted by the test.
 
     Each reply, in order, is a ``str`` (the assistant's text), an assistant

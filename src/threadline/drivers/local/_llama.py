@@ -21,7 +21,7 @@ from typing import Any, Final, Protocol
 
 import attrs
 
-from threadline.drivers._local_chat import TemplateRenderer
+from threadline.drivers.local._chat import TemplateRenderer
 
 __all__ = [
     "INSTALL_HINT",

@@ -26,7 +26,7 @@ from threadline._provider import (
     TextChunk,
     ToolCallChunk,
 )
-from threadline.drivers._wire import (
+from threadline.drivers._http._wire import (
     MalformedResponse,
     count_field,
     encode_body,
