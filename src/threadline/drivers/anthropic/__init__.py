@@ -1,7 +1,7 @@
 """``AnthropicDriver``: the Anthropic Messages API, with signed thinking replayed exactly.
 
-The driver only translates (``_anthropic_request``, ``_anthropic_response``)
-and sends (``_http``: one pooled ``httpx.AsyncClient``, the shared retry
+The driver only translates (``_request``, ``_response``) and sends
+(``drivers/_http``: one pooled ``httpx.AsyncClient``, the shared retry
 policy, errors mapped to threadline's tree, the shared SSE decoder). It also
 speaks to servers that implement the same API, such as llama.cpp's
 ``llama-server`` (``/v1/messages``, ``/v1/messages/count_tokens``).

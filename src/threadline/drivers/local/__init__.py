@@ -13,7 +13,7 @@ cancelling the task, stops generation within one token and waits for the
 thread to end. One llama.cpp model is not thread-safe, so generations on a
 driver take turns.
 
-The prompt is the transcript rendered by the chat layer (``_local_chat``)
+The prompt is the transcript rendered by the chat layer (``_chat``)
 and tokenized by the model's own tokenizer; ``token_counter()`` counts that
 very prompt, so its count is what the model reports as prompt tokens.
 

@@ -1,7 +1,7 @@
 """``OpenAIChatDriver``: the Chat Completions protocol, for OpenAI and every
 OpenAI-compatible server (llama.cpp, vLLM, Ollama, LM Studio, ...).
 
-The driver only translates (``_openai_chat_wire``) and sends (``_http``): one
+The driver only translates (``_wire``) and sends (``drivers/_http``): one
 pooled ``httpx.AsyncClient``, the shared retry policy, errors mapped to
 threadline's tree. Display reasoning (``reasoning_content``) is read from
 answers and never sent back, as Chat Completions has no way to replay it.

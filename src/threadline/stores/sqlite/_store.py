@@ -214,7 +214,7 @@ class SQLiteStore(StoreBase):
 
     def _check_same_file(self) -> None:
         """Refuse to go on with a file deleted or replaced since it was opened (see
-        ``_sqlite_file``); the next call opens what is at the path then."""
+        ``_file``); the next call opens what is at the path then."""
         if self._opened_file is not None and self._opened_file != file_identity(self._path):
             assert self._connection is not None
             self._connection.close()
