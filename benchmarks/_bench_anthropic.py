@@ -16,8 +16,8 @@ from httpx_aiohttp import HttpxAiohttpClient
 
 from threadline import Client, FinalResult, Message, Model, TextDelta
 from threadline.drivers import AnthropicDriver, ProviderCall
-from threadline.drivers._anthropic_request import encode_request, new_message_cache
 from threadline.drivers._http import DEFAULT_LIMITS
+from threadline.drivers.anthropic._request import encode_request, new_message_cache
 
 try:
     import anthropic

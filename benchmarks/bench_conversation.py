@@ -64,7 +64,7 @@ import httpx
 
 from threadline import Agent, Client, Conversation, Message, Model, Origin, Usage
 from threadline.counting import DefaultReplayProjection
-from threadline.drivers import OpenAIChatDriver, ProviderCall, ProviderResponse
+from threadline.drivers import Driver, OpenAIChatDriver, ProviderCall, ProviderResponse
 from threadline.limiting import TokenLimitHandler, drop_oldest_units
 from threadline.stores import ConversationStore, MemoryStore, SQLiteStore
 
@@ -135,7 +135,7 @@ LIMITING: tuple[tuple[str, TokenLimitHandler | None, bool], ...] = (
 STORES = ("MemoryStore", "SQLiteStore")
 
 
-class ReplyingModel:
+class ReplyingModel(Driver):
     """A driver that answers each call with the next scripted text, at no cost of its own.
 
     ``ScriptedDriver`` prices everything it is sent and keeps every call, which

@@ -130,16 +130,19 @@ def error(count: int | None, reported: int | None) -> float | None:
     return (count - reported) / reported
 
 
-class Recorder:
+class Recorder(Driver):
     """A driver in front of the real one: keeps every call and what it reported."""
 
     def __init__(self, driver: Driver, measure: Measure) -> None:
         self.driver = driver
         self.measure = measure
-        self.name = driver.name
         self.calls: list[Call] = []
         self.turn = 0
         self.kind = ""
+
+    @property
+    def name(self) -> str:
+        return self.driver.name
 
     def token_counter(self) -> TokenCounter | None:
         return self.driver.token_counter()
@@ -222,7 +225,7 @@ def turn_request(client: Client, send: Send) -> Any:
     return request
 
 
-class _Capture:
+class _Capture(Driver):
     """A driver that only keeps what limiting would send, for the what-if counts."""
 
     name = "capture"

@@ -59,7 +59,7 @@ from threadline import (
     Usage,
 )
 from threadline.counting import BuiltinTokenCounter, DefaultReplayProjection
-from threadline.drivers import ProviderCall, ProviderResponse
+from threadline.drivers import Driver, ProviderCall, ProviderResponse
 from threadline.limiting import (
     TokenLimitEvent,
     TranscriptIntegrityError,
@@ -249,7 +249,7 @@ INCREMENTAL_TARGET = 10.0
 trim_messages over the same transcript."""
 
 
-class Replies:
+class Replies(Driver):
     """A driver that answers every call with a short text, at no cost of its own."""
 
     name = "replies"

@@ -86,7 +86,7 @@ from httpx_aiohttp import HttpxAiohttpClient
 from threadline import Client, FinalResult, Message, Model, TextDelta
 from threadline.drivers import OpenAIChatDriver, ProviderCall
 from threadline.drivers._http import DEFAULT_LIMITS
-from threadline.drivers._openai_chat_wire import MessageJSONCache, request_body
+from threadline.drivers.openai_chat._wire import MessageJSONCache, request_body
 
 try:
     import openai

@@ -16,7 +16,7 @@ import attrs
 
 from threadline._messages import Message, Usage
 from threadline._models import Model
-from threadline.counting._protocol import ReplayProjection, TokenCounter
+from threadline.counting._protocol import ExactCounter, ReplayProjection, TokenCounter
 from threadline.tools._tools import Tool
 
 __all__ = [
@@ -142,7 +142,27 @@ def chunks_of(response: ProviderResponse, *, text_pieces: int = 1) -> Iterator[S
 
 @runtime_checkable
 class Driver(Protocol):
-    """What the run loop needs from a provider."""
+    """What the run loop needs from a provider.
+
+    ``name``, ``complete``, ``stream``, ``token_counter`` and
+    ``replay_projection`` every driver implements. The rest are optional
+    powers with defaults: a driver subclasses ``Driver`` to inherit them and
+    overrides the ones it has (an exact counter, something to load or to
+    release). threadline calls them all directly, never asking first whether
+    a driver has them.
+
+    Example::
+
+        class EchoDriver(Driver):
+            name = "echo"
+
+            async def complete(self, call: ProviderCall) -> ProviderResponse: ...
+            def stream(self, call: ProviderCall): ...
+            def token_counter(self) -> TokenCounter | None:
+                return None
+            def replay_projection(self, model: Model) -> ReplayProjection:
+                return DefaultReplayProjection()
+    """
 
     @property
     def name(self) -> str:
@@ -172,6 +192,27 @@ class Driver(Protocol):
         """How this driver replays reasoning to ``model`` (what counting must count)."""
         ...
 
+    # --- optional powers, with defaults ----------------------------------------
+
+    def exact_token_counter(self, model: Model) -> ExactCounter | None:
+        """The provider's own count for ``model`` (often a round trip), or ``None``.
+
+        Limiting asks it near the budget's edge when neither the request nor
+        the client set an exact counter. Default: ``None``, nothing is
+        counted exactly and the estimate decides.
+        """
+        return None
+
+    async def load(self) -> None:
+        """Load now what the first call would otherwise load (a local model's weights).
+
+        Default: nothing to load.
+        """
+        return None
+
     async def aclose(self) -> None:
-        """Release what the driver holds (its HTTP client, a loaded model); idempotent."""
-        ...
+        """Release what the driver holds (its HTTP client, a loaded model); idempotent.
+
+        Default: nothing to release.
+        """
+        return None

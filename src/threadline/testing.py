@@ -61,7 +61,7 @@ class ScriptExhaustedError(ThreadlineError):
     """A ``ScriptedDriver`` was called more often than it has replies."""
 
 
-class ScriptedDriver:
+class ScriptedDriver(Driver):
     """A driver whose replies are scripted by the test.
 
     Each reply, in order, is a ``str`` (the assistant's text), an assistant

@@ -21,13 +21,13 @@ from threadline.counting import BuiltinTokenCounter, TokenCalibration
 
 # The class features and the fit are private to the counting room; their arithmetic is
 # what these tests pin down.
-from threadline.counting._classes import (
+from threadline.counting._calibration._classes import (
     CLASSES,
     classify_text,
     message_classes,
     transcript_classes,
 )
-from threadline.counting._slopes import PRIOR_SLOPES, UPWARD_BIAS, fit
+from threadline.counting._calibration._slopes import PRIOR_SLOPES, UPWARD_BIAS, fit
 from threadline.testing import ScriptedDriver
 
 COUNTER = BuiltinTokenCounter()

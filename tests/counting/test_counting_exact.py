@@ -12,6 +12,7 @@ from threadline.counting import (
     AnchoredCounter,
     ApproximateCounter,
     AsyncTokenCounter,
+    BindableCounter,
     TokenCounter,
     resolve_exact_token_counter,
 )
@@ -105,7 +106,7 @@ def test_without_any_tier_nothing_is_counted_exactly() -> None:
 
 
 def test_a_counter_with_for_model_is_bound_to_the_model() -> None:
-    class PerModel(ServerCounter):
+    class PerModel(ServerCounter, BindableCounter):
         def for_model(self, model: Model) -> ServerCounter:
             return ServerCounter(f"for {model.name}")
 

@@ -13,6 +13,7 @@ from threadline.counting import (
     ApproximateCounter,
     BuiltinTokenCounter,
     DefaultReplayProjection,
+    ModelTokenCounter,
     TokenCounter,
     default_token_counter,
     resolve_token_counter,
@@ -37,7 +38,7 @@ class FixedCounter:
         return f"FixedCounter({self.name!r})"
 
 
-class PerModelCounter(FixedCounter):
+class PerModelCounter(FixedCounter, ModelTokenCounter):
     """A ``ModelTokenCounter``: binds to the model it is resolved for."""
 
     def __init__(self, name: str) -> None:

@@ -7,11 +7,18 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+import attrs
 import httpx
 import pytest
 
 from threadline import InvalidRequestError
-from threadline.drivers import AnthropicDriver, LocalDriver, OpenAIChatDriver, RetryPolicy
+from threadline.drivers import (
+    AnthropicDriver,
+    HTTPConnection,
+    LocalDriver,
+    OpenAIChatDriver,
+    RetryPolicy,
+)
 
 HTTP_DRIVERS: dict[str, Callable[..., Any]] = {
     "openai": lambda **kw: OpenAIChatDriver(kw.pop("base_url", "http://127.0.0.1:8080/v1"), **kw),
@@ -207,6 +214,93 @@ def test_a_synchronous_http_client_is_refused(make: Callable[..., Any]) -> None:
         message = refused(make, http_client=sync_client)
     assert "http_client must be an httpx.AsyncClient" in message
     assert "synchronous" in message
+
+
+# --- the connection ------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_drivers_share_one_connection_and_leave_its_client_open(
+    make: Callable[..., Any],
+) -> None:
+    async with httpx.AsyncClient() as http_client:
+        shared = HTTPConnection(http_client=http_client, max_retries=0, api_key="sk-shared")
+        driver = make(connection=shared)
+        assert driver.connection.http_client is http_client
+        assert driver.retry_policy.max_retries == 0
+        assert "api_key=<set>" in repr(driver)
+        await driver.aclose()
+        assert not http_client.is_closed
+
+
+@pytest.mark.anyio
+async def test_a_keyword_overrides_that_field_of_the_connection(make: Callable[..., Any]) -> None:
+    policy = RetryPolicy(max_retries=5, initial_delay=2.0)
+    driver = make(connection=HTTPConnection(retry_policy=policy, timeout=3.0), max_retries=1)
+    assert driver.retry_policy == RetryPolicy(max_retries=1, initial_delay=2.0)
+    assert driver.connection.timeout == 3.0
+    await driver.aclose()
+
+
+@pytest.mark.anyio
+async def test_the_connections_key_wins_over_the_environment(
+    monkeypatch: pytest.MonkeyPatch, make: Callable[..., Any]
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-from-env")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-from-env")
+    driver = make(connection=HTTPConnection(api_key="sk-given"))
+    request = driver._http.request("http://127.0.0.1:8080/v1/x", b"{}", stream=False)
+    sent = " ".join(request.headers.values())
+    assert "sk-given" in sent
+    assert "sk-from-env" not in sent
+    await driver.aclose()
+
+
+def test_a_connection_never_shows_its_key_a_password_or_a_credential_header() -> None:
+    connection = HTTPConnection(
+        base_url="http://user:hunter2-password@127.0.0.1:8080/v1?key=sk-query",
+        api_key="sk-connection-key",
+        default_headers={"Authorization": "Bearer sk-header-key", "x-trace": "t-1"},
+    )
+    shown = repr(connection)
+    for secret in ("sk-connection-key", "hunter2-password", "sk-query", "sk-header-key"):
+        assert secret not in shown
+    assert "'x-trace': 't-1'" in shown
+    assert connection.api_key is not None
+    assert connection.api_key.reveal() == "sk-connection-key"
+
+
+def test_a_connection_is_a_value() -> None:
+    assert HTTPConnection(api_key="k", max_retries=3) == HTTPConnection(api_key="k", max_retries=3)
+    assert HTTPConnection(api_key="k") != HTTPConnection(api_key="other")
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        HTTPConnection().timeout = 3.0  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "named"),
+    [
+        ({"timeout": -1}, "timeout must be"),
+        ({"retry_policy": RetryPolicy}, "retry_policy must be a RetryPolicy instance"),
+        ({"base_url": "localhost:8080/v1"}, "base_url must be an http:// or https:// URL"),
+        ({"api_key": 12345}, "api_key must be a str or None, not int"),
+        ({"transport": "curl"}, "transport must be 'httpx' or 'aiohttp'"),
+    ],
+)
+def test_a_connection_refuses_a_bad_field_naming_it(arguments: dict[str, Any], named: str) -> None:
+    with pytest.raises(InvalidRequestError, match=named):
+        HTTPConnection(**arguments)
+
+
+def test_a_connection_of_another_kind_is_refused(make: Callable[..., Any]) -> None:
+    assert refused(make, connection={"timeout": 3}).startswith(
+        "connection must be an HTTPConnection"
+    )
+
+
+def test_a_keyword_that_is_no_connection_field_is_a_type_error(make: Callable[..., Any]) -> None:
+    with pytest.raises(TypeError, match="unexpected keyword argument 'tiemout'"):
+        make(tiemout=3)
 
 
 # --- each driver's own options ------------------------------------------------------------

@@ -638,3 +638,40 @@ async def test_a_request_planned_twice_refuses_a_broken_history_both_times() -> 
         await request.budget_resolution()
     with pytest.raises(InvalidRequestError, match="cannot be sent as it is"):
         await request.run()
+
+
+@pytest.mark.anyio
+async def test_a_driver_built_on_driver_inherits_its_optional_powers() -> None:
+    from collections.abc import AsyncIterator
+    from contextlib import asynccontextmanager
+
+    from threadline import Usage
+    from threadline.counting import DefaultReplayProjection
+    from threadline.drivers import Driver, ProviderCall, ProviderResponse, StreamChunk
+
+    class Minimal(Driver):
+        """Only what every driver must say; exact counting, loading and closing are inherited."""
+
+        name = "minimal"
+
+        async def complete(self, call: ProviderCall) -> ProviderResponse:
+            return ProviderResponse(
+                message=Message.assistant("ok"), finish_reason="stop", usage=Usage(), model="m"
+            )
+
+        @asynccontextmanager
+        async def stream(self, call: ProviderCall) -> AsyncIterator[AsyncIterator[StreamChunk]]:
+            raise NotImplementedError
+            yield
+
+        def token_counter(self) -> None:
+            return None
+
+        def replay_projection(self, model: Model) -> DefaultReplayProjection:
+            return DefaultReplayProjection()
+
+    driver = Minimal()
+    assert driver.exact_token_counter(MODEL) is None
+    await driver.load()
+    async with Client(driver, default_model=MODEL) as client:
+        assert (await client.request().with_prompt("hi").run()).text == "ok"

@@ -535,7 +535,7 @@ _CRASHER = """
 
     from threadline.serialization import ConversationEvent
     from threadline import Message, Origin
-    from threadline.stores import sqlite
+    from threadline.stores.sqlite import _store as sqlite
     from threadline.stores.sqlite import SQLiteStore
 
 

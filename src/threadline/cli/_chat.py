@@ -142,13 +142,14 @@ def _agent(
 
 
 async def _load_model(driver: Driver, io: IO) -> None:
-    load = getattr(driver, "load", None)
-    if callable(load):
+    # Every driver may load (most have nothing to); only the local model takes
+    # long enough to be worth a note.
+    if driver.name == "local":
         io.note("(loading the local model… this takes a few seconds)")
-        try:
-            await load()
-        except ImportError:
-            raise CliError(NO_LOCAL_MODEL) from None
+    try:
+        await driver.load()
+    except ImportError:
+        raise CliError(NO_LOCAL_MODEL) from None
 
 
 async def chat(args: argparse.Namespace, io: IO, factory: DriverFactory) -> int:

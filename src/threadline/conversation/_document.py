@@ -9,7 +9,7 @@ round trip.
 
 It also carries the conversation's counting state: ``token_calibration``,
 the calibration of each model (and tool set) the conversation ran with: a
-positive ratio, or a ratio with its fit by class (``counting._saved``),
+positive ratio, or a ratio with its fit by class (``counting._calibration._saved``),
 written when the agent's client has a
 :class:`~threadline.counting.TokenCalibration`. A loaded conversation hands
 it back to its client's calibration, which keeps the larger ratio.
@@ -34,7 +34,7 @@ from threadline._sentinel import NotGiven
 from threadline._settings import RequestSettings, SettingsChanges
 from threadline.conversation._transcript import Transcript
 from threadline.conversation._window import KeptWindow
-from threadline.counting._saved import SavedEntry, check_saved, merged
+from threadline.counting._calibration._saved import SavedEntry, check_saved, merged
 from threadline.engine._agent import Agent
 from threadline.serialization._converter import messages_from_value, messages_value
 from threadline.serialization._documents import ConversationDocument, JsonValue
@@ -141,7 +141,7 @@ def saved_changes(document: ConversationDocument) -> tuple[SettingsChanges, dict
 
 def saved_calibration(extra: Mapping[str, JsonValue]) -> dict[str, SavedEntry]:
     """The calibration kept among a document's settings (empty when none): per key, a
-    ratio or a ratio with its fit by class (see ``threadline.counting._saved``).
+    ratio or a ratio with its fit by class (see ``threadline.counting._calibration._saved``).
 
     Raises:
         ConversationFormatError: ``token_calibration`` is not a mapping of keys to

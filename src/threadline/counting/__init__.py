@@ -17,6 +17,7 @@ from threadline.counting._encoding import o200k_base_encoding
 from threadline.counting._projection import DefaultReplayProjection
 from threadline.counting._protocol import (
     AsyncTokenCounter,
+    BindableCounter,
     IncrementalTokenCounter,
     ModelTokenCounter,
     ReplayProjection,
@@ -33,6 +34,7 @@ __all__ = [
     "AnchoredCounter",
     "ApproximateCounter",
     "AsyncTokenCounter",
+    "BindableCounter",
     "BuiltinTokenCounter",
     "CalibratedCounter",
     "DefaultReplayProjection",

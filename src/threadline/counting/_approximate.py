@@ -22,6 +22,7 @@ from threadline._messages import ImagePart, Message
 from threadline.counting._builtin import schema_json
 from threadline.counting._framing import image_tokens
 from threadline.counting._projection import DefaultReplayProjection
+from threadline.counting._protocol import ModelTokenCounter
 from threadline.tools._tools import Tool
 
 if TYPE_CHECKING:
@@ -84,7 +85,7 @@ def estimate_tool_tokens(tool: Tool) -> int:
     return MESSAGE_TOKENS + math.ceil(size / 4)
 
 
-class ApproximateCounter:
+class ApproximateCounter(ModelTokenCounter):
     """A tokenizer-free counter: ``4 + ceil(utf8_bytes / 4)`` per message.
 
     Useful where speed matters more than accuracy, or as the counter of a
@@ -109,6 +110,13 @@ class ApproximateCounter:
     def with_projection(self, projection: ReplayProjection) -> ApproximateCounter:
         """The same estimate, counting reasoning as ``projection`` replays it."""
         return ApproximateCounter(projection=projection)
+
+    def for_projection(self, projection: ReplayProjection) -> ApproximateCounter:
+        """Counting reasoning as ``projection`` replays it, unless given a projection of its own.
+
+        ``resolve_token_counter`` passes the driver's replay projection here.
+        """
+        return self if self._projection is not None else self.with_projection(projection)
 
     def count(self, messages: Sequence[Message], tools: Sequence[Tool] = ()) -> int:
         """The estimated prompt tokens of ``messages`` and ``tools``."""

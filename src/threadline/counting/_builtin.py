@@ -54,6 +54,7 @@ from threadline.counting._framing import (
 )
 from threadline.counting._lengths import TokenLengths, o200k_base_lengths, token_lengths_of
 from threadline.counting._projection import DefaultReplayProjection
+from threadline.counting._protocol import ModelTokenCounter
 from threadline.tools._tools import Tool
 
 if TYPE_CHECKING:
@@ -179,7 +180,7 @@ class _SharedState:
             return list(map(lengths.safe_count, texts))
 
 
-class BuiltinTokenCounter:
+class BuiltinTokenCounter(ModelTokenCounter):
     """The counter used when nothing else is configured: o200k_base plus framing.
 
     ``projection`` decides which reasoning is counted (see
@@ -237,12 +238,15 @@ class BuiltinTokenCounter:
         derived._bind(self._shared, projection)
         return derived
 
-    def for_model(self, model: Model) -> BuiltinTokenCounter:
-        """This counter: o200k_base and the framing do not depend on the model.
+    def for_projection(self, projection: ReplayProjection) -> BuiltinTokenCounter:
+        """Bound to ``projection`` when unbound (sharing this cache); else this counter.
 
-        The driver's replay projection is bound by ``resolve_token_counter``,
-        which knows the driver.
+        ``resolve_token_counter`` passes the driver's replay projection here.
         """
+        return self if self._projection is not None else self.with_projection(projection)
+
+    def for_model(self, model: Model) -> BuiltinTokenCounter:
+        """This counter: o200k_base and the framing do not depend on the model."""
         return self
 
     def count(self, messages: Sequence[Message], tools: Sequence[Tool] = ()) -> int:

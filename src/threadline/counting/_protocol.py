@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol, TypeGuard, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, Self, TypeAlias, TypeGuard, runtime_checkable
 
 if TYPE_CHECKING:
     from threadline._messages import Message, Reasoning
@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AsyncTokenCounter",
+    "BindableCounter",
+    "ExactCounter",
     "IncrementalTokenCounter",
     "ModelTokenCounter",
     "ReplayProjection",
@@ -32,6 +34,8 @@ __all__ = [
 @runtime_checkable
 class TokenCounter(Protocol):
     """Counts the prompt tokens of a transcript plus the tool schemas sent with it."""
+
+    __slots__ = ()
 
     def count(self, messages: Sequence[Message], tools: Sequence[Tool] = ()) -> int:
         """The estimated prompt tokens of ``messages`` and ``tools``."""
@@ -52,13 +56,54 @@ class AsyncTokenCounter(Protocol):
         ...
 
 
+ExactCounter: TypeAlias = AsyncTokenCounter | TokenCounter
+"""What the exact tier holds: usually an async counter (a round trip), possibly a local one."""
+
+
 @runtime_checkable
-class ModelTokenCounter(TokenCounter, Protocol):
-    """A counter that binds itself to the model a request resolved to."""
+class BindableCounter(Protocol):
+    """A counter that fits itself to the request it counts for.
+
+    The resolution chain takes the counter that won its tier and, when it is
+    a ``BindableCounter``, fits it in two steps: :meth:`for_projection` (an
+    estimate only) with how the request's driver replays reasoning, then
+    :meth:`for_model` with the model the request resolved to. Both steps
+    default to the counter itself, so a counter subclasses this protocol and
+    overrides the step that matters to it: the built-in counters take the
+    driver's projection, a counter per tokenizer picks one by model.
+
+    Example::
+
+        class PerFamily(ModelTokenCounter):
+            def count(self, messages, tools=()): ...
+            def for_model(self, model):
+                return LLAMA_COUNTER if model.name.startswith("llama") else self
+    """
+
+    __slots__ = ()
+
+    def for_projection(self, projection: ReplayProjection) -> Self:
+        """The counter to use where reasoning is replayed as ``projection`` says.
+
+        A counter already bound to a projection of its own keeps it. Default:
+        this counter (it does not count reasoning by projection).
+        """
+        return self
+
+    def for_model(self, model: Model) -> Self | TokenCounter | AsyncTokenCounter:
+        """The counter to use for ``model``. Default: this counter."""
+        return self
+
+
+@runtime_checkable
+class ModelTokenCounter(TokenCounter, BindableCounter, Protocol):
+    """A synchronous :class:`BindableCounter`: an estimate that fits itself to each request."""
+
+    __slots__ = ()
 
     def for_model(self, model: Model) -> TokenCounter:
-        """The counter to use for ``model`` (e.g. with that model's replay projection)."""
-        ...
+        """The counter to use for ``model`` (its tokenizer, say). Default: this counter."""
+        return self
 
 
 @runtime_checkable

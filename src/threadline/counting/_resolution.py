@@ -8,9 +8,10 @@ First match wins:
 4. the process default (``set_default_token_counter``);
 5. the built-in ``BuiltinTokenCounter``.
 
-The winner is then fitted to the request: a ``BuiltinTokenCounter`` that was
-not given a projection is bound to the driver's replay projection for the
-model, and a ``ModelTokenCounter`` is bound to the model with ``for_model``.
+The winner is then fitted to the request when it is a ``ModelTokenCounter``
+(the built-in and approximate counters are): ``for_projection`` with the
+driver's replay projection for the model (a counter given a projection of
+its own keeps it), then ``for_model``.
 
 The exact counter near the budget's edge (an :class:`AsyncTokenCounter`, or
 a synchronous one) is resolved beside it, from the tiers that can have one:
@@ -28,13 +29,13 @@ old counter or the new one, never anything in between.
 from __future__ import annotations
 
 import threading
-from typing import Protocol, TypeAlias
+from typing import Protocol
 
 from threadline._models import Model
-from threadline.counting._approximate import ApproximateCounter
 from threadline.counting._builtin import BuiltinTokenCounter
 from threadline.counting._protocol import (
-    AsyncTokenCounter,
+    BindableCounter,
+    ExactCounter,
     ModelTokenCounter,
     ReplayProjection,
     TokenCounter,
@@ -51,16 +52,17 @@ __all__ = [
 ]
 
 
-ExactCounter: TypeAlias = AsyncTokenCounter | TokenCounter
-"""What the exact tier holds: usually an async counter (a round trip), possibly a local one."""
-
-
 class _CountingDriver(Protocol):
-    """The two methods of a driver that counting uses."""
+    """What counting asks of a driver: three methods of ``threadline.drivers.Driver``.
+
+    Named here rather than imported: the driver contract sits above counting.
+    """
 
     def token_counter(self) -> TokenCounter | None: ...
 
     def replay_projection(self, model: Model) -> ReplayProjection: ...
+
+    def exact_token_counter(self, model: Model) -> ExactCounter | None: ...
 
 
 # One built-in for the whole process, so every request that falls through to
@@ -113,11 +115,10 @@ def resolve_token_counter(
     """The counter a request for ``model`` uses: the first tier that has one.
 
     ``request_tier`` and ``client_tier`` are the counters set on the request
-    and the client (``None`` when unset); ``driver`` is asked for its counter
-    and, when the winner is an unbound ``BuiltinTokenCounter`` or
-    ``ApproximateCounter``, for its replay
-    projection. A winner that is a ``ModelTokenCounter`` is returned as
-    ``winner.for_model(model)``.
+    and the client (``None`` when unset); ``driver`` is asked for its counter.
+    A winner that is a ``ModelTokenCounter`` is fitted to the request:
+    ``winner.for_projection(driver.replay_projection(model)).for_model(model)``
+    (without a driver, only ``for_model``). Any other winner is used as it is.
     """
     counter = request_tier
     if counter is None:
@@ -126,41 +127,28 @@ def resolve_token_counter(
         counter = driver.token_counter()
     if counter is None:
         counter = default_token_counter()
-    if isinstance(counter, BuiltinTokenCounter):
-        if counter.projection is None and driver is not None:
-            counter = counter.with_projection(driver.replay_projection(model))
-        return counter.for_model(model)
-    if isinstance(counter, ApproximateCounter):
-        # Counted as the driver replays reasoning, like the built-in.
-        if counter.projection is None and driver is not None:
-            counter = counter.with_projection(driver.replay_projection(model))
+    if not isinstance(counter, ModelTokenCounter):
         return counter
-    if isinstance(counter, ModelTokenCounter):
-        return counter.for_model(model)
-    return counter
+    if driver is not None:
+        counter = counter.for_projection(driver.replay_projection(model))
+    return counter.for_model(model)
 
 
 def resolve_exact_token_counter(
     request_tier: ExactCounter | None,
     client_tier: ExactCounter | None,
-    driver: object | None,
+    driver: _CountingDriver | None,
     model: Model,
 ) -> ExactCounter | None:
     """The exact counter a request for ``model`` may ask near its budget, or ``None``.
 
     First match wins: ``request_tier``, ``client_tier``, then
-    ``driver.exact_token_counter(model)`` when the driver has that method.
-    A counter with a ``for_model`` method is bound to ``model`` with it.
+    ``driver.exact_token_counter(model)``. A counter set on the request or the
+    client that is a ``BindableCounter`` is bound to ``model`` with ``for_model``.
     """
     counter = request_tier if request_tier is not None else client_tier
     if counter is None:
-        from_driver = getattr(driver, "exact_token_counter", None)
-        if callable(from_driver):
-            found: ExactCounter | None = from_driver(model)
-            return found
-        return None
-    bind = getattr(counter, "for_model", None)
-    if callable(bind):
-        bound: ExactCounter = bind(model)
-        return bound
+        return None if driver is None else driver.exact_token_counter(model)
+    if isinstance(counter, BindableCounter):
+        return counter.for_model(model)
     return counter

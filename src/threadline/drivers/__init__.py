@@ -1,9 +1,11 @@
-"""Drivers: one module per wire protocol, translating threadline's messages at the edge.
+"""Drivers: one folder per wire protocol, translating threadline's messages at the edge.
 
 ``OpenAIChatDriver`` speaks OpenAI Chat Completions (and every
 OpenAI-compatible server); ``AnthropicDriver`` the Anthropic Messages API
 (thinking replayed exactly); ``LocalDriver`` runs a GGUF model in process and
-needs the ``threadline[local]`` extra. The driver contract (``Driver``,
+needs the ``threadline[local]`` extra. Every HTTP driver connects through an
+``HTTPConnection`` (base URL, key, client, time-out, retries, headers), which
+drivers may share. The driver contract (``Driver``,
 ``ProviderCall``, ``ProviderResponse`` and the stream chunks) lives in the
 core; the drivers themselves are imported only when first asked for, so
 ``import threadline`` loads none of them.
@@ -32,34 +34,35 @@ from threadline._provider import (
 from threadline._public import lazy_members
 
 if TYPE_CHECKING:
-    from threadline.drivers._http import RetryPolicy
-    from threadline.drivers.anthropic import AnthropicDriver
-    from threadline.drivers.local import LocalDriver
-    from threadline.drivers.openai_chat import OpenAIChatDriver
+    # For type checkers only (a name left out here is still found, typed Any).
+    from threadline.drivers._http import HTTPConnection as HTTPConnection
+    from threadline.drivers._http import RetryPolicy as RetryPolicy
+    from threadline.drivers.anthropic import AnthropicDriver as AnthropicDriver
+    from threadline.drivers.local import LocalDriver as LocalDriver
+    from threadline.drivers.openai_chat import OpenAIChatDriver as OpenAIChatDriver
+
+# name -> the module that defines it, imported on first access. A new driver
+# is its own folder plus one line here: __all__ below is made from this table.
+_LAZY = {
+    "AnthropicDriver": "threadline.drivers.anthropic",
+    "HTTPConnection": "threadline.drivers._http",
+    "LocalDriver": "threadline.drivers.local",
+    "OpenAIChatDriver": "threadline.drivers.openai_chat",
+    "RetryPolicy": "threadline.drivers._http",
+}
 
 __all__ = [
-    "AnthropicDriver",
     "Driver",
-    "LocalDriver",
-    "OpenAIChatDriver",
     "ProviderCall",
     "ProviderResponse",
     "ReasoningChunk",
     "RequestTimeoutError",
     "ResponseDone",
-    "RetryPolicy",
     "SamplingSettings",
     "StreamChunk",
     "TextChunk",
     "ToolCallChunk",
+    *_LAZY,
 ]
-
-# name -> the module that defines it, imported on first access.
-_LAZY = {
-    "AnthropicDriver": "threadline.drivers.anthropic",
-    "LocalDriver": "threadline.drivers.local",
-    "OpenAIChatDriver": "threadline.drivers.openai_chat",
-    "RetryPolicy": "threadline.drivers._http",
-}
 
 __getattr__, __dir__ = lazy_members(globals(), _LAZY, __all__)

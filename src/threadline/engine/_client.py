@@ -101,9 +101,7 @@ class Client(AsyncClosing):
 
     async def aclose(self) -> None:
         """Close the driver's connections, if it holds any."""
-        close = getattr(self.driver, "aclose", None)
-        if close is not None:
-            await close()
+        await self.driver.aclose()
 
     def __repr__(self) -> str:
         model = self.default_model.name if self.default_model else None

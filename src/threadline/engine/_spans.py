@@ -26,7 +26,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 from threadline._messages import ImagePart, Message, Role, TextPart, ToolCall, Usage
 from threadline._models import Model
 from threadline._provider import Driver, ProviderCall, ProviderResponse, StreamChunk
-from threadline.counting._protocol import ReplayProjection, TokenCounter
+from threadline.counting._protocol import ExactCounter, ReplayProjection, TokenCounter
 from threadline.engine._instruments import Instruments, RoundFacts, ToolRunner
 from threadline.engine._plan import RunPlan
 from threadline.tools._tools import ToolOutcome, Toolset
@@ -175,7 +175,7 @@ class TracedRun:
         return span
 
 
-class InstrumentedDriver:
+class InstrumentedDriver(Driver):
     """A driver that delegates to ``inner``, its calls made with the round span current
     (so an HTTP client's spans nest in the round) and a stream's first chunk timed."""
 
@@ -204,6 +204,12 @@ class InstrumentedDriver:
 
     def replay_projection(self, model: Model) -> ReplayProjection:
         return self._inner.replay_projection(model)
+
+    def exact_token_counter(self, model: Model) -> ExactCounter | None:
+        return self._inner.exact_token_counter(model)
+
+    async def load(self) -> None:
+        await self._inner.load()
 
     async def aclose(self) -> None:
         await self._inner.aclose()

@@ -301,8 +301,8 @@ async def test_a_reply_with_origin_is_sent_the_same_as_any_other() -> None:
 
 def test_the_message_cache_keeps_only_long_histories_and_changes_no_byte() -> None:
     # The driver's per-message JSON cache is private to its room: tested here, at the encoder.
-    from threadline.drivers._anthropic_request import encode_message_blocks, encode_request
-    from threadline.drivers._wire import JSONCache
+    from threadline.drivers._http._wire import JSONCache
+    from threadline.drivers.anthropic._request import encode_message_blocks, encode_request
 
     def call(count: int) -> ProviderCall:
         turns = [

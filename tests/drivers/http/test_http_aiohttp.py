@@ -194,7 +194,7 @@ async def test_aiohttp_refuses_trio_naming_the_cause(
 
 def test_without_the_extra_the_error_names_the_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "httpx_aiohttp", None)  # as if not installed
-    monkeypatch.delitem(sys.modules, "threadline.drivers._aiohttp", raising=False)
+    monkeypatch.delitem(sys.modules, "threadline.drivers._http._aiohttp", raising=False)
     for build in (
         lambda: OpenAIChatDriver(transport="aiohttp"),
         lambda: AnthropicDriver(transport="aiohttp"),

@@ -16,7 +16,7 @@ from threadline import (
     ProviderUnavailableError,
     RateLimitError,
 )
-from threadline.drivers._http_errors import (
+from threadline.drivers._http._errors import (
     MAX_BODY_CHARS,
     ErrorMapper,
     ProviderErrorDetails,

@@ -25,7 +25,7 @@ from threadline.drivers._http import (
     retry_after_seconds,
     send_with_retries,
 )
-from threadline.drivers._http_errors import ErrorMapper
+from threadline.drivers._http._errors import ErrorMapper
 
 NOW = 1_800_000_000.0
 EXACT = RetryPolicy(max_retries=4, initial_delay=0.5, max_delay=3.0, jitter=0.0)

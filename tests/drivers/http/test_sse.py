@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from threadline.drivers._sse import ServerSentEvent, SSEDecoder, aiter_sse
+from threadline.drivers._http._sse import ServerSentEvent, SSEDecoder, aiter_sse
 
 
 def decode_all(*chunks: bytes) -> list[ServerSentEvent]:

@@ -14,7 +14,8 @@ import pytest
 
 from threadline import ImagePart, InvalidRequestError, Message, Origin, TextPart, Tool, ToolCall
 from threadline.drivers import LocalDriver
-from threadline.drivers._local_chat import (
+from threadline.drivers.local import default_model_path
+from threadline.drivers.local._chat import (
     CHAT_TEMPLATE,
     CHATML_FUNCTION_CALLING,
     MESSAGE_PREFIX,
@@ -25,9 +26,8 @@ from threadline.drivers._local_chat import (
     to_llama_messages,
     to_llama_tools,
 )
-from threadline.drivers._local_generation import held_back, reused_prefix
-from threadline.drivers._local_llama import import_bindings, without_extra_buffers
-from threadline.drivers.local import default_model_path
+from threadline.drivers.local._generation import held_back, reused_prefix
+from threadline.drivers.local._llama import import_bindings, without_extra_buffers
 
 CHATML = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"

@@ -35,7 +35,7 @@ from threadline.drivers import (
     TextChunk,
     ToolCallChunk,
 )
-from threadline.drivers._local_chat import to_llama_messages
+from threadline.drivers.local._chat import to_llama_messages
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 BACKENDS = pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])

@@ -6,7 +6,7 @@ import json
 
 from threadline import ImagePart, Message, Model, TextPart, Tool, ToolCall
 from threadline.drivers import ProviderCall, SamplingSettings
-from threadline.drivers._openai_chat_wire import MessageJSONCache, encode_request, request_body
+from threadline.drivers.openai_chat._wire import MessageJSONCache, encode_request, request_body
 
 MODEL = Model("gpt-test")
 WEATHER = Tool(

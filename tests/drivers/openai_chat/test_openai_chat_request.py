@@ -413,7 +413,7 @@ async def test_extra_body_cannot_turn_a_complete_into_a_stream(
 
 def test_a_lone_surrogate_is_refused_naming_the_problem() -> None:
     from threadline import InvalidRequestError
-    from threadline.drivers._openai_chat_wire import encode_body
+    from threadline.drivers.openai_chat._wire import encode_body
 
     with pytest.raises(InvalidRequestError, match="lone surrogate"):
         encode_body({"messages": [{"role": "user", "content": "bad \udcff byte"}]})

@@ -1,17 +1,14 @@
-"""``AnthropicDriver``: the Anthropic Messages API, with signed thinking replayed exactly.
+"""``AnthropicDriver`` itself: its arguments, sending, counting, and reading answers and streams.
 
-The driver only translates (``_anthropic_request``, ``_anthropic_response``)
-and sends (``_http``: one pooled ``httpx.AsyncClient``, the shared retry
-policy, errors mapped to threadline's tree, the shared SSE decoder). It also
-speaks to servers that implement the same API, such as llama.cpp's
-``llama-server`` (``/v1/messages``, ``/v1/messages/count_tokens``).
+What the driver does with the protocol is described in
+:mod:`threadline.drivers.anthropic`.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
-from typing import Final
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from typing import Final, Unpack
 
 import httpx
 
@@ -25,36 +22,39 @@ from threadline._provider import (
     StreamChunk,
     chunks_of,
 )
-from threadline._sentinel import NOT_GIVEN, NotGiven
 from threadline._validate import fail, positive_int
 from threadline.counting._projection import NO_REPLAY
 from threadline.counting._protocol import ReplayProjection, TokenCounter
-from threadline.drivers._anthropic_request import (
+from threadline.drivers._http import (
+    ConnectionOptions,
+    HTTPConnection,
+    HTTPDriver,
+    HTTPEndpoint,
+    check_bool,
+    finish_reading,
+    read_body,
+    request_id_of,
+    resolve_base_url,
+)
+from threadline.drivers._http._connection import connection_of
+from threadline.drivers._http._sse import StreamProgress, aiter_sse
+from threadline.drivers._http._wire import NOT_JSON, MalformedResponse, loads_or_not
+from threadline.drivers.anthropic._request import (
     Thinking,
     encode_count_request,
     encode_request,
     new_message_cache,
 )
-from threadline.drivers._anthropic_response import StreamAssembler, parse_message
-from threadline.drivers._http import (
-    Clock,
-    RetryPolicy,
-    Transport,
-    finish_reading,
-    read_body,
-    request_id_of,
-)
-from threadline.drivers._http_endpoint import (
-    HTTPDriver,
-    HTTPEndpoint,
-    check_bool,
-    resolve_base_url,
-)
-from threadline.drivers._sse import StreamProgress, aiter_sse
-from threadline.drivers._wire import NOT_JSON, MalformedResponse, loads_or_not
+from threadline.drivers.anthropic._response import StreamAssembler, parse_message
 from threadline.tools._tools import Tool
 
-__all__ = ["AnthropicDriver", "AnthropicTokenCounter", "RetryPolicy", "Thinking"]
+__all__ = [
+    "ANTHROPIC_VERSION",
+    "DEFAULT_BASE_URL",
+    "DEFAULT_MAX_TOKENS",
+    "AnthropicDriver",
+    "AnthropicTokenCounter",
+]
 
 DEFAULT_BASE_URL: Final = "https://api.anthropic.com"
 ANTHROPIC_VERSION: Final = "2023-06-01"
@@ -73,35 +73,32 @@ class AnthropicDriver(HTTPDriver):
             never appears in a ``repr``, a log record or an exception.
         base_url: the API root without ``/v1``; ``None`` reads
             ``ANTHROPIC_BASE_URL``, else ``https://api.anthropic.com``.
-        http_client: an ``httpx.AsyncClient`` to send with; the driver does not
-            close a client it was given.
-        transport: the connection pool of the driver's own client:
-            ``"httpx"`` (default; asyncio and trio) or ``"aiohttp"``
-            (``pip install 'threadline[aiohttp]'``; asyncio only, several
-            times the requests per second at high concurrency). Not with
-            ``http_client``.
-        timeout: per-request time-out (default 600 s read, 5 s connect).
-        max_retries: retries after the first attempt (overrides the policy's).
-        retry_policy: the waits between retries (``RetryPolicy``); 429, 5xx and
-            529 (overloaded) are retried, and ``x-should-retry`` is obeyed.
+        connection: where and how to connect (:class:`HTTPConnection`): the
+            client, transport, time-out, retries, headers and clock, which
+            drivers may share. ``None``: the defaults. 429, 5xx and 529
+            (overloaded) are retried, and ``x-should-retry`` is obeyed.
+        **options: any field of :class:`HTTPConnection` (``http_client``,
+            ``transport``, ``timeout``, ``max_retries``, ``retry_policy``,
+            ``default_headers``, ``clock``) as a keyword of its own; it
+            overrides that field of ``connection``, as ``base_url`` and
+            ``api_key`` do when not ``None``.
         default_max_tokens: ``max_tokens`` for calls that set no
             ``max_output_tokens`` (the API requires it).
         thinking: extended thinking for every call (``Thinking.enabled(2048)``);
             a request's ``extra_body={"thinking": ...}`` overrides it.
         anthropic_version: the ``anthropic-version`` header.
         betas: sent as ``anthropic-beta``.
-        default_headers: extra headers on every request.
         prompt_caching: place ``cache_control`` breakpoints on every call: at
             the end of the tools and system prompt, at the end of the history
             before the current prompt, and at the end of the request (three
             of the four the API allows), so a conversation's stable prefix is
             read from the prompt cache. ``False`` sends none.
-        clock: what retries wait on; tests pass a fake one.
 
     Raises:
         InvalidRequestError: an argument of the wrong kind, named: a base URL
             that is not ``http(s)://host...``, a ``RetryPolicy`` class instead
             of an instance, a negative or NaN time-out, a header that is not text.
+        TypeError: a keyword that is neither the driver's nor a connection's.
 
     Example::
 
@@ -114,25 +111,25 @@ class AnthropicDriver(HTTPDriver):
         *,
         api_key: str | None = None,
         base_url: str | None = None,
-        http_client: httpx.AsyncClient | None = None,
-        transport: Transport = "httpx",
-        timeout: float | httpx.Timeout | NotGiven | None = NOT_GIVEN,
-        max_retries: int | None = None,
-        retry_policy: RetryPolicy | None = None,
+        connection: HTTPConnection | None = None,
         default_max_tokens: int = DEFAULT_MAX_TOKENS,
         thinking: Thinking | None = None,
         anthropic_version: str = ANTHROPIC_VERSION,
         betas: Sequence[str] = (),
-        default_headers: Mapping[str, str] | None = None,
         prompt_caching: bool = True,
-        clock: Clock | None = None,
+        **options: Unpack[ConnectionOptions],
     ) -> None:
         self._default_max_tokens = positive_int("default_max_tokens", default_max_tokens)
         if thinking is not None and not isinstance(thinking, Thinking):
             fail("thinking", "a Thinking (Thinking.enabled(2048)) or None", thinking)
         self._thinking = thinking
         self._prompt_caching = check_bool("prompt_caching", prompt_caching)
-        root = resolve_base_url(base_url, env="ANTHROPIC_BASE_URL", default=DEFAULT_BASE_URL)
+        connection = connection_of(
+            "AnthropicDriver", connection, base_url=base_url, api_key=api_key, options=options
+        )
+        root = resolve_base_url(
+            connection.base_url, env="ANTHROPIC_BASE_URL", default=DEFAULT_BASE_URL
+        )
         self._base_url = root.removesuffix("/v1")
         self._url = httpx.URL(f"{self._base_url}/v1/messages")
         self._count_url = httpx.URL(f"{self._base_url}/v1/messages/count_tokens")
@@ -149,18 +146,11 @@ class AnthropicDriver(HTTPDriver):
             headers["anthropic-beta"] = ",".join(betas)
         self._http = HTTPEndpoint(
             _NAME,
+            connection,
             base_url=self._base_url,
-            api_key=api_key,
             api_key_env="ANTHROPIC_API_KEY",
             key_header="x-api-key",
             headers=headers,
-            default_headers=default_headers,
-            http_client=http_client,
-            transport=transport,
-            timeout=timeout,
-            max_retries=max_retries,
-            retry_policy=retry_policy,
-            clock=clock,
         )
         self._client = self._http.client
         self._errors = self._http.errors

@@ -18,8 +18,9 @@ English and three times as many on Russian), so from the second report on a
 key also has a fit by class (``_slopes``): an intercept plus a slope per
 class of the estimate (``_classes``), learned from every report kept. A
 transcript is then counted from the last report, what is gone from its
-prompt and what is new priced by class (:class:`~threadline.counting._slopes.ClassAnchoredCounter`),
-whether or not the transcript holds most of that prompt.
+prompt and what is new priced by class
+(:class:`~threadline.counting._calibration._slopes.ClassAnchoredCounter`), whether
+or not the transcript holds most of that prompt.
 
 Before a fit, the last report is used as it was: a transcript that holds
 most of its prompt is counted from the report (:class:`ReportAnchoredCounter`),
@@ -38,10 +39,9 @@ from typing import TYPE_CHECKING
 from threadline._errors import InvalidRequestError
 from threadline._validate import fail, non_negative_int
 from threadline.counting._anchored import AnchoredCounter, message_key
-from threadline.counting._classes import CLASSES, ClassCounts, transcript_classes
-from threadline.counting._saved import SavedEntry, check_saved, ratio_of
-from threadline.counting._scaling import scaled
-from threadline.counting._slopes import (
+from threadline.counting._calibration._classes import CLASSES, ClassCounts, transcript_classes
+from threadline.counting._calibration._saved import SavedEntry, check_saved, ratio_of
+from threadline.counting._calibration._slopes import (
     MAX_OBSERVATIONS,
     MIN_FIT_REPORTS,
     PRIOR_SLOPES,
@@ -49,6 +49,7 @@ from threadline.counting._slopes import (
     SlopeFit,
     fit,
 )
+from threadline.counting._scaling import scaled
 
 if TYPE_CHECKING:
     from threadline._messages import Message

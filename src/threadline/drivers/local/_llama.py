@@ -21,7 +21,7 @@ from typing import Any, Final, Protocol
 
 import attrs
 
-from threadline.drivers._local_chat import TemplateRenderer
+from threadline.drivers.local._chat import TemplateRenderer
 
 __all__ = [
     "INSTALL_HINT",
@@ -201,6 +201,7 @@ def without_extra_buffers(low_level: ModuleType) -> Iterator[None]:
 
     def params_without_extra_buffers() -> Any:
         params = original()
+        # A ctypes struct of llama.cpp's; older builds have no such field.
         if hasattr(params, "use_extra_bufts"):
             params.use_extra_bufts = False
         return params

@@ -1,18 +1,15 @@
-"""``OpenAIChatDriver``: the Chat Completions protocol, for OpenAI and every
-OpenAI-compatible server (llama.cpp, vLLM, Ollama, LM Studio, ...).
+"""``OpenAIChatDriver`` itself: its arguments, sending, and reading answers and streams.
 
-The driver only translates (``_openai_chat_wire``) and sends (``_http``): one
-pooled ``httpx.AsyncClient``, the shared retry policy, errors mapped to
-threadline's tree. Display reasoning (``reasoning_content``) is read from
-answers and never sent back, as Chat Completions has no way to replay it.
+What the protocol is and what the driver does with it is described in
+:mod:`threadline.drivers.openai_chat`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
-from typing import Literal
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Literal, Unpack
 
 import attrs
 import httpx
@@ -26,34 +23,35 @@ from threadline._provider import (
     StreamChunk,
     chunks_of,
 )
-from threadline._sentinel import NOT_GIVEN, NotGiven
 from threadline._validate import fail
 from threadline.counting._projection import NO_REPLAY
 from threadline.counting._protocol import AsyncTokenCounter, ReplayProjection, TokenCounter
-from threadline.drivers._http import Clock, RetryPolicy, Transport, finish_reading, read_body
-from threadline.drivers._http_endpoint import (
+from threadline.drivers._http import (
+    ConnectionOptions,
+    HTTPConnection,
     HTTPDriver,
     HTTPEndpoint,
     check_bool,
     check_optional_str,
+    finish_reading,
+    read_body,
     resolve_base_url,
 )
-from threadline.drivers._llama_cpp_counting import LlamaCppTokenCounter, server_root
-from threadline.drivers._openai_chat_wire import (
+from threadline.drivers._http._connection import connection_of
+from threadline.drivers._http._sse import ServerSentEvent, StreamProgress, aiter_sse
+from threadline.drivers._http._wire import NOT_JSON, loads_or_not
+from threadline.drivers.openai_chat._llama_cpp_counting import LlamaCppTokenCounter, server_root
+from threadline.drivers.openai_chat._wire import (
     MalformedResponse,
     MessageJSONCache,
     StreamAssembler,
     encode_request,
     parse_completion,
 )
-from threadline.drivers._sse import ServerSentEvent, StreamProgress, aiter_sse
-from threadline.drivers._wire import NOT_JSON, loads_or_not
-
-# RetryPolicy is re-exported: it is how this driver's retrying is configured.
 
 logger = logging.getLogger("threadline.drivers.openai_chat")
 
-__all__ = ["OpenAIChatDriver", "RetryPolicy"]
+__all__ = ["DEFAULT_BASE_URL", "OpenAIChatDriver"]
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 _NAME = "openai-chat"
@@ -70,23 +68,16 @@ class OpenAIChatDriver(HTTPDriver):
             that is unset too no ``Authorization`` header is sent (fine for
             most local servers). It never appears in a ``repr``, a log record
             or an exception.
-        http_client: an ``httpx.AsyncClient`` to send with, on any transport.
-            The driver does not close a client it was given. ``None`` builds a
-            pooled one (``aclose()`` or ``async with`` closes it).
-        transport: the connection pool of the driver's own client:
-            ``"httpx"`` (default; asyncio and trio) or ``"aiohttp"``
-            (``pip install 'threadline[aiohttp]'``; asyncio only, several
-            times the requests per second at high concurrency). Not with
-            ``http_client``.
-        timeout: per-request time-out; when not given, the driver's own client
-            uses ``DEFAULT_TIMEOUT`` (600 s read, 5 s connect) and a given
-            client keeps its own.
-        max_retries: retries after the first attempt; overrides
-            ``retry_policy.max_retries`` (default 2).
-        retry_policy: the waits between retries (``RetryPolicy``).
+        connection: where and how to connect (:class:`HTTPConnection`): the
+            client, transport, time-out, retries, headers and clock, which
+            drivers may share. ``None``: the defaults.
+        **options: any field of :class:`HTTPConnection` (``http_client``,
+            ``transport``, ``timeout``, ``max_retries``, ``retry_policy``,
+            ``default_headers``, ``clock``) as a keyword of its own; it
+            overrides that field of ``connection``, as ``base_url`` and
+            ``api_key`` do when not ``None``.
         organization: sent as ``OpenAI-Organization``.
         project: sent as ``OpenAI-Project``.
-        default_headers: extra headers on every request.
         max_tokens_field: the body field ``max_output_tokens`` goes to.
             ``"max_tokens"`` is what OpenAI-compatible servers understand;
             OpenAI's reasoning models (o-series, gpt-5) require
@@ -98,7 +89,6 @@ class OpenAIChatDriver(HTTPDriver):
             ``Request.with_cache_key``) as ``prompt_cache_key``, which routes
             OpenAI's prompt cache. ``None`` sends it to OpenAI's own API only:
             some compatible servers refuse fields they do not know.
-        clock: what retries wait on; tests pass a fake one.
         exact_counting: ``"llama.cpp"`` for the upstream llama.cpp server
             (``llama-server``): :meth:`exact_token_counter` then asks the
             server itself (``/apply-template``, ``/tokenize``), and limiting
@@ -108,6 +98,7 @@ class OpenAIChatDriver(HTTPDriver):
         InvalidRequestError: an argument of the wrong kind, named: a base URL
             that is not ``http(s)://host...``, a ``RetryPolicy`` class instead
             of an instance, a negative or NaN time-out, a header that is not text.
+        TypeError: a keyword that is neither the driver's nor a connection's.
 
     Example::
 
@@ -120,19 +111,14 @@ class OpenAIChatDriver(HTTPDriver):
         base_url: str | None = None,
         *,
         api_key: str | None = None,
-        http_client: httpx.AsyncClient | None = None,
-        transport: Transport = "httpx",
-        timeout: float | httpx.Timeout | NotGiven | None = NOT_GIVEN,
-        max_retries: int | None = None,
-        retry_policy: RetryPolicy | None = None,
+        connection: HTTPConnection | None = None,
         organization: str | None = None,
         project: str | None = None,
-        default_headers: Mapping[str, str] | None = None,
         max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens",
         stream_usage: bool = True,
         send_cache_key: bool | None = None,
-        clock: Clock | None = None,
         exact_counting: Literal["llama.cpp"] | None = None,
+        **options: Unpack[ConnectionOptions],
     ) -> None:
         if exact_counting not in (None, "llama.cpp"):
             fail("exact_counting", "'llama.cpp' or None", exact_counting)
@@ -142,7 +128,12 @@ class OpenAIChatDriver(HTTPDriver):
         self._server_cannot_count = False
         self._max_tokens_field = max_tokens_field
         self._stream_usage = check_bool("stream_usage", stream_usage)
-        self._base_url = resolve_base_url(base_url, env="OPENAI_BASE_URL", default=DEFAULT_BASE_URL)
+        connection = connection_of(
+            "OpenAIChatDriver", connection, base_url=base_url, api_key=api_key, options=options
+        )
+        self._base_url = resolve_base_url(
+            connection.base_url, env="OPENAI_BASE_URL", default=DEFAULT_BASE_URL
+        )
         self._url = httpx.URL(f"{self._base_url}/chat/completions")
         if send_cache_key is None:
             send_cache_key = httpx.URL(self._base_url).host == "api.openai.com"
@@ -154,19 +145,12 @@ class OpenAIChatDriver(HTTPDriver):
                 headers[f"openai-{name}"] = checked
         self._http = HTTPEndpoint(
             _NAME,
+            connection,
             base_url=self._base_url,
-            api_key=api_key,
             api_key_env="OPENAI_API_KEY",
             key_header="authorization",
             key_prefix="Bearer ",
             headers=headers,
-            default_headers=default_headers,
-            http_client=http_client,
-            transport=transport,
-            timeout=timeout,
-            max_retries=max_retries,
-            retry_policy=retry_policy,
-            clock=clock,
         )
         self._client = self._http.client
         self._errors = self._http.errors

@@ -8,7 +8,7 @@ the tokens a provider reports for a prompt ``T`` are close to
     R(T) = c + sum(b[k] * E[k](T))
 
 where ``E[k](T)`` is the o200k estimate of ``T``'s tokens of class ``k``
-(:mod:`~threadline.counting._classes`: framing, tool calls, Latin, Cyrillic,
+(:mod:`~threadline.counting._calibration._classes`: framing, tool calls, Latin, Cyrillic,
 CJK and other text) and ``b[k]`` is what the provider spends per estimated
 token of that class. :class:`SlopeFit` learns ``c`` and ``b`` from the
 reports of one model and tool set: a least-squares fit of every report
@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from threadline.counting._anchored import AnchoredCounter
-from threadline.counting._classes import CLASSES, ClassCounts, message_classes
+from threadline.counting._calibration._classes import CLASSES, ClassCounts, message_classes
 
 if TYPE_CHECKING:
     from threadline._messages import Message

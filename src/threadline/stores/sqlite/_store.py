@@ -1,22 +1,6 @@
-"""``SQLiteStore``: conversations in one SQLite file, the embedded default.
+"""``SQLiteStore`` itself: the tables, the transactions, every read and write.
 
-The layout, schema version 2::
-
-    threadline_schema         (version)
-    threadline_conversations  (id, version, format_version, header, metadata,
-                               event_count, created_at, updated_at, touched,
-                               generation)
-    threadline_events         (conversation_id, seq, turn_id, pending, event, marker)
-
-A file of schema version 1 (no generation, no marker) is migrated when opened.
-
-``header`` is the saved conversation without its events and ``event`` one
-event, both JSON of ``_serialization``'s format; every event of a
-conversation is in the ``format_version`` of the conversation's row (an older
-conversation is rewritten whole when it is next written). Appending a turn writes
-the turn's rows and the header, never the whole transcript. Writes run in
-``BEGIN IMMEDIATE`` transactions, so the version check and the write are one
-step even when several processes share the file.
+The layout is described in :mod:`threadline.stores.sqlite`.
 """
 
 from __future__ import annotations
@@ -54,8 +38,8 @@ from threadline.stores._base import (
     utc_now,
 )
 from threadline.stores._parts import assemble, read_metadata, read_time
-from threadline.stores._sqlite_file import file_identity, use_wal, vanished
-from threadline.stores._sqlite_read_only import connect_read_only
+from threadline.stores.sqlite._file import file_identity, use_wal, vanished
+from threadline.stores.sqlite._read_only import connect_read_only
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
@@ -230,7 +214,7 @@ class SQLiteStore(StoreBase):
 
     def _check_same_file(self) -> None:
         """Refuse to go on with a file deleted or replaced since it was opened (see
-        ``_sqlite_file``); the next call opens what is at the path then."""
+        ``_file``); the next call opens what is at the path then."""
         if self._opened_file is not None and self._opened_file != file_identity(self._path):
             assert self._connection is not None
             self._connection.close()

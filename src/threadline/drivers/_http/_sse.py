@@ -207,6 +207,8 @@ async def aiter_sse(
                 progress.events += 1
             yield event
     finally:
+        # The source is any async iterable of bytes; httpx's is a generator
+        # that must be closed, a plain iterable (a test's) has nothing to close.
         aclose = getattr(source, "aclose", None)
         if aclose is not None:
             await aclose()

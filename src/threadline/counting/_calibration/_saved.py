@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from threadline.counting._classes import CLASSES
+from threadline.counting._calibration._classes import CLASSES
 
 __all__ = ["SavedEntry", "check_saved", "merged", "ratio_of"]
 

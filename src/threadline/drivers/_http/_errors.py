@@ -34,7 +34,7 @@ from threadline._errors import (
     ProviderUnavailableError,
     RateLimitError,
 )
-from threadline.drivers._sse import StreamProgress
+from threadline.drivers._http._sse import StreamProgress
 
 __all__ = [
     "MAX_BODY_CHARS",

@@ -29,7 +29,7 @@ import attrs
 from threadline._errors import InvalidRequestError
 from threadline._messages import ImagePart, Message, Origin, Role, TextPart, ToolCall
 from threadline._provider import ProviderCall
-from threadline.drivers._wire import JSONCache, encode_body
+from threadline.drivers._http._wire import JSONCache, encode_body
 from threadline.tools._tools import Tool
 
 __all__ = [

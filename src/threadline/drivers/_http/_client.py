@@ -22,6 +22,7 @@ byte is consumed, a failure is raised, never replayed. Waiting goes through a
 from __future__ import annotations
 
 import email.utils
+import hmac
 import logging
 import math
 import random
@@ -34,12 +35,13 @@ import attrs
 import httpx
 
 from threadline._errors import InvalidRequestError
-from threadline.drivers._http_errors import ErrorMapper, context_length_details, parse_error_body
-from threadline.drivers._sse import StreamProgress
+from threadline.drivers._http._errors import ErrorMapper, context_length_details, parse_error_body
+from threadline.drivers._http._sse import StreamProgress
 
 __all__ = [
     "DEFAULT_LIMITS",
     "DEFAULT_TIMEOUT",
+    "SECRET_HEADER_WORDS",
     "Clock",
     "RetryPolicy",
     "Secret",
@@ -82,7 +84,7 @@ _AIOHTTP_MISSING = (
     "transport='aiohttp' needs the httpx-aiohttp package: pip install 'threadline[aiohttp]'"
 )
 
-_SECRET_HEADER_WORDS = ("auth", "key", "token", "secret")
+SECRET_HEADER_WORDS = ("auth", "key", "token", "secret")
 _DRAIN_SECONDS = 1.0
 
 
@@ -102,6 +104,16 @@ class Secret:
 
     __str__ = __repr__
 
+    # Equal secrets make equal connections (HTTPConnection is a value);
+    # compared in constant time, as credentials are.
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Secret):
+            return NotImplemented
+        return hmac.compare_digest(self._value.encode(), other._value.encode())
+
+    def __hash__(self) -> int:
+        return hash((Secret, self._value))
+
 
 def header_secrets(headers: Mapping[str, str]) -> list[str]:
     """The values of credential-like headers, for an ``ErrorMapper`` to redact.
@@ -111,7 +123,7 @@ def header_secrets(headers: Mapping[str, str]) -> list[str]:
     """
     found: list[str] = []
     for name, value in headers.items():
-        if any(word in name.lower() for word in _SECRET_HEADER_WORDS) and value.strip():
+        if any(word in name.lower() for word in SECRET_HEADER_WORDS) and value.strip():
             found += {value, value.split()[-1]}
     return found
 
@@ -153,7 +165,7 @@ def build_http_client(
     """A pooled ``httpx.AsyncClient`` with timeouts and limits fit for model calls.
 
     ``transport="aiohttp"`` sends through aiohttp's pool (see
-    :mod:`threadline.drivers._aiohttp`); the client is the same ``httpx``
+    :mod:`threadline.drivers._http._aiohttp`); the client is the same ``httpx``
     interface either way. Redirects are not followed: an API endpoint that
     redirects is misconfigured, and following it would resend the credentials
     elsewhere.
@@ -167,7 +179,7 @@ def build_http_client(
     client_class: type[httpx.AsyncClient] = httpx.AsyncClient
     if transport == "aiohttp":
         try:
-            from threadline.drivers._aiohttp import AiohttpClient
+            from threadline.drivers._http._aiohttp import AiohttpClient
         except ImportError as exc:
             raise ImportError(_AIOHTTP_MISSING, name=exc.name) from exc
         client_class = AiohttpClient
@@ -208,8 +220,9 @@ class Clock(Protocol):
         ...
 
 
+@attrs.frozen
 class SystemClock:
-    """The real clock: ``time.time`` and ``anyio.sleep``."""
+    """The real clock: ``time.time`` and ``anyio.sleep``; every instance is equal."""
 
     def now(self) -> float:
         return time.time()

@@ -37,8 +37,7 @@ from threadline._provider import (
     TextChunk,
     ToolCallChunk,
 )
-from threadline.drivers._tool_calls import tool_call_dicts
-from threadline.drivers._wire import (
+from threadline.drivers._http._wire import (
     DEFAULT_CACHE_BYTES,
     DEFAULT_CACHE_MIN_MESSAGES,
     JSONCache,
@@ -49,6 +48,7 @@ from threadline.drivers._wire import (
     json_object,
     optional_str,
 )
+from threadline.drivers._tool_calls import tool_call_dicts
 from threadline.tools._tools import Tool
 
 __all__ = [

@@ -20,7 +20,6 @@ from typing import Any, Final, Protocol
 import attrs
 
 from threadline._messages import Usage
-from threadline._models import Model
 from threadline._provider import (
     ProviderCall,
     ProviderResponse,
@@ -28,27 +27,36 @@ from threadline._provider import (
     TextChunk,
     ToolCallChunk,
 )
-from threadline.drivers._local_chat import MESSAGE_PREFIX, choice_grammar, from_llama_message
-from threadline.drivers._local_llama import Bindings, Llama
+from threadline.drivers.local._chat import MESSAGE_PREFIX, choice_grammar, from_llama_message
+from threadline.drivers.local._llama import Bindings, Llama
 
 __all__ = ["ConsumerGone", "Generation", "GenerationHost", "Prepared", "held_back", "reused_prefix"]
 
 _LOCK_POLL_SECONDS: Final = 0.05
 
 
-class GenerationHost(Protocol):
-    """What a generation needs from its driver."""
+class Tokenizer(Protocol):
+    """The model's tokenizer over a prompt text (``special``: parse special tokens)."""
 
-    _generation_lock: threading.Lock
+    def __call__(self, text: str, *, special: bool = True) -> list[int]: ...
 
-    @property
-    def model(self) -> Model: ...
 
-    def _bindings_loaded(self) -> Bindings: ...
+@attrs.frozen(kw_only=True)
+class GenerationHost:
+    """What a generation needs from its driver, handed over as one value.
 
-    def _model_for_generation(self) -> Llama: ...
+    The driver makes it once and keeps its loading to itself: a generation
+    asks for the bindings and the weights (each loaded on first use, once),
+    tokenizes with the model's tokenizer, and takes turns on ``lock``, as one
+    llama.cpp model is not thread-safe.
+    """
 
-    def _tokenize(self, text: str, *, special: bool = True) -> list[int]: ...
+    model_name: str
+    """What the response says answered."""
+    lock: threading.Lock
+    bindings: Callable[[], Bindings]
+    weights: Callable[[], Llama]
+    tokenize: Tokenizer
 
 
 class _Stopped(Exception):
@@ -88,11 +96,11 @@ class Generation:
 
     def __init__(
         self,
-        driver: GenerationHost,
+        host: GenerationHost,
         prepared: Prepared,
         emit: Callable[[StreamChunk], None] | None,
     ) -> None:
-        self._driver = driver
+        self._host = host
         self._prepared = prepared
         self._emit = emit
         self._stop = threading.Event()
@@ -114,13 +122,13 @@ class Generation:
 
     def run(self) -> None:
         """Sample the reply; never raises (the outcome is in ``response`` or ``error``)."""
-        lock = self._driver._generation_lock
+        lock = self._host.lock
         try:
             while not lock.acquire(timeout=_LOCK_POLL_SECONDS):
                 if self._stop.is_set():
                     raise _Stopped
             try:
-                self.response = self._reply(self._driver._model_for_generation())
+                self.response = self._reply(self._host.weights())
             finally:
                 lock.release()
         except (_Stopped, ConsumerGone):
@@ -190,7 +198,7 @@ class Generation:
                 output_tokens=self._completion_tokens,
                 cached_input_tokens=min(self._cached_tokens or 0, self._prepared.prompt_tokens),
             ),
-            model=self._driver.model.name,
+            model=self._host.model_name,
         )
 
 
@@ -200,8 +208,8 @@ class _Sampler:
     def __init__(self, generation: Generation, model: Llama) -> None:
         self._generation = generation
         self._model = model
-        self._driver = generation._driver
-        self._is_eog = self._driver._bindings_loaded().end_of_generation(model)
+        self._host = generation._host
+        self._is_eog = self._host.bindings().end_of_generation(model)
         self._n_ctx = model.n_ctx()
         self._budget = generation._prepared.max_tokens
         self.ended = "stop"
@@ -216,7 +224,7 @@ class _Sampler:
         the context's end; raises ``_Stopped`` when asked to stop.
         """
         generation = self._generation
-        tokens = self._driver._tokenize(prompt)
+        tokens = self._host.tokenize(prompt)
         room = min(self._budget - generation._completion_tokens, self._n_ctx - len(tokens))
         self.ended = "length"
         if room <= 0:
@@ -243,6 +251,8 @@ class _Sampler:
                 if produced >= room:
                     return
         finally:
+            # llama-cpp-python's generate() is a generator today; the Llama
+            # protocol promises only an iterator, so close it when it can be.
             close = getattr(generator, "close", None)
             if close is not None:
                 close()
@@ -273,10 +283,10 @@ class _Sampler:
         if len(options) == 1:
             # Only one way to go: write it without asking the model.
             self._generation._completion_tokens += len(
-                self._driver._tokenize(options[0], special=False)
+                self._host.tokenize(options[0], special=False)
             )
             return options[0]
-        grammar = self._driver._bindings_loaded().grammar_from_gbnf(gbnf)
+        grammar = self._host.bindings().grammar_from_gbnf(gbnf)
         text = ""
         for _, piece in self._tokens(prompt, grammar=grammar, greedy=True):
             text += piece
@@ -288,9 +298,7 @@ class _Sampler:
 
     def arguments(self, prompt: str, schema: object, index: int) -> tuple[str, str]:
         """A call's JSON arguments under its schema's grammar, sent on as they come."""
-        grammar = self._driver._bindings_loaded().grammar_from_schema(
-            json.loads(json.dumps(schema))
-        )
+        grammar = self._host.bindings().grammar_from_schema(json.loads(json.dumps(schema)))
         text = ""
         for _, piece in self._tokens(prompt, grammar=grammar):
             text += piece
@@ -308,6 +316,8 @@ def reused_prefix(model: object, tokens: Sequence[int]) -> int:
     (``input_ids[:n_tokens]``) and evaluates the rest; a prompt it holds whole
     has its last token evaluated again, so at most all but one are reused.
     """
+    # Internals of llama_cpp.Llama, outside the narrow Llama protocol: read
+    # with defaults so a version without them reports no reuse, not a crash.
     evaluated = int(getattr(model, "n_tokens", 0) or 0)
     previous = getattr(model, "input_ids", None)
     if evaluated <= 0 or previous is None:
