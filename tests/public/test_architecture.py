@@ -251,3 +251,69 @@ def test_the_private_import_check_can_fail() -> None:
         "but imports no private module (or is gone): take it off the list",
     ]
     assert listing_errors(imports, {"a/test_new.py"}) == []
+
+
+# --- rooms by idea: a family of modules is a folder; capabilities are declared -----------
+
+
+def prefix_families(names: Set[str]) -> dict[str, set[str]]:
+    """Groups of three or more module names sharing a first word (``_http_errors``,
+    ``_http_endpoint``, ``_http``: ``http``); such a family is a folder waiting to be made."""
+    families: dict[str, set[str]] = {}
+    for name in names:
+        families.setdefault(name.lstrip("_").split("_")[0], set()).add(name)
+    return {word: group for word, group in families.items() if len(group) >= 3}
+
+
+def test_no_family_of_sibling_modules_outside_a_folder_of_its_own() -> None:
+    found = {}
+    for folder in sorted({path.parent for path in SRC.rglob("*.py")}):
+        names = {path.stem for path in folder.glob("*.py")} - {"__init__", "__main__"}
+        found.update(
+            {
+                f"{folder.relative_to(SRC)}/{word}": group
+                for word, group in prefix_families(names).items()
+            }
+        )
+    assert found == {}
+
+
+def test_the_family_check_can_fail() -> None:
+    names = {"_conversation", "_conversation_state", "_conversation_window", "_messages"}
+    assert prefix_families(names) == {
+        "conversation": {"_conversation", "_conversation_state", "_conversation_window"}
+    }
+
+
+def capability_probes(source: str) -> list[str]:
+    """``getattr``/``hasattr`` calls on a driver or a counter: a capability found by
+    probing, where the protocol should declare it (docs/architecture.md)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in {"getattr", "hasattr"}
+            and node.args
+        ):
+            target = ast.unparse(node.args[0]).lower()
+            if "driver" in target or "counter" in target:
+                found.append(f"{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_capability_of_a_driver_or_counter_is_found_by_probing() -> None:
+    found = {
+        str(path.relative_to(SRC)): probes
+        for path in sorted(SRC.rglob("*.py"))
+        if (probes := capability_probes(path.read_text(encoding="utf-8")))
+    }
+    assert found == {}
+
+
+def test_the_probe_check_can_fail() -> None:
+    source = "close = getattr(self.driver, 'aclose', None)\nhasattr(counter, 'for_model')\n"
+    assert capability_probes(source) == [
+        "1: getattr(self.driver, 'aclose', None)",
+        "2: hasattr(counter, 'for_model')",
+    ]
