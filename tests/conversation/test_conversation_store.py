@@ -345,3 +345,59 @@ async def test_a_failed_first_turn_leaves_no_conversation_behind(
     retry = Conversation(agent_on(driver), id="fresh", store=store)
     assert (await retry.run("hi")).text == "hello"
     assert [e.message.text for e in (await stored(store, "fresh")).events] == ["hi", "hello"]
+
+
+async def test_a_failed_turn_leaves_the_stored_settings_as_they_were(
+    store: ConversationStore,
+) -> None:
+    await Conversation(agent_on(ScriptedDriver(["a"])), id="t", store=store).run("q")
+    before = await stored(store)
+    driver = ScriptedDriver([ProviderUnavailableError("down")])
+    conv = await Conversation.load(agent_on(driver), store, "t", max_context_tokens=6000)
+
+    with pytest.raises(ProviderUnavailableError):
+        await conv.run("second")
+
+    # The keyword arguments of this load are this object's, not the stored conversation's.
+    assert await stored(store) == before
+    reloaded = await Conversation.load(agent_on(ScriptedDriver()), store, "t")
+    assert reloaded.max_context_tokens is None
+
+
+async def test_a_cancelled_stream_leaves_the_stored_settings_as_they_were(
+    store: ConversationStore,
+) -> None:
+    await Conversation(agent_on(ScriptedDriver(["a"])), id="t", store=store).run("q")
+    before = await stored(store)
+    driver = ScriptedDriver(["a long streamed answer"])
+    conv = await Conversation.open(agent_on(driver), store, "t", history_limit=20)
+    conv.max_context_tokens = 6000
+
+    async with conv.stream("second") as events:
+        async for _ in events:
+            break
+
+    assert await stored(store) == before
+    reloaded = await Conversation.load(agent_on(ScriptedDriver()), store, "t")
+    assert (reloaded.max_context_tokens, reloaded.history_limit) == (None, 0)
+
+
+async def test_a_turn_under_way_stores_its_settings_only_when_it_commits(
+    store: ConversationStore,
+) -> None:
+    await Conversation(agent_on(ScriptedDriver(["a"])), id="t", store=store).run("q")
+    driver = WatchingDriver(["b"])
+    conv = await Conversation.load(agent_on(driver), store, "t", max_context_tokens=6000)
+    seen: list[ConversationDocument] = []
+
+    async def look(call: ProviderCall) -> None:
+        seen.append(await stored(store))
+
+    driver.on_call = look
+    await conv.run("second")
+
+    # A process killed mid-turn leaves the prompt pending and the settings as stored.
+    assert [e.message.text for e in seen[0].events if e.pending] == ["second"]
+    assert seen[0].settings == {"max_context_tokens": None}
+    assert seen[0].next_turn_id == 2
+    assert (await stored(store)).settings == {"max_context_tokens": 6000}

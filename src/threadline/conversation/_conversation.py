@@ -351,7 +351,7 @@ class Conversation:
                 return result
             finally:
                 if not turn.write.committed:
-                    await self._writer.abandon(turn.write, self._header)
+                    await self._writer.abandon(turn.write)
 
     @asynccontextmanager
     async def stream(self, prompt: str | Message) -> AsyncIterator[AsyncIterator[StreamEvent]]:
@@ -378,7 +378,7 @@ class Conversation:
                         await relay.aclose()
             finally:
                 if not turn.write.committed:
-                    await self._writer.abandon(turn.write, self._header)
+                    await self._writer.abandon(turn.write)
 
     async def _relay(
         self, events: AsyncIterator[StreamEvent], turn: _Turn
@@ -627,6 +627,7 @@ class Conversation:
             version=version,
             pending=len(restored.transcript.pending),
             updated_at=document.updated_at,
+            stored=document if version else None,
         )
         return conversation
 
