@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -401,3 +402,23 @@ async def test_a_turn_under_way_stores_its_settings_only_when_it_commits(
     assert seen[0].settings == {"max_context_tokens": None}
     assert seen[0].next_turn_id == 2
     assert (await stored(store)).settings == {"max_context_tokens": 6000}
+
+
+async def test_load_takes_history_limit_as_open_does(store: ConversationStore) -> None:
+    await Conversation(agent_on(ScriptedDriver(["a"])), id="t", store=store, history_limit=6).run(
+        "q"
+    )
+
+    assert (await Conversation.load(agent_on(ScriptedDriver()), store, "t")).history_limit == 6
+    loaded = await Conversation.load(agent_on(ScriptedDriver()), store, "t", history_limit=2)
+    assert loaded.history_limit == 2
+
+
+@pytest.mark.parametrize(("option", "value"), [("metadata", {"owner": "bob"}), ("version", 3)])
+async def test_what_the_store_holds_is_not_a_keyword_argument_of_load(
+    store: ConversationStore, option: str, value: object
+) -> None:
+    await Conversation(agent_on(ScriptedDriver(["a"])), id="t", store=store).run("q")
+    given: dict[str, Any] = {option: value}
+    with pytest.raises(InvalidRequestError, match=option):
+        await Conversation.load(agent_on(ScriptedDriver()), store, "t", **given)

@@ -591,6 +591,7 @@ class Conversation:
         *,
         store: ConversationStore | None = None,
         version: int = 0,
+        history_limit: int | None = None,
         settings: RequestSettings | None = None,
         **options: Unpack[SettingsChanges],
     ) -> Conversation:
@@ -598,19 +599,47 @@ class Conversation:
 
         Its settings are the agent's (or ``settings``), then what the document
         saved (its budget knobs), then ``options``. ``version`` is the store
-        version the document was loaded at (0: not stored).
+        version the document was loaded at (0: not stored). ``history_limit``,
+        when given, replaces the saved one, as for :meth:`open`.
 
         Raises:
             ConversationFormatError: a setting of the wrong type, or a
                 transcript whose tool units are broken.
+            InvalidRequestError: an option of the wrong type or sign, or one
+                the document holds (``id=``, ``metadata=``).
         """
+        return cls._continuing(
+            agent,
+            document,
+            store=store,
+            version=version,
+            history_limit=history_limit,
+            settings=settings,
+            options=options,
+        )
+
+    @classmethod
+    def _continuing(
+        cls,
+        agent: Agent,
+        document: ConversationDocument,
+        *,
+        store: ConversationStore | None,
+        version: int,
+        history_limit: int | None,
+        settings: RequestSettings | None,
+        options: SettingsChanges,
+    ) -> Conversation:
+        """:meth:`from_document`, its keyword arguments handed as one mapping, so that
+        none of them can collide with the loading methods' own."""
         if not isinstance(document, ConversationDocument):
             raise TypeError(f"expected a ConversationDocument, not {type(document).__name__}")
+        _refuse_saved_options(options)
         restored = restore(document)
         conversation = cls(
             agent,
             id=document.id,
-            history_limit=document.history_limit,
+            history_limit=document.history_limit if history_limit is None else history_limit,
             store=store,
             metadata=document.metadata,
             settings=combined_settings(agent.settings, settings, restored.changes),
@@ -638,6 +667,7 @@ class Conversation:
         text: str | bytes,
         *,
         store: ConversationStore | None = None,
+        history_limit: int | None = None,
         settings: RequestSettings | None = None,
         **options: Unpack[SettingsChanges],
     ) -> Conversation:
@@ -645,13 +675,23 @@ class Conversation:
 
         Handlers, counters and stores are not saved: the agent's apply (pass
         others as ``settings`` or keyword arguments, as to ``Conversation``).
+        ``history_limit``, when given, replaces the saved one, as for :meth:`open`;
+        the id and metadata are the saved conversation's.
 
         Raises:
             ConversationFormatError: the text is not a saved conversation this
                 version can read (an unknown version, a malformed document).
+            InvalidRequestError: an option of the wrong type or sign, or one
+                the document holds (``id=``, ``metadata=``).
         """
-        return cls.from_document(
-            agent, loads_conversation(text), store=store, settings=settings, **options
+        return cls._continuing(
+            agent,
+            loads_conversation(text),
+            store=store,
+            version=0,
+            history_limit=history_limit,
+            settings=settings,
+            options=options,
         )
 
     @classmethod
@@ -661,6 +701,7 @@ class Conversation:
         store: ConversationStore,
         id: str,
         *,
+        history_limit: int | None = None,
         settings: RequestSettings | None = None,
         **options: Unpack[SettingsChanges],
     ) -> Conversation:
@@ -669,8 +710,9 @@ class Conversation:
         ``agent`` runs the turns from now on: its client, model, instructions,
         tools and handlers (none of those are stored). ``store`` is where the
         conversation is read from and goes on being written to; ``id`` is its
-        id there. The window (``history_limit``), metadata and saved budget
-        knobs come from the store. Each turn's settings are the agent's (or
+        id there. The window (``history_limit``, unless given here, as for
+        :meth:`open`), metadata and saved budget knobs come from the store.
+        Each turn's settings are the agent's (or
         ``settings``, when given), then the saved budget knobs, then the
         keyword arguments (``max_context_tokens``, ``output_reserve_tokens``,
         the limiting handlers, ... as for ``Conversation``), later ones
@@ -681,20 +723,22 @@ class Conversation:
             ConversationNotFoundError: the store has no such conversation
                 (:meth:`open` creates it instead).
             ConversationFormatError: what it holds cannot be continued.
-            InvalidRequestError: a keyword argument of the wrong type or sign.
+            InvalidRequestError: a keyword argument of the wrong type or sign,
+                or one the store holds (``metadata=``, ``version=``).
 
         Example::
 
             conv = await Conversation.load(agent, store, "support-42", max_context_tokens=32_000)
         """
         stored = await read_stored(store, id)
-        conversation = cls.from_document(
+        conversation = cls._continuing(
             agent,
             stored.document,
             store=store,
             version=stored.version,
+            history_limit=history_limit,
             settings=settings,
-            **options,
+            options=options,
         )
         markers = stored.pending_markers
         if len(markers) == len(conversation._transcript.pending):
@@ -736,7 +780,9 @@ class Conversation:
             await conv.run("Hello again.")
         """
         try:
-            conversation = await cls.load(agent, store, id, settings=settings, **options)
+            conversation = await cls.load(
+                agent, store, id, history_limit=history_limit, settings=settings, **options
+            )
         except ConversationNotFoundError:
             return cls(
                 agent,
@@ -747,6 +793,16 @@ class Conversation:
                 settings=settings,
                 **options,
             )
-        if history_limit is not None:
-            conversation.history_limit = history_limit
         return conversation
+
+
+def _refuse_saved_options(options: SettingsChanges) -> None:
+    """Refuse, naming it, a keyword argument that is what a restored conversation takes
+    from its document (it would clash with the document's own value)."""
+    names: Mapping[str, object] = options
+    for name in ("id", "metadata"):
+        if name in names:
+            raise InvalidRequestError(
+                f"{name}= is not an option of a restored conversation: it keeps the {name} "
+                f"it was saved with (Conversation(...) makes a new one)"
+            )
