@@ -62,8 +62,9 @@ def _messages_doc(*messages: dict[str, Any]) -> str:
 
 
 def _conversation_doc(**fields: Any) -> str:
-    document: dict[str, Any] = {"format_version": 1, "id": "c", "next_turn_id": 1, "events": []}
-    document.update(fields)
+    # Every field a saved conversation always holds, so each case is refused for its own.
+    document: dict[str, Any] = json.loads(dumps_conversation(ConversationDocument(id="c")))
+    document.update({"next_turn_id": 1, **fields})
     return json.dumps(document)
 
 
