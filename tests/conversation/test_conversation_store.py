@@ -422,3 +422,19 @@ async def test_what_the_store_holds_is_not_a_keyword_argument_of_load(
     given: dict[str, Any] = {option: value}
     with pytest.raises(InvalidRequestError, match=option):
         await Conversation.load(agent_on(ScriptedDriver()), store, "t", **given)
+
+
+async def test_an_id_no_encoder_takes_is_refused_where_it_is_given(
+    store: ConversationStore,
+) -> None:
+    # A lone surrogate is a Python str but no text: every turn would fail on the
+    # prompt-cache key (and a store could not keep it).
+    driver = ScriptedDriver(["a"])
+    with pytest.raises(InvalidRequestError, match=r"^id must be .*surrogate"):
+        Conversation(agent_on(driver), id="\ud800x", store=store)
+    with pytest.raises(InvalidRequestError, match=r"^id must be .*surrogate"):
+        await Conversation.load(agent_on(driver), store, "\ud800x")
+    with pytest.raises(InvalidRequestError, match=r"^id must be .*surrogate"):
+        await Conversation.open(agent_on(driver), store, "\ud800x")
+    assert driver.calls == []
+    assert await store.list() == []

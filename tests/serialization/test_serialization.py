@@ -11,6 +11,7 @@ import pytest
 from threadline import (
     ConversationFormatError,
     ImagePart,
+    InvalidRequestError,
     Message,
     Origin,
     Reasoning,
@@ -618,3 +619,14 @@ def test_pending_prompts_stay_out_of_the_order_of_answered_turns() -> None:
         (2, True),
         (2, False),
     ]
+
+
+def test_a_saved_id_no_encoder_takes_is_refused_at_its_path() -> None:
+    # JSON's "\ud800" escape reads as a lone surrogate: no conversation could run with it.
+    with pytest.raises(ConversationFormatError) as caught:
+        loads_conversation(_conversation_doc(id="\ud800x"))
+
+    assert caught.value.path == "$.id"
+    assert "lone surrogate" in caught.value.reason
+    with pytest.raises(InvalidRequestError, match="lone surrogate"):
+        ConversationDocument(id="\ud800x")

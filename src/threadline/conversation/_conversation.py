@@ -61,7 +61,12 @@ from threadline.engine._agent import Agent, combined_settings
 from threadline.engine._plan import RunPlan, settings_budget, settings_counter
 from threadline.engine._request import planned, run_plan, stream_plan, with_checked_history
 from threadline.serialization._converter import dumps_conversation, loads_conversation
-from threadline.serialization._documents import ConversationDocument, ConversationEvent, JsonValue
+from threadline.serialization._documents import (
+    ConversationDocument,
+    ConversationEvent,
+    JsonValue,
+    id_problem,
+)
 
 __all__ = ["Conversation", "Turn"]
 
@@ -121,16 +126,12 @@ class Conversation:
     ) -> None:
         if not isinstance(agent, Agent):
             fail("agent", "an Agent", agent)
-        if id is None:
-            id = uuid.uuid4().hex
-        if not isinstance(id, str) or not id:
-            fail("id", "a non-empty string or None", id)
         self._agent = agent
-        self._id = id
+        self._id = uuid.uuid4().hex if id is None else _checked_id(id)
         self._history_limit = non_negative_int("history_limit", history_limit)
         self._policy = WindowPolicy.of(combined_settings(agent.settings, settings, options))
         # The document type validates the labels; keep its copy.
-        self._metadata = ConversationDocument(id=id, metadata=metadata or {}).metadata
+        self._metadata = ConversationDocument(id=self._id, metadata=metadata or {}).metadata
         # Settings keys this version does not know, and the saved calibration.
         self._extra_settings: dict[str, JsonValue] = {}
         self._lock = TurnLock()
@@ -138,7 +139,7 @@ class Conversation:
         self._transcript = Transcript()
         self._window = KeptWindow()
         self._slide: Slide | None = None
-        self._writer = TurnWriter(store, id)
+        self._writer = TurnWriter(store, self._id)
 
     # -- state --------------------------------------------------------------------------
 
@@ -730,7 +731,7 @@ class Conversation:
 
             conv = await Conversation.load(agent, store, "support-42", max_context_tokens=32_000)
         """
-        stored = await read_stored(store, id)
+        stored = await read_stored(store, _checked_id(id))
         conversation = cls._continuing(
             agent,
             stored.document,
@@ -794,6 +795,20 @@ class Conversation:
                 **options,
             )
         return conversation
+
+
+def _checked_id(id: object) -> str:
+    """``id`` when it can be a conversation's: a non-empty string, and text (see
+    ``id_problem``).
+
+    Raises:
+        InvalidRequestError: it cannot, naming the ``id`` argument.
+    """
+    if not isinstance(id, str) or not id:
+        fail("id", "a non-empty string or None", id)
+    if id_problem(id) is not None:
+        fail("id", "text UTF-8 can encode, without a lone surrogate", id)
+    return id
 
 
 def _refuse_saved_options(options: SettingsChanges) -> None:

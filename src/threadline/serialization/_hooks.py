@@ -43,7 +43,12 @@ from threadline._messages import (
     Usage,
     has_provider_reasoning,
 )
-from threadline.serialization._documents import ConversationDocument, ConversationEvent, MessageList
+from threadline.serialization._documents import (
+    ConversationDocument,
+    ConversationEvent,
+    MessageList,
+    id_problem,
+)
 from threadline.serialization._json import describe, json_equal, member_path
 
 __all__ = [
@@ -313,6 +318,15 @@ def _structure_metadata(value: Any, _: Any) -> dict[str, str]:
     return value
 
 
+def _structure_id(value: Any, _: Any) -> str:
+    if type(value) is not str:
+        raise Invalid(f"expected a string, not {describe(value)}")
+    problem = id_problem(value)
+    if problem is not None:
+        raise Invalid(problem)
+    return value  # an empty one is the document's to refuse
+
+
 def _register_documents(converter: JsonConverter) -> None:
     _structure_object(converter, MessageList)
     _structure_object(converter, ConversationEvent)
@@ -324,6 +338,7 @@ def _register_documents(converter: JsonConverter) -> None:
         # Written whole since version 1: a field read as its default would load
         # another conversation (no events beside their usage, turn ids anew).
         all_required=True,
+        id=override(struct_hook=_structure_id),
         settings=override(struct_hook=_structure_settings),
         metadata=override(struct_hook=_structure_metadata),
         created_at=timestamp,
