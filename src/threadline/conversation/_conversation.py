@@ -127,7 +127,7 @@ class Conversation:
         if not isinstance(agent, Agent):
             fail("agent", "an Agent", agent)
         self._agent = agent
-        self._id = uuid.uuid4().hex if id is None else _checked_id(id)
+        self._id = uuid.uuid4().hex if id is None else _checked_id(id, "or None")
         self._history_limit = non_negative_int("history_limit", history_limit)
         self._policy = WindowPolicy.of(combined_settings(agent.settings, settings, options))
         # The document type validates the labels; keep its copy.
@@ -797,15 +797,15 @@ class Conversation:
         return conversation
 
 
-def _checked_id(id: object) -> str:
+def _checked_id(id: object, alternative: str = "") -> str:
     """``id`` when it can be a conversation's: a non-empty string, and text (see
-    ``id_problem``).
+    ``id_problem``). ``alternative`` names what else the argument takes ("or None").
 
     Raises:
         InvalidRequestError: it cannot, naming the ``id`` argument.
     """
     if not isinstance(id, str) or not id:
-        fail("id", "a non-empty string or None", id)
+        fail("id", " ".join(("a non-empty string", alternative)).strip(), id)
     if id_problem(id) is not None:
         fail("id", "text UTF-8 can encode, without a lone surrogate", id)
     return id
