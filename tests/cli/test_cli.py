@@ -19,7 +19,12 @@ import pytest
 import threadline
 from threadline import Message, Model
 from threadline.cli import main
-from threadline.serialization import dumps_messages, loads_conversation
+from threadline.serialization import (
+    ConversationDocument,
+    dumps_conversation,
+    dumps_messages,
+    loads_conversation,
+)
 from threadline.testing import ScriptedDriver
 
 MODEL = Model("scripted", context_size=4096)
@@ -688,7 +693,9 @@ def test_a_damaged_conversation_document_names_the_place_without_a_json_root(
     db: Path, tmp_path: Path
 ) -> None:
     path = tmp_path / "bad.json"
-    path.write_text(json.dumps({"format_version": 1, "id": "x", "events": [{"message": 3}]}))
+    damaged = json.loads(dumps_conversation(ConversationDocument(id="x", next_turn_id=1)))
+    damaged["events"] = [{"message": 3}]
+    path.write_text(json.dumps(damaged))
     run = invoke("conversations", "import", str(path), "--db", str(db))
     assert run.code == 1
     assert run.err.count("\n") == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -12,6 +13,7 @@ from threadline import (
     Client,
     Conversation,
     ConversationFormatError,
+    InvalidRequestError,
     Message,
     Model,
     ToolCall,
@@ -207,3 +209,29 @@ def test_a_saved_transcript_that_opens_with_an_answer_is_refused() -> None:
     with pytest.raises(ConversationFormatError) as info:
         Conversation.from_json(conversation_agent, json.dumps(document))
     assert info.value.path == "$.events[0].message.role"
+
+
+def test_from_json_and_from_document_take_history_limit_as_open_does() -> None:
+    agent, _ = agent_with([])
+    text = Conversation(agent, id="c", history_limit=6).to_json()
+
+    assert Conversation.from_json(agent, text).history_limit == 6
+    assert Conversation.from_json(agent, text, history_limit=2).history_limit == 2
+    document = loads_conversation(text)
+    assert Conversation.from_document(agent, document, history_limit=0).history_limit == 0
+    with pytest.raises(InvalidRequestError, match="history_limit"):
+        Conversation.from_json(agent, text, history_limit=-1)
+
+
+@pytest.mark.parametrize(("option", "value"), [("id", "another"), ("metadata", {"owner": "bob"})])
+def test_what_a_document_holds_is_not_a_keyword_argument_of_from_json(
+    option: str, value: object
+) -> None:
+    agent, _ = agent_with([])
+    text = Conversation(agent, id="c", metadata={"owner": "ada"}).to_json()
+    given: dict[str, Any] = {option: value}
+    # The id and labels are the saved conversation's: refused, naming the argument.
+    with pytest.raises(InvalidRequestError, match=f"^{option}="):
+        Conversation.from_json(agent, text, **given)
+    with pytest.raises(InvalidRequestError, match=f"^{option}="):
+        Conversation.from_document(agent, loads_conversation(text), **given)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -345,3 +346,95 @@ async def test_a_failed_first_turn_leaves_no_conversation_behind(
     retry = Conversation(agent_on(driver), id="fresh", store=store)
     assert (await retry.run("hi")).text == "hello"
     assert [e.message.text for e in (await stored(store, "fresh")).events] == ["hi", "hello"]
+
+
+async def test_a_failed_turn_leaves_the_stored_settings_as_they_were(
+    store: ConversationStore,
+) -> None:
+    await Conversation(agent_on(ScriptedDriver(["a"])), id="t", store=store).run("q")
+    before = await stored(store)
+    driver = ScriptedDriver([ProviderUnavailableError("down")])
+    conv = await Conversation.load(agent_on(driver), store, "t", max_context_tokens=6000)
+
+    with pytest.raises(ProviderUnavailableError):
+        await conv.run("second")
+
+    # The keyword arguments of this load are this object's, not the stored conversation's.
+    assert await stored(store) == before
+    reloaded = await Conversation.load(agent_on(ScriptedDriver()), store, "t")
+    assert reloaded.max_context_tokens is None
+
+
+async def test_a_cancelled_stream_leaves_the_stored_settings_as_they_were(
+    store: ConversationStore,
+) -> None:
+    await Conversation(agent_on(ScriptedDriver(["a"])), id="t", store=store).run("q")
+    before = await stored(store)
+    driver = ScriptedDriver(["a long streamed answer"])
+    conv = await Conversation.open(agent_on(driver), store, "t", history_limit=20)
+    conv.max_context_tokens = 6000
+
+    async with conv.stream("second") as events:
+        async for _ in events:
+            break
+
+    assert await stored(store) == before
+    reloaded = await Conversation.load(agent_on(ScriptedDriver()), store, "t")
+    assert (reloaded.max_context_tokens, reloaded.history_limit) == (None, 0)
+
+
+async def test_a_turn_under_way_stores_its_settings_only_when_it_commits(
+    store: ConversationStore,
+) -> None:
+    await Conversation(agent_on(ScriptedDriver(["a"])), id="t", store=store).run("q")
+    driver = WatchingDriver(["b"])
+    conv = await Conversation.load(agent_on(driver), store, "t", max_context_tokens=6000)
+    seen: list[ConversationDocument] = []
+
+    async def look(call: ProviderCall) -> None:
+        seen.append(await stored(store))
+
+    driver.on_call = look
+    await conv.run("second")
+
+    # A process killed mid-turn leaves the prompt pending and the settings as stored.
+    assert [e.message.text for e in seen[0].events if e.pending] == ["second"]
+    assert seen[0].settings == {"max_context_tokens": None}
+    assert seen[0].next_turn_id == 2
+    assert (await stored(store)).settings == {"max_context_tokens": 6000}
+
+
+async def test_load_takes_history_limit_as_open_does(store: ConversationStore) -> None:
+    await Conversation(agent_on(ScriptedDriver(["a"])), id="t", store=store, history_limit=6).run(
+        "q"
+    )
+
+    assert (await Conversation.load(agent_on(ScriptedDriver()), store, "t")).history_limit == 6
+    loaded = await Conversation.load(agent_on(ScriptedDriver()), store, "t", history_limit=2)
+    assert loaded.history_limit == 2
+
+
+@pytest.mark.parametrize(("option", "value"), [("metadata", {"owner": "bob"}), ("version", 3)])
+async def test_what_the_store_holds_is_not_a_keyword_argument_of_load(
+    store: ConversationStore, option: str, value: object
+) -> None:
+    await Conversation(agent_on(ScriptedDriver(["a"])), id="t", store=store).run("q")
+    given: dict[str, Any] = {option: value}
+    with pytest.raises(InvalidRequestError, match=option):
+        await Conversation.load(agent_on(ScriptedDriver()), store, "t", **given)
+
+
+async def test_an_id_no_encoder_takes_is_refused_where_it_is_given(
+    store: ConversationStore,
+) -> None:
+    # A lone surrogate is a Python str but no text: every turn would fail on the
+    # prompt-cache key (and a store could not keep it).
+    driver = ScriptedDriver(["a"])
+    with pytest.raises(InvalidRequestError, match=r"^id must be .*surrogate"):
+        Conversation(agent_on(driver), id="\ud800x", store=store)
+    with pytest.raises(InvalidRequestError, match=r"^id must be .*surrogate"):
+        await Conversation.load(agent_on(driver), store, "\ud800x")
+    with pytest.raises(InvalidRequestError, match=r"^id must be .*surrogate"):
+        await Conversation.open(agent_on(driver), store, "\ud800x")
+    assert driver.calls == []
+    assert await store.list() == []

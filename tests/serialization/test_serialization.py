@@ -11,6 +11,7 @@ import pytest
 from threadline import (
     ConversationFormatError,
     ImagePart,
+    InvalidRequestError,
     Message,
     Origin,
     Reasoning,
@@ -62,8 +63,9 @@ def _messages_doc(*messages: dict[str, Any]) -> str:
 
 
 def _conversation_doc(**fields: Any) -> str:
-    document: dict[str, Any] = {"format_version": 1, "id": "c", "next_turn_id": 1, "events": []}
-    document.update(fields)
+    # Every field a saved conversation always holds, so each case is refused for its own.
+    document: dict[str, Any] = json.loads(dumps_conversation(ConversationDocument(id="c")))
+    document.update({"next_turn_id": 1, **fields})
     return json.dumps(document)
 
 
@@ -617,3 +619,14 @@ def test_pending_prompts_stay_out_of_the_order_of_answered_turns() -> None:
         (2, True),
         (2, False),
     ]
+
+
+def test_a_saved_id_no_encoder_takes_is_refused_at_its_path() -> None:
+    # JSON's "\ud800" escape reads as a lone surrogate: no conversation could run with it.
+    with pytest.raises(ConversationFormatError) as caught:
+        loads_conversation(_conversation_doc(id="\ud800x"))
+
+    assert caught.value.path == "$.id"
+    assert "lone surrogate" in caught.value.reason
+    with pytest.raises(InvalidRequestError, match="lone surrogate"):
+        ConversationDocument(id="\ud800x")

@@ -11,7 +11,18 @@ import json
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
-from threadline import ImagePart, Message, Origin, Reasoning, TextPart, ToolCall, Usage
+import pytest
+
+from threadline import (
+    ConversationFormatError,
+    ImagePart,
+    Message,
+    Origin,
+    Reasoning,
+    TextPart,
+    ToolCall,
+    Usage,
+)
 from threadline.serialization import (
     FORMAT_VERSION,
     ConversationDocument,
@@ -178,3 +189,25 @@ def test_while_version_1_is_current_the_writer_writes_the_fixtures_shape() -> No
 
     assert conversation == json.loads(_fixture("conversation_v1.json"))
     assert messages == json.loads(_fixture("messages_v1.json"))
+
+
+_DOCUMENT_FIELDS = [
+    name
+    for name in json.loads(_fixture("conversation_v1.json"))
+    if name not in ("format_version", "id")
+]
+
+
+@pytest.mark.parametrize("field", _DOCUMENT_FIELDS)
+def test_a_saved_conversation_missing_a_field_is_refused_naming_it(field: str) -> None:
+    # Every field is always written; read as its default, a missing one would
+    # load another conversation (no events but their usage, usage 0 beside
+    # events that carry some, turn ids that start over).
+    document = json.loads(_fixture("conversation_v1.json"))
+    del document[field]
+
+    with pytest.raises(ConversationFormatError) as caught:
+        loads_conversation(json.dumps(document))
+
+    assert caught.value.path == f"$.{field}"
+    assert "required field" in caught.value.reason

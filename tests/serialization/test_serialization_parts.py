@@ -162,3 +162,23 @@ def test_events_that_break_the_header_are_refused_as_a_document() -> None:
 
     with pytest.raises(ConversationFormatError, match="turn_id 5"):
         loads_conversation_parts(header, [late])
+
+
+@pytest.mark.parametrize(
+    "field",
+    [
+        name
+        for name in json.loads(dumps_conversation_header(document()))
+        if name not in ("format_version", "id")
+    ],
+)
+def test_a_header_missing_a_field_is_refused_naming_it(field: str) -> None:
+    header, events = parts(document())
+    damaged = json.loads(header)
+    del damaged[field]
+
+    with pytest.raises(ConversationFormatError) as caught:
+        loads_conversation_parts(json.dumps(damaged), events)
+
+    assert caught.value.path == f"$.{field}"
+    assert "required field" in caught.value.reason

@@ -61,7 +61,12 @@ from threadline.engine._agent import Agent, combined_settings
 from threadline.engine._plan import RunPlan, settings_budget, settings_counter
 from threadline.engine._request import planned, run_plan, stream_plan, with_checked_history
 from threadline.serialization._converter import dumps_conversation, loads_conversation
-from threadline.serialization._documents import ConversationDocument, ConversationEvent, JsonValue
+from threadline.serialization._documents import (
+    ConversationDocument,
+    ConversationEvent,
+    JsonValue,
+    id_problem,
+)
 
 __all__ = ["Conversation", "Turn"]
 
@@ -121,16 +126,12 @@ class Conversation:
     ) -> None:
         if not isinstance(agent, Agent):
             fail("agent", "an Agent", agent)
-        if id is None:
-            id = uuid.uuid4().hex
-        if not isinstance(id, str) or not id:
-            fail("id", "a non-empty string or None", id)
         self._agent = agent
-        self._id = id
+        self._id = uuid.uuid4().hex if id is None else _checked_id(id, "or None")
         self._history_limit = non_negative_int("history_limit", history_limit)
         self._policy = WindowPolicy.of(combined_settings(agent.settings, settings, options))
         # The document type validates the labels; keep its copy.
-        self._metadata = ConversationDocument(id=id, metadata=metadata or {}).metadata
+        self._metadata = ConversationDocument(id=self._id, metadata=metadata or {}).metadata
         # Settings keys this version does not know, and the saved calibration.
         self._extra_settings: dict[str, JsonValue] = {}
         self._lock = TurnLock()
@@ -138,7 +139,7 @@ class Conversation:
         self._transcript = Transcript()
         self._window = KeptWindow()
         self._slide: Slide | None = None
-        self._writer = TurnWriter(store, id)
+        self._writer = TurnWriter(store, self._id)
 
     # -- state --------------------------------------------------------------------------
 
@@ -351,7 +352,7 @@ class Conversation:
                 return result
             finally:
                 if not turn.write.committed:
-                    await self._writer.abandon(turn.write, self._header)
+                    await self._writer.abandon(turn.write)
 
     @asynccontextmanager
     async def stream(self, prompt: str | Message) -> AsyncIterator[AsyncIterator[StreamEvent]]:
@@ -378,7 +379,7 @@ class Conversation:
                         await relay.aclose()
             finally:
                 if not turn.write.committed:
-                    await self._writer.abandon(turn.write, self._header)
+                    await self._writer.abandon(turn.write)
 
     async def _relay(
         self, events: AsyncIterator[StreamEvent], turn: _Turn
@@ -591,6 +592,7 @@ class Conversation:
         *,
         store: ConversationStore | None = None,
         version: int = 0,
+        history_limit: int | None = None,
         settings: RequestSettings | None = None,
         **options: Unpack[SettingsChanges],
     ) -> Conversation:
@@ -598,19 +600,47 @@ class Conversation:
 
         Its settings are the agent's (or ``settings``), then what the document
         saved (its budget knobs), then ``options``. ``version`` is the store
-        version the document was loaded at (0: not stored).
+        version the document was loaded at (0: not stored). ``history_limit``,
+        when given, replaces the saved one, as for :meth:`open`.
 
         Raises:
             ConversationFormatError: a setting of the wrong type, or a
                 transcript whose tool units are broken.
+            InvalidRequestError: an option of the wrong type or sign, or one
+                the document holds (``id=``, ``metadata=``).
         """
+        return cls._continuing(
+            agent,
+            document,
+            store=store,
+            version=version,
+            history_limit=history_limit,
+            settings=settings,
+            options=options,
+        )
+
+    @classmethod
+    def _continuing(
+        cls,
+        agent: Agent,
+        document: ConversationDocument,
+        *,
+        store: ConversationStore | None,
+        version: int,
+        history_limit: int | None,
+        settings: RequestSettings | None,
+        options: SettingsChanges,
+    ) -> Conversation:
+        """:meth:`from_document`, its keyword arguments handed as one mapping, so that
+        none of them can collide with the loading methods' own."""
         if not isinstance(document, ConversationDocument):
             raise TypeError(f"expected a ConversationDocument, not {type(document).__name__}")
+        _refuse_saved_options(options)
         restored = restore(document)
         conversation = cls(
             agent,
             id=document.id,
-            history_limit=document.history_limit,
+            history_limit=document.history_limit if history_limit is None else history_limit,
             store=store,
             metadata=document.metadata,
             settings=combined_settings(agent.settings, settings, restored.changes),
@@ -627,6 +657,7 @@ class Conversation:
             version=version,
             pending=len(restored.transcript.pending),
             updated_at=document.updated_at,
+            stored=document if version else None,
         )
         return conversation
 
@@ -637,6 +668,7 @@ class Conversation:
         text: str | bytes,
         *,
         store: ConversationStore | None = None,
+        history_limit: int | None = None,
         settings: RequestSettings | None = None,
         **options: Unpack[SettingsChanges],
     ) -> Conversation:
@@ -644,13 +676,23 @@ class Conversation:
 
         Handlers, counters and stores are not saved: the agent's apply (pass
         others as ``settings`` or keyword arguments, as to ``Conversation``).
+        ``history_limit``, when given, replaces the saved one, as for :meth:`open`;
+        the id and metadata are the saved conversation's.
 
         Raises:
             ConversationFormatError: the text is not a saved conversation this
                 version can read (an unknown version, a malformed document).
+            InvalidRequestError: an option of the wrong type or sign, or one
+                the document holds (``id=``, ``metadata=``).
         """
-        return cls.from_document(
-            agent, loads_conversation(text), store=store, settings=settings, **options
+        return cls._continuing(
+            agent,
+            loads_conversation(text),
+            store=store,
+            version=0,
+            history_limit=history_limit,
+            settings=settings,
+            options=options,
         )
 
     @classmethod
@@ -660,6 +702,7 @@ class Conversation:
         store: ConversationStore,
         id: str,
         *,
+        history_limit: int | None = None,
         settings: RequestSettings | None = None,
         **options: Unpack[SettingsChanges],
     ) -> Conversation:
@@ -668,8 +711,9 @@ class Conversation:
         ``agent`` runs the turns from now on: its client, model, instructions,
         tools and handlers (none of those are stored). ``store`` is where the
         conversation is read from and goes on being written to; ``id`` is its
-        id there. The window (``history_limit``), metadata and saved budget
-        knobs come from the store. Each turn's settings are the agent's (or
+        id there. The window (``history_limit``, unless given here, as for
+        :meth:`open`), metadata and saved budget knobs come from the store.
+        Each turn's settings are the agent's (or
         ``settings``, when given), then the saved budget knobs, then the
         keyword arguments (``max_context_tokens``, ``output_reserve_tokens``,
         the limiting handlers, ... as for ``Conversation``), later ones
@@ -680,20 +724,22 @@ class Conversation:
             ConversationNotFoundError: the store has no such conversation
                 (:meth:`open` creates it instead).
             ConversationFormatError: what it holds cannot be continued.
-            InvalidRequestError: a keyword argument of the wrong type or sign.
+            InvalidRequestError: a keyword argument of the wrong type or sign,
+                or one the store holds (``metadata=``, ``version=``).
 
         Example::
 
             conv = await Conversation.load(agent, store, "support-42", max_context_tokens=32_000)
         """
-        stored = await read_stored(store, id)
-        conversation = cls.from_document(
+        stored = await read_stored(store, _checked_id(id))
+        conversation = cls._continuing(
             agent,
             stored.document,
             store=store,
             version=stored.version,
+            history_limit=history_limit,
             settings=settings,
-            **options,
+            options=options,
         )
         markers = stored.pending_markers
         if len(markers) == len(conversation._transcript.pending):
@@ -735,7 +781,9 @@ class Conversation:
             await conv.run("Hello again.")
         """
         try:
-            conversation = await cls.load(agent, store, id, settings=settings, **options)
+            conversation = await cls.load(
+                agent, store, id, history_limit=history_limit, settings=settings, **options
+            )
         except ConversationNotFoundError:
             return cls(
                 agent,
@@ -746,6 +794,30 @@ class Conversation:
                 settings=settings,
                 **options,
             )
-        if history_limit is not None:
-            conversation.history_limit = history_limit
         return conversation
+
+
+def _checked_id(id: object, alternative: str = "") -> str:
+    """``id`` when it can be a conversation's: a non-empty string, and text (see
+    ``id_problem``). ``alternative`` names what else the argument takes ("or None").
+
+    Raises:
+        InvalidRequestError: it cannot, naming the ``id`` argument.
+    """
+    if not isinstance(id, str) or not id:
+        fail("id", " ".join(("a non-empty string", alternative)).strip(), id)
+    if id_problem(id) is not None:
+        fail("id", "text UTF-8 can encode, without a lone surrogate", id)
+    return id
+
+
+def _refuse_saved_options(options: SettingsChanges) -> None:
+    """Refuse, naming it, a keyword argument that is what a restored conversation takes
+    from its document (it would clash with the document's own value)."""
+    names: Mapping[str, object] = options
+    for name in ("id", "metadata"):
+        if name in names:
+            raise InvalidRequestError(
+                f"{name}= is not an option of a restored conversation: it keeps the {name} "
+                f"it was saved with (Conversation(...) makes a new one)"
+            )

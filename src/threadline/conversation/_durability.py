@@ -6,15 +6,19 @@ marked pending under a marker of the turn's own, and the turn replaces it in
 one write on success. A failed or cancelled run removes that copy again, under
 a shielded cancel scope, so the conversation and its store are left as they
 were; a refused one removes exactly its own copy, whatever other writers did.
+The pending write and its removal send back the header the store held (only
+the turn id handed out moves): the conversation's settings, which may be
+this object's own (``load(..., max_context_tokens=...)``), reach the store
+with a committed turn or ``save()``, never with a turn that did not happen.
 A pending prompt sent again answers the copy a crash left (by its marker)
 instead of writing a second one.
 
 :class:`TurnWriter` does all of that, and is the only code that talks to a
 :class:`~threadline._store.ConversationStore`. It keeps what the conversation
 knows of its store: the version last written or read, the marker of each
-pending prompt, and when the conversation was last written. The conversation
-hands it each document to write as a function (a *header*), called only when
-there is a store to write to.
+pending prompt, the header the store holds, and when the conversation was
+last written. The conversation hands it each document to write as a function
+(a *header*), called only when there is a store to write to.
 """
 
 from __future__ import annotations
@@ -54,6 +58,9 @@ class TurnWrite:
     marker: str
     """This turn's pending copy in the store: committed or removed exactly, whatever
     other writers did."""
+    before: ConversationDocument | None = None
+    """The header the store held before the turn wrote (``None``: nothing stored),
+    written back when the turn does not commit."""
     adopted: bool = False
     """The prompt is a pending prompt a crashed turn left in the store, under
     ``marker``: this turn answers that copy and writes none of its own, so a
@@ -84,10 +91,12 @@ class TurnWriter:
 
     ``markers`` holds the store's marker of each pending event, beside the
     transcript's pending events (``None``: unknown, as for a pending prompt
-    written by ``save()`` or an older version).
+    written by ``save()`` or an older version). ``stored`` is the header the
+    store holds at ``version`` as far as this conversation knows (``None``
+    while nothing is stored).
     """
 
-    __slots__ = ("_id", "markers", "store", "updated_at", "version")
+    __slots__ = ("_id", "markers", "store", "stored", "updated_at", "version")
 
     def __init__(
         self,
@@ -97,10 +106,12 @@ class TurnWriter:
         version: int = 0,
         pending: int = 0,
         updated_at: datetime | None = None,
+        stored: ConversationDocument | None = None,
     ) -> None:
         self.store = store
         self._id = id
         self.version = version
+        self.stored = None if stored is None else attrs.evolve(stored, events=())
         self.markers: tuple[str | None, ...] = (None,) * pending
         self.updated_at = updated_at
 
@@ -123,7 +134,8 @@ class TurnWriter:
     async def write_pending(self, turn: TurnWrite, header: Header) -> None:
         """Write the turn's prompt as pending, under its marker (or claim the version
         only, for an adopted prompt, so a stale conversation is still refused before
-        the model is called).
+        the model is called). ``header`` is the conversation's, written only to create
+        the stored conversation; a stored one keeps its header, its turn ids moved on.
 
         Raises:
             ConcurrentModificationError: another writer wrote the store first.
@@ -132,6 +144,8 @@ class TurnWriter:
         if store is None:
             return
         pending = ConversationEvent(message=turn.prompt, turn_id=turn.turn_id, pending=True)
+        before = self.stored
+        written = header() if before is None else _with_turn(before, turn.turn_id)
         # Shielded, so the version we hold always matches what the store did.
         with anyio.CancelScope(shield=True):
             turn.created_store_entry = self.version == 0
@@ -139,13 +153,14 @@ class TurnWriter:
                 self.version = await store.append_events(
                     self._id,
                     [] if turn.adopted else [pending],
-                    header=header(),
+                    header=written,
                     expected_version=self.version,
                     pending_marker=None if turn.adopted else turn.marker,
                     generation=turn.marker if turn.created_store_entry else None,
                 )
             except ConcurrentModificationError as exc:
                 raise self.refusal(exc) from None
+            turn.before, self.stored = before, written
             turn.pending_written = not turn.adopted
 
     async def commit(
@@ -178,7 +193,7 @@ class TurnWriter:
                     expected_version=self.version,
                     drop_pending=True if rewrite else turn.marker,
                 )
-                self.updated_at = written.updated_at
+                self.stored, self.updated_at = written, written.updated_at
                 if not rewrite:
                     await self._remove_copies({markers[i] for i in copies} - {turn.marker})
         self.markers = tuple(None if rewrite else markers[i] for i in kept)
@@ -201,12 +216,15 @@ class TurnWriter:
                     exc_info=True,
                 )
 
-    async def abandon(self, turn: TurnWrite, header: Header) -> None:
+    async def abandon(self, turn: TurnWrite) -> None:
         """Take back this turn's own pending copy (an adopted one stays pending), and the
-        header with it (``header``: the conversation as it was before the turn)."""
+        header with it: the store's as it was before the turn."""
         store = self.store
         if store is None or not turn.pending_written:
             return
+        # A conversation the turn created has no header before it: the pending one stays.
+        header = self.stored if turn.before is None else turn.before
+        assert header is not None  # the pending write stored one
         with anyio.CancelScope(shield=True):
             try:
                 if turn.created_store_entry and await self._delete_own_entry(store, turn):
@@ -216,11 +234,12 @@ class TurnWriter:
                     self.version = await store.append_events(
                         self._id,
                         [],
-                        header=header(),
+                        header=header,
                         expected_version=self.version,
                         drop_pending=turn.marker,
                         generation=turn.marker if turn.created_store_entry else None,
                     )
+                    self.stored = header
                 except ConcurrentModificationError:
                     # Another writer got in: take back exactly this turn's prompt.
                     await store.remove_pending(self._id, turn.marker)
@@ -239,7 +258,7 @@ class TurnWriter:
             await store.delete(self._id, expected_version=self.version, generation=turn.marker)
         except ConcurrentModificationError:
             return False
-        self.version = 0
+        self.version, self.stored = 0, None
         return True
 
     async def save(self, document: Header, *, pending: int, same_pending: bool) -> None:
@@ -260,6 +279,7 @@ class TurnWriter:
                     )
                 except ConcurrentModificationError as exc:
                     raise self.refusal(exc) from None
+                self.stored = attrs.evolve(written, events=())
                 self.updated_at = written.updated_at
         self.markers = markers
 
@@ -280,3 +300,10 @@ class TurnWriter:
                 "create it in one call"
             ),
         )
+
+
+def _with_turn(header: ConversationDocument, turn_id: int) -> ConversationDocument:
+    """``header`` with turn ``turn_id`` handed out, as a pending write stores it."""
+    return attrs.evolve(
+        header, next_turn_id=max(header.next_turn_id, turn_id + 1), updated_at=now()
+    )

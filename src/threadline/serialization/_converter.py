@@ -46,6 +46,11 @@ Decisions that hold for every version:
   field is left out when it holds its default and reads as that default when
   left out: ``tool_calls`` ``[]``; ``pending`` ``false``; reasoning ``text``
   and ``provider_reasoning`` ``""``; every other one ``null``.
+- Every field of a saved conversation is required: one left out is refused,
+  naming it. Read as its default it would load another conversation (no
+  events beside their usage, usage 0 beside events that carry some, turn ids
+  counted anew). A message keeps its defaults: message lists come from
+  elsewhere too.
 - ``provider_reasoning`` is stored as a JSON *string* whose characters are the
   UTF-8 decoding of the bytes. Embedding it as a JSON value would let the
   writer re-space it; as a string the bytes come back exactly. It must be

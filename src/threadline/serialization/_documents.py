@@ -24,6 +24,7 @@ __all__ = [
     "JsonValue",
     "MessageList",
     "check_turn_order",
+    "id_problem",
     "json_value_problem",
     "member_path",
 ]
@@ -41,6 +42,20 @@ class DocumentProblem(InvalidRequestError):
         super().__init__(f"{where}: {reason}" if where else reason)
         self.reason = reason
         self.suffix = suffix
+
+
+def id_problem(value: str) -> str | None:
+    """Why the string ``value`` cannot be a conversation's id, or ``None`` when it can.
+
+    A lone surrogate (``"\\ud800"``, which JSON's escapes can spell) makes a
+    Python str that is no text: no encoder takes it, so the prompt-cache key of
+    every turn, and a store, would fail on it.
+    """
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"a conversation id is text, and {value!r} holds a lone surrogate at {exc.start}"
+    return None
 
 
 def _to_settings(value: Mapping[str, JsonValue]) -> dict[str, JsonValue]:
@@ -185,6 +200,9 @@ class ConversationDocument:
     def __attrs_post_init__(self) -> None:
         if not isinstance(self.id, str) or not self.id:
             raise InvalidRequestError(f"a conversation id is a non-empty string, not {self.id!r}")
+        problem = id_problem(self.id)
+        if problem is not None:
+            raise InvalidRequestError(problem)
         _check_count("history_limit", self.history_limit)
         _check_count("next_turn_id", self.next_turn_id)
         _check_below_next_turn_id(self.events, self.next_turn_id)

@@ -43,7 +43,12 @@ from threadline._messages import (
     Usage,
     has_provider_reasoning,
 )
-from threadline.serialization._documents import ConversationDocument, ConversationEvent, MessageList
+from threadline.serialization._documents import (
+    ConversationDocument,
+    ConversationEvent,
+    MessageList,
+    id_problem,
+)
 from threadline.serialization._json import describe, json_equal, member_path
 
 __all__ = [
@@ -105,11 +110,20 @@ def _expect_object(value: Any, what: str = "an object") -> None:
         raise Invalid(f"expected {what}, not {describe(value)}")
 
 
-def _structure_object(converter: JsonConverter, cls: type[Any], **fields: Any) -> None:
+def _structure_object(
+    converter: JsonConverter, cls: type[Any], *, all_required: bool = False, **fields: Any
+) -> None:
+    """Register how ``cls`` is read; ``all_required``: a field left out is refused, its
+    default notwithstanding (the fields a document always writes)."""
     generated = make_dict_structure_fn(cls, converter, **fields)
+    required = [field.name for field in attrs.fields(cls)] if all_required else []
 
     def structure(value: Any, type_: Any) -> Any:
         _expect_object(value)
+        missing = [name for name in required if name not in value]
+        if missing:
+            also = f" (and {', '.join(missing[1:])})" if missing[1:] else ""
+            raise Invalid(f"a required field is missing{also}", member_path(missing[0]))
         return generated(value, type_)
 
     converter.register_structure_hook(cls, structure)
@@ -304,6 +318,15 @@ def _structure_metadata(value: Any, _: Any) -> dict[str, str]:
     return value
 
 
+def _structure_id(value: Any, _: Any) -> str:
+    if type(value) is not str:
+        raise Invalid(f"expected a string, not {describe(value)}")
+    problem = id_problem(value)
+    if problem is not None:
+        raise Invalid(problem)
+    return value  # an empty one is the document's to refuse
+
+
 def _register_documents(converter: JsonConverter) -> None:
     _structure_object(converter, MessageList)
     _structure_object(converter, ConversationEvent)
@@ -312,6 +335,10 @@ def _register_documents(converter: JsonConverter) -> None:
     _structure_object(
         converter,
         ConversationDocument,
+        # Written whole since version 1: a field read as its default would load
+        # another conversation (no events beside their usage, turn ids anew).
+        all_required=True,
+        id=override(struct_hook=_structure_id),
         settings=override(struct_hook=_structure_settings),
         metadata=override(struct_hook=_structure_metadata),
         created_at=timestamp,

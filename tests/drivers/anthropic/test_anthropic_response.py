@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -372,3 +373,54 @@ async def test_a_stream_answered_in_one_piece_still_yields_its_text() -> None:
         async with AnthropicDriver(base_url=BASE, api_key=KEY) as driver:
             chunks = await read_stream(driver)
     assert [type(c) for c in chunks] == [TextChunk, ResponseDone]
+
+
+async def test_an_unknown_event_is_skipped_before_its_data_is_read() -> None:
+    # The API asks clients to skip event types they do not know: their data
+    # need not be JSON at all.
+    stream = sse(start({"input_tokens": 3}), block(0, {"type": "text", "text": ""}))
+    stream += b"event: some_future_event\ndata: not json, and not ours to read\n\n"
+    stream += sse(
+        delta(0, type="text_delta", text="Hi"),
+        ev("message_delta", delta={"stop_reason": "end_turn"}, usage={"output_tokens": 1}),
+        ev("message_stop"),
+    )
+    with respx.mock() as mock:
+        mock.post(URL).mock(
+            return_value=httpx.Response(
+                200, content=stream, headers={"content-type": "text/event-stream"}
+            )
+        )
+        async with AnthropicDriver(base_url=BASE, api_key=KEY) as driver:
+            chunks = await read_stream(driver)
+    done = chunks[-1]
+    assert isinstance(done, ResponseDone)
+    assert done.response.message.text == "Hi"
+
+
+class _StallAfter(httpx.AsyncByteStream):
+    """A body that sends ``sent`` and then stalls until the read time-out."""
+
+    def __init__(self, sent: bytes) -> None:
+        self._sent = sent
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        yield self._sent
+        raise httpx.ReadTimeout("timed out reading the body")
+
+
+async def test_a_stream_that_stalls_after_its_first_event_says_it_timed_out() -> None:
+    first = sse(start({"input_tokens": 3}))
+    with respx.mock() as mock:
+        mock.post(URL).mock(
+            return_value=httpx.Response(
+                200, stream=_StallAfter(first), headers={"content-type": "text/event-stream"}
+            )
+        )
+        async with AnthropicDriver(base_url=BASE, api_key=KEY) as driver:
+            with pytest.raises(ProviderUnavailableError) as caught:
+                await read_stream(driver)
+    message = caught.value.message
+    assert message.startswith(f"the stream timed out after 1 event ({len(first):,} bytes)")
+    assert "broke off" not in message
+    assert "ReadTimeout" in message

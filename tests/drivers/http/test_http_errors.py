@@ -23,6 +23,7 @@ from threadline.drivers._http._errors import (
     context_length_details,
     parse_error_body,
 )
+from threadline.drivers._http._sse import StreamProgress
 
 FAKE_KEY = "sk-FAKE-threadline-test-key-0000000000"
 mapper = ErrorMapper("openai-chat", secrets=[FAKE_KEY])
@@ -284,3 +285,18 @@ def test_messages_are_bounded_like_bodies() -> None:
     ):
         assert len(str(error)) < 1200
         assert "more characters cut" in str(error)
+
+
+def test_a_stream_that_stalls_says_it_timed_out_not_that_it_broke_off() -> None:
+    progress = StreamProgress("text/event-stream")
+    before_the_body = mapper.from_transport(httpx.ReadTimeout("read"), progress=progress)
+    first = b"event: message_start\ndata: {}\n\n"
+    progress.add(first)
+    progress.events = 1
+    mid_stream = mapper.from_transport(httpx.ReadTimeout("read"), progress=progress)
+    reset = mapper.from_transport(httpx.ReadError("reset"), progress=progress)
+
+    assert before_the_body.message.startswith("the response timed out while its body was read")
+    assert mid_stream.message.startswith(f"the stream timed out after 1 event ({len(first)} bytes)")
+    assert "broke off" not in before_the_body.message + mid_stream.message
+    assert reset.message.startswith(f"the stream broke off after 1 event ({len(first)} bytes)")

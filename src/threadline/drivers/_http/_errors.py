@@ -369,11 +369,13 @@ class ErrorMapper:
     def from_transport(
         self, exc: httpx.TransportError, *, progress: StreamProgress | None = None
     ) -> ProviderError:
-        """The error for a request that got no response, or a stream that broke off.
+        """The error for a request that got no response, or a stream that broke off or
+        timed out.
 
         Without ``progress`` no response came back: connection refused, reset,
         or a time-out. With it, a stream had begun (status 2xx) and failed
-        after what ``progress`` counted. Either way it is a
+        after what ``progress`` counted; a stall says it timed out, wherever it
+        came, as one before the response does. Either way it is a
         ``ProviderUnavailableError`` naming httpx's exception class, and its
         ``__cause__`` is a sanitized copy of ``exc`` (see :func:`_safe_cause`).
         Raise it outside the ``except`` block that caught ``exc``.
@@ -385,10 +387,11 @@ class ErrorMapper:
         status: int | None = None
         if progress is not None:
             status = progress.status
+            ended = "timed out" if timed_out else "broke off"
             if progress.bytes == 0:
-                what = "the response broke off while its body was read"
+                what = f"the response {ended} while its body was read"
             else:
-                what = f"the stream broke off after {progress.describe()}"
+                what = f"the stream {ended} after {progress.describe()}"
             if timed_out:
                 what += ": nothing more came within the read time-out"
             message = f"{what} ({said})"

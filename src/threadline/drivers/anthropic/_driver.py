@@ -45,7 +45,7 @@ from threadline.drivers.anthropic._request import (
     encode_request,
     new_message_cache,
 )
-from threadline.drivers.anthropic._response import StreamAssembler, parse_message
+from threadline.drivers.anthropic._response import STREAM_EVENTS, StreamAssembler, parse_message
 from threadline.tools._tools import Tool
 
 __all__ = [
@@ -310,8 +310,8 @@ class AnthropicDriver(HTTPDriver):
         failure: ProviderError | None = None
         try:
             async for event in events:
-                if event.event == "ping":
-                    continue
+                if event.event not in STREAM_EVENTS:
+                    continue  # ping, or a type added since: its data need not be JSON
                 payload = self._decode(event.data, request_id, event=event.event)
                 for chunk in assembler.add(payload, event.event):
                     yield chunk

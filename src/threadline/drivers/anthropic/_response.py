@@ -10,7 +10,8 @@ A stream is ``message_start``; per content block ``content_block_start``,
 deltas and ``content_block_stop``; ``message_delta`` (stop reason, usage so
 far); ``message_stop``. ``ping`` may come anywhere, an ``error`` event after
 the 200 is the provider failing mid-answer, and event types this module does
-not know are skipped, as the API asks of clients.
+not know are skipped, as the API asks of clients: before their data is read
+(see :data:`STREAM_EVENTS`), since nothing promises it is JSON.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from threadline.drivers._http._wire import (
     optional_str,
 )
 
-__all__ = ["FINISH_REASONS", "StreamAssembler", "parse_message", "parse_usage"]
+__all__ = ["FINISH_REASONS", "STREAM_EVENTS", "StreamAssembler", "parse_message", "parse_usage"]
 
 FINISH_REASONS: Final = {
     "end_turn": "stop",
@@ -47,6 +48,22 @@ FINISH_REASONS: Final = {
     "pause_turn": "pause_turn",
 }
 """Anthropic's stop reasons in threadline's words; an unknown one passes through."""
+
+STREAM_EVENTS: Final = frozenset(
+    {
+        "message_start",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+        "error",
+        "message",
+    }
+)
+"""The stream events whose data is read: the documented ones, and ``message``
+(SSE's name for an event that names none; its data's ``type`` says what it is).
+Any other, ``ping`` or a type added later, is skipped unread."""
 
 _THINKING_TYPES: Final = frozenset({"thinking", "redacted_thinking"})
 
