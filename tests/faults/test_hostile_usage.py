@@ -79,7 +79,8 @@ class Provider:
         count.mock(side_effect=self.count)
 
     def count(self, request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, json={"input_tokens": honest_tokens(json.loads(request.content))})
+        counted = honest_tokens(json.loads(request.content))
+        return httpx.Response(200, json={"input_tokens": counted})
 
     def respond(self, request: httpx.Request) -> httpx.Response:
         body: dict[str, Any] = json.loads(request.content)

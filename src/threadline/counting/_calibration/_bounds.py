@@ -9,19 +9,20 @@ vocabularies themselves (docs/counting.md has the measurements):
 - **What no tokenizer can produce is refused.** Every byte-level BPE
   vocabulary, and every SentencePiece one with byte fallback, spends at most
   one token per byte of UTF-8 text and at least one per its longest token's
-  bytes: 128 in o200k_base, cl100k_base and a 151,643-token vocabulary the
-  size of Qwen 2's, 32 in SmolLM2's. So on any text one tokenizer's count is
-  within :data:`MIN_RATIO` (1/128) and :data:`MAX_RATIO` (128) times o200k's:
-  a report outside that of the estimate, and a saved ratio or text slope
-  outside it, cannot be true. Neither can a prompt larger than the model's
-  window, or a saved intercept past :data:`MAX_PROMPT_TOKENS`.
+  bytes: 128 in o200k_base, cl100k_base and voyage3_base, 32 in SmolLM2's.
+  So on any text one tokenizer's count is within :data:`MIN_RATIO` (1/128)
+  and :data:`MAX_RATIO` (128) times o200k's: a report outside that of the
+  estimate, and a saved ratio or text slope outside it, cannot be true.
+  Neither can a prompt larger than the model's window, or a saved intercept
+  past :data:`MAX_PROMPT_TOKENS`.
 - **One report moves the calibration by a bounded step.** On real text the
   vocabularies are far closer: on the counting benchmark's conversation they
-  spend 0.85 to 2.6 times o200k's tokens per script, and even one token a byte
-  is 3.6 to 6 times. So a report more than :data:`MAX_STEP` times the
+  spend 0.85 to 2.6 times o200k's tokens per script, and even one token a
+  byte is 3.6 to 6 times. So a report more than :data:`MAX_STEP` times the
   calibration's own price of its prompt is taken as that many times, and a
-  fit's slopes move at most that far per report. A provider whose counts
-  really are that far off is believed a step at a time.
+  fit's slopes move at most that far per report; a provider whose counts
+  really are that far off is believed a step at a time. (A report far
+  *below* that price is the calibration's to judge: see ``_token_calibration``.)
 """
 
 from __future__ import annotations

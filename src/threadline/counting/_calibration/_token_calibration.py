@@ -322,8 +322,8 @@ class TokenCalibration:
     def _believed(
         self, key: str, reported: int, estimated: int, predicted: float, window: int | None
     ) -> int | None:
-        """The tokens a report is learned as (see :meth:`observe`); ``None`` to leave it
-        out. Either, when it is not the report itself, is logged."""
+        """The tokens a report is learned as (see :meth:`observe`), or ``None`` to leave
+        it out; logged whenever that is not the report as given."""
         problem = implausible(reported, estimated, window)
         if problem is not None:
             logger.warning(
