@@ -55,7 +55,13 @@ class Origin(enum.StrEnum):
 
 # A saved transcript must load again: a field of the wrong type is refused here.
 _optional_str = attrs.validators.optional(attrs.validators.instance_of(str))
-_int = attrs.validators.instance_of(int)
+
+
+def _count(instance: object, attribute: attrs.Attribute[int], value: object) -> None:
+    # ``True`` is an int to Python; as a token count it is a provider's (or a caller's)
+    # mistake that calibration would otherwise learn from as 1.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{attribute.name} must be an int token count, not {value!r}")
 
 
 @attrs.frozen(kw_only=True, cache_hash=True)
@@ -344,12 +350,16 @@ def _copy_with_origin(message: Message, origin: Origin) -> Message:
 
 @attrs.frozen(kw_only=True)
 class Usage:
-    """Tokens a provider reported for one call, or a sum of calls (``+``)."""
+    """Tokens a provider reported for one call, or a sum of calls (``+``).
 
-    input_tokens: int = attrs.field(default=0, validator=_int)
-    output_tokens: int = attrs.field(default=0, validator=_int)
-    cached_input_tokens: int = attrs.field(default=0, validator=_int)
-    reasoning_tokens: int = attrs.field(default=0, validator=_int)
+    Raises:
+        TypeError: a count that is not an int (``True`` is not a count).
+    """
+
+    input_tokens: int = attrs.field(default=0, validator=_count)
+    output_tokens: int = attrs.field(default=0, validator=_count)
+    cached_input_tokens: int = attrs.field(default=0, validator=_count)
+    reasoning_tokens: int = attrs.field(default=0, validator=_count)
 
     def __add__(self, other: Usage) -> Usage:
         if not isinstance(other, Usage):

@@ -205,6 +205,39 @@ def test_a_malformed_saved_calibration_is_refused_with_its_path(saved: object) -
     assert "token_calibration" in str(caught.value)
 
 
+_FIT = {"ratio": 1.2, "intercept": 30.0, "slopes": {"latin": 1.1}}
+_ZERO = dict.fromkeys(("framing", "tool", "latin", "cyrillic", "cjk", "other"), 0.0)
+
+
+@pytest.mark.parametrize(
+    ("saved", "path"),
+    [
+        (math.nan, "$.settings.token_calibration.m"),
+        ({**_FIT, "ratio": math.inf}, "$.settings.token_calibration.m.ratio"),
+        ({**_FIT, "slopes": {"cjk": -math.inf}}, "$.settings.token_calibration.m.slopes.cjk"),
+        ({**_FIT, "intercept": 1e300}, "$.settings.token_calibration.m.intercept"),
+        ({**_FIT, "intercept": -1e300}, "$.settings.token_calibration.m.intercept"),
+        ({**_FIT, "slopes": {"latin": 1e300}}, "$.settings.token_calibration.m.slopes.latin"),
+        ({**_FIT, "ratio": 1e-300}, "$.settings.token_calibration.m.ratio"),
+        (1e-300, "$.settings.token_calibration.m"),
+        (1e300, "$.settings.token_calibration.m"),
+        ({**_FIT, "slopes": _ZERO}, "$.settings.token_calibration.m.slopes.latin"),
+    ],
+)
+def test_a_saved_calibration_no_provider_could_have_taught_is_refused_naming_the_field(
+    saved: object, path: str
+) -> None:
+    # NaN and Infinity are not JSON; json.dumps writes them all the same, as a careless
+    # writer would. A finite value can be absurd too: priced from it, the first resumed
+    # turn would cost 1e300 tokens or none.
+    document = json.loads(Conversation(Agent(Client(ScriptedDriver()), model=MODEL)).to_json())
+    document["settings"]["token_calibration"] = {"m": saved}
+    agent = Agent(Client(ScriptedDriver()), model=MODEL)
+    with pytest.raises(ConversationFormatError) as caught:
+        Conversation.from_json(agent, json.dumps(document))
+    assert caught.value.path == path
+
+
 def test_a_tool_set_keeps_a_ratio_of_its_own_with_the_models_until_it_is_seen() -> None:
     calibration = TokenCalibration(min_estimated_tokens=0)
     calibration.observe("m", estimated_tokens=100, reported_tokens=110)

@@ -116,6 +116,8 @@ def test_an_unknown_role_is_refused() -> None:
         lambda: Reasoning(provider=b"anthropic"),
         lambda: Reasoning(provider_reasoning=12),
         lambda: Usage(input_tokens="3"),
+        lambda: Usage(input_tokens=True),  # a bool is an int, but no token count
+        lambda: Usage(reasoning_tokens=False),
         lambda: TextPart(text=b"x"),
         lambda: ToolCall(id="c", name="f", arguments={"a": 1}),
     ],

@@ -251,7 +251,7 @@ _MESSAGE_REFUSALS = [
     # (document, path, words of the reason)
     ("{", "$", "not valid JSON"),
     ("", "$", "not valid JSON"),
-    ('{"format_version": 1, "messages": [NaN]}', "$", "NaN"),
+    ('{"format_version": 1, "messages": [NaN]}', "$.messages[0]", "NaN"),
     ('{"format_version": 1, "format_version": 1, "messages": []}', "$", "appears twice"),
     ('"messages"', "$", "not the string"),
     ('{"messages": []}', "$.format_version", "no format_version"),

@@ -110,6 +110,7 @@ def test_dumping_something_else_is_a_type_error(dump: Any, value: object) -> Non
     ("damage", "path", "reason"),
     [
         ('{"message": ', "$.events[2]", "not valid JSON"),
+        ('{"message": {"role": "user"}, "turn_id": NaN}', "$.events[2].turn_id", "NaN"),
         ('"text"', "$.events[2]", "expected an object"),
         (
             '{"message": {"role": "user", "content": "x"}, "turn_id": 0, "mood": 1}',
@@ -140,6 +141,11 @@ def test_a_damaged_event_is_refused_with_a_path_into_the_events(
     ("damage", "path", "reason"),
     [
         ('{"format_version": 1, "id"', "$", "the header is not valid JSON"),
+        (
+            '{"format_version": 1, "settings": {"token_calibration": {"m": Infinity}}}',
+            "$.settings.token_calibration.m",
+            "Infinity is not a JSON number",
+        ),
         ("[]", "$", "expected a saved conversation header"),
         ('{"format_version": 1, "id": "c1", "events": []}', "$.events", "holds no events"),
         ('{"id": "c1"}', "$.format_version", "no format_version"),

@@ -34,10 +34,16 @@ from threadline._sentinel import NotGiven
 from threadline._settings import RequestSettings, SettingsChanges
 from threadline.conversation._transcript import Transcript
 from threadline.conversation._window import KeptWindow
-from threadline.counting._calibration._saved import SavedEntry, check_saved, merged
+from threadline.counting._calibration import (
+    SavedEntry,
+    SavedValueError,
+    check_saved,
+    merged,
+)
 from threadline.engine._agent import Agent
 from threadline.serialization._converter import messages_from_value, messages_value
 from threadline.serialization._documents import ConversationDocument, JsonValue
+from threadline.serialization._json import member_path
 
 __all__ = [
     "CALIBRATION_KEY",
@@ -145,7 +151,7 @@ def saved_calibration(extra: Mapping[str, JsonValue]) -> dict[str, SavedEntry]:
 
     Raises:
         ConversationFormatError: ``token_calibration`` is not a mapping of keys to
-            positive, finite ratios or fits.
+            ratios or fits a provider could have taught (the path names the field).
     """
     saved = extra.get(CALIBRATION_KEY)
     if saved is None:
@@ -159,8 +165,9 @@ def saved_calibration(extra: Mapping[str, JsonValue]) -> dict[str, SavedEntry]:
     for model, value in saved.items():
         try:
             entries[model] = check_saved(value)
-        except ValueError as exc:
-            raise ConversationFormatError(str(exc), path=f"{path}.{model}") from None
+        except SavedValueError as exc:
+            where = f"{path}{member_path(model)}{exc.field}"
+            raise ConversationFormatError(str(exc), path=where) from None
     return entries
 
 

@@ -314,6 +314,7 @@ class Run:
                 tools=self.plan.toolset.names,
                 sent=current.sent,
                 counter=self.plan.counter,
+                window=self.plan.model.context_size,
             )
         record = RoundRecord(
             round=current.number,

@@ -100,9 +100,8 @@ from threadline.serialization._hooks import (
     Invalid,
     make_document_converter,
     provider_reasoning_problem,
-    refuse_constant,
 )
-from threadline.serialization._json import describe, member_path
+from threadline.serialization._json import describe, member_path, path_to
 
 __all__ = [
     "FORMAT_VERSION",
@@ -130,6 +129,7 @@ Migration = Callable[[dict[str, Any]], dict[str, Any]]
 _MIGRATIONS: dict[int, Migration] = {}
 
 _CONVERTER: Final = make_document_converter()
+_CONSTANT: Final = object()  # what a NaN or Infinity is read as, to find where it is
 
 
 def register_migration(from_version: int) -> Callable[[Migration], Migration]:
@@ -319,7 +319,7 @@ def loads_conversation_parts(
     try:
         data = _read(header)
     except ConversationFormatError as exc:
-        raise ConversationFormatError(f"the header is {exc.reason}") from None
+        raise ConversationFormatError(f"the header is {exc.reason}", path=exc.path) from None
     if not isinstance(data, dict):
         _refuse("expected a saved conversation header (a JSON object)", found=data)
     if "events" in data:
@@ -331,7 +331,8 @@ def loads_conversation_parts(
         try:
             parsed.append(_read(text))
         except ConversationFormatError as exc:
-            raise ConversationFormatError(exc.reason, path=f"$.events[{index}]") from None
+            path = f"$.events[{index}]{exc.path[1:]}"
+            raise ConversationFormatError(exc.reason, path=path) from None
     return _structure_conversation(_migrate({**data, "events": parsed}))
 
 
@@ -345,8 +346,15 @@ def _write(document: dict[str, Any], indent: int | None) -> str:
 def _read(text: str | bytes) -> Any:
     if not isinstance(text, str | bytes | bytearray):
         raise TypeError(f"expected JSON text as str or bytes, not {type(text).__name__}")
+    # NaN and Infinity are read as a marker and refused below, where their path is known.
+    constants: list[str] = []
+
+    def constant(name: str) -> object:
+        constants.append(name)
+        return _CONSTANT
+
     try:
-        return json.loads(text, parse_constant=refuse_constant, object_pairs_hook=_object)
+        value = json.loads(text, parse_constant=constant, object_pairs_hook=_object)
     except json.JSONDecodeError as exc:
         raise ConversationFormatError(
             f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
@@ -360,6 +368,12 @@ def _read(text: str | bytes) -> Any:
     except ValueError:
         # json reads digits into an int, which Python caps at 4,300 digits.
         raise ConversationFormatError("a number too long to read") from None
+    if constants:
+        path = "$" + (path_to(value, _CONSTANT) or "")
+        raise ConversationFormatError(
+            f"not valid JSON: {constants[0]} is not a JSON number", path=path
+        )
+    return value
 
 
 def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -4,8 +4,8 @@
   JSON holds exactly (a saved document's settings);
 - :func:`json_kind`, :func:`json_equal`: JSON's view of a decoded value (a
   boolean is never a number);
-- :func:`describe`, :func:`short_json`, :func:`member_path`: how an error
-  message names a value it refuses and where it sits;
+- :func:`describe`, :func:`short_json`, :func:`member_path`, :func:`path_to`: how
+  an error message names a value it refuses and where it sits;
 - :func:`json_default`, :func:`json_value`: Python values (Enum members,
   attrs and dataclass instances, dates) as JSON, for what a tool returns and
   the defaults its schema shows.
@@ -40,6 +40,7 @@ __all__ = [
     "json_value",
     "json_value_problem",
     "member_path",
+    "path_to",
     "short_json",
 ]
 
@@ -131,6 +132,28 @@ def member_path(key: str) -> str:
         return f".{key}"
     escaped = key.replace("\\", "\\\\").replace('"', '\\"')
     return f'["{escaped}"]'
+
+
+def path_to(value: object, target: object) -> str | None:
+    """The JSONPath suffix (``""``, ``.a[2]``) of the first place in decoded JSON ``value``
+    that holds ``target`` itself (by identity), or ``None`` when none does.
+
+    Walked without recursion: a document nested as deeply as a parser allows still
+    gets its path.
+    """
+    pending: list[tuple[object, str]] = [(value, "")]
+    while pending:
+        item, path = pending.pop()
+        if item is target:
+            return path
+        if isinstance(item, dict):
+            children = [(child, path + member_path(key)) for key, child in item.items()]
+        elif isinstance(item, list):
+            children = [(child, f"{path}[{index}]") for index, child in enumerate(item)]
+        else:
+            continue
+        pending.extend(reversed(children))  # the first child is looked at first
+    return None
 
 
 def short_json(value: object) -> str:

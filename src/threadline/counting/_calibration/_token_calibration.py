@@ -27,10 +27,18 @@ most of its prompt is counted from the report (:class:`ReportAnchoredCounter`),
 the report less what is gone from it (at that prompt's own ratio) plus what
 is new (at the calibration's ratio); any other is the estimate times the
 ratio (:class:`CalibratedCounter`).
+
+No one report decides all that (``_bounds``): a report no provider could give
+is left out, with a warning on the ``threadline.counting`` logger; one far
+below what the calibration priced its prompt at is left out unless the
+report before it was too (the dangerous direction: a turn priced too low is
+sent whole and refused); one far above is taken as :data:`MAX_STEP` times
+that price, and a fit's slopes move at most that factor per report.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 from collections.abc import Iterable, Mapping, Sequence
@@ -39,8 +47,21 @@ from typing import TYPE_CHECKING
 from threadline._errors import InvalidRequestError
 from threadline._validate import fail, non_negative_int
 from threadline.counting._anchored import AnchoredCounter, message_key
+from threadline.counting._calibration._bounds import (
+    MAX_RATIO,
+    MAX_STEP,
+    MIN_RATIO,
+    bounded_slopes,
+    implausible,
+    stepped,
+)
 from threadline.counting._calibration._classes import CLASSES, ClassCounts, transcript_classes
-from threadline.counting._calibration._saved import SavedEntry, check_saved, ratio_of
+from threadline.counting._calibration._saved import (
+    SavedEntry,
+    SavedValueError,
+    check_saved,
+    ratio_of,
+)
 from threadline.counting._calibration._slopes import (
     MAX_OBSERVATIONS,
     MIN_FIT_REPORTS,
@@ -67,6 +88,8 @@ __all__ = [
     "scaled",
 ]
 
+logger = logging.getLogger("threadline.counting")
+
 MIN_ANCHOR_OVERLAP = 0.5
 """How much of the last reported prompt (by its estimate) a transcript must hold to be
 counted from that report."""
@@ -87,12 +110,17 @@ def calibration_key(model: str, tools: Iterable[str] = ()) -> str:
     return f"{model} [tools: {', '.join(names)}]" if names else model
 
 
-def _ratio(name: str, value: object) -> float:
+def _ratio(name: str, value: object, *, learned: bool = False) -> float:
+    """``value`` as a ratio; with ``learned``, one a provider could have taught (1/128
+    to 128, see ``_bounds``)."""
+    expected = "a positive, finite number" + (" from 1/128 to 128" if learned else "")
     if isinstance(value, bool) or not isinstance(value, int | float):
-        fail(name, "a positive, finite number", value)
+        fail(name, expected, value)
     ratio = float(value)
     if not math.isfinite(ratio) or ratio <= 0:
-        fail(name, "a positive, finite number", value)
+        fail(name, expected, value)
+    if learned and not MIN_RATIO <= ratio <= MAX_RATIO:
+        fail(name, expected, value)
     return ratio
 
 
@@ -115,8 +143,9 @@ class TokenCalibration:
     calibration may serve many requests and threads at once.
 
     Raises:
-        InvalidRequestError: a ratio that is not a positive, finite number, or
-            a negative ``min_estimated_tokens``.
+        InvalidRequestError: a ratio that is not a number from 1/128 to 128 (what
+            a tokenizer can spend per o200k token), or a negative
+            ``min_estimated_tokens``.
 
     Example::
 
@@ -127,6 +156,7 @@ class TokenCalibration:
     """
 
     __slots__ = (
+        "_below",
         "_fits",
         "_last",
         "_lock",
@@ -152,6 +182,8 @@ class TokenCalibration:
         self._fits: dict[str, SlopeFit] = {}
         # Per key, the slopes a restored fit had: what later fits are pulled towards.
         self._priors: dict[str, tuple[float, ...]] = {}
+        # The keys whose last report was far below what it was priced at.
+        self._below: set[str] = set()
         if ratios is not None:
             self.absorb(ratios)
 
@@ -203,8 +235,8 @@ class TokenCalibration:
         for key, value in saved.items():
             try:
                 checked[key] = check_saved(value)
-            except ValueError as exc:
-                raise InvalidRequestError(f"token calibration {key!r}: {exc}") from None
+            except SavedValueError as exc:
+                raise InvalidRequestError(f"token calibration {key!r}{exc.field}: {exc}") from None
         for key, entry in checked.items():
             self._raise(key, ratio_of(entry))
             if isinstance(entry, dict):
@@ -232,6 +264,7 @@ class TokenCalibration:
         tools: Iterable[str] = (),
         sent: Sequence[Message] | None = None,
         counter: TokenCounter | None = None,
+        window: int | None = None,
     ) -> float | None:
         """Learn from one response: the prompt (sent with the tools named ``tools``) was
         estimated at ``estimated_tokens`` and the provider reported ``reported_tokens``.
@@ -241,6 +274,12 @@ class TokenCalibration:
         applies now.
 
         An estimate under :attr:`min_estimated_tokens` or a report of 0 changes nothing.
+        Nor, but for a warning logged, does a report no provider could give: more than
+        ``window`` (the model's context window), or a ratio to the estimate outside
+        1/128 to 128. A report under a quarter of what the calibration priced the
+        prompt at is left out too, unless the report before it was as well (then it
+        is taken as that quarter); one over four times that price is taken as four
+        times it.
         """
         tools = tuple(tools)
         if estimated_tokens < max(1, self._min_estimated_tokens) or reported_tokens <= 0:
@@ -248,11 +287,84 @@ class TokenCalibration:
         key = calibration_key(model, tools)
         if sent is not None:
             sent = tuple(sent)
+        predicted = self._predicted(model, tools, estimated_tokens, sent, counter)
+        believed = self._believed(key, reported_tokens, estimated_tokens, predicted, window)
+        if believed is None:
+            return self.ratio(model, tools)
+        if sent is not None:
             with self._lock:
-                self._last[key] = (sent, reported_tokens)
+                self._last[key] = (sent, believed)
             if counter is not None:
-                self._learn(key, counter, sent, reported_tokens)
-        return self._raise(key, reported_tokens / estimated_tokens)
+                self._learn(key, counter, sent, believed)
+        return self._raise(key, believed / estimated_tokens)
+
+    def _predicted(
+        self,
+        model: str,
+        tools: tuple[str, ...],
+        estimated: int,
+        sent: tuple[Message, ...] | None,
+        counter: TokenCounter | None,
+    ) -> float:
+        """What the calibration prices a prompt at: by its fit, or the estimate times the
+        ratio (the estimate itself before any report)."""
+        fitted = self._fits.get(calibration_key(model, tools))
+        if fitted is not None and sent is not None and counter is not None:
+            counts = transcript_classes(counter, sent)
+            price = fitted.intercept + sum(
+                b * e for b, e in zip(fitted.slopes, counts, strict=True)
+            )
+            if price > 0:
+                return price
+        ratio = self.ratio(model, tools)
+        return estimated * (1.0 if ratio is None else ratio)
+
+    def _believed(
+        self, key: str, reported: int, estimated: int, predicted: float, window: int | None
+    ) -> int | None:
+        """The tokens a report is learned as (see :meth:`observe`), or ``None`` to leave
+        it out; logged whenever that is not the report as given."""
+        problem = implausible(reported, estimated, window)
+        if problem is not None:
+            logger.warning(
+                "token calibration %r: a report of %d input tokens is left out: %s",
+                key,
+                reported,
+                problem,
+            )
+            return None
+        price = math.ceil(predicted)
+        far_below = reported * MAX_STEP < predicted
+        with self._lock:
+            confirmed = key in self._below
+            if far_below:
+                self._below.add(key)
+            else:
+                self._below.discard(key)
+        if far_below and not confirmed:
+            logger.warning(
+                "token calibration %r: a report of %d input tokens is left out: far below "
+                "the %d its prompt was priced at (a second such report in a row is believed)",
+                key,
+                reported,
+                price,
+            )
+            return None
+        believed = (
+            max(1, math.ceil(predicted / MAX_STEP)) if far_below else stepped(reported, predicted)
+        )
+        if believed != reported:
+            logger.warning(
+                "token calibration %r: a report of %d input tokens is taken as %d: one "
+                "report moves the calibration at most %g times from the %d it priced the "
+                "prompt at",
+                key,
+                reported,
+                believed,
+                MAX_STEP,
+                price,
+            )
+        return believed
 
     def _learn(
         self, key: str, counter: TokenCounter, sent: tuple[Message, ...], reported_tokens: int
@@ -264,7 +376,10 @@ class TokenCalibration:
             observed.append((counts, reported_tokens))
             del observed[:-MAX_OBSERVATIONS]
             if len(observed) >= MIN_FIT_REPORTS or key in self._priors:
-                slopes = fit(observed, self._priors.get(key))
+                prior = self._priors.get(key)
+                before = self._fits.get(key)
+                previous = before.slopes if before is not None else prior or PRIOR_SLOPES
+                slopes = bounded_slopes(fit(observed, prior), previous)
                 self._fits[key] = SlopeFit.of_report(slopes, sent, reported_tokens, counts)
 
     def fitted(self, model: str, tools: Iterable[str] = ()) -> SlopeFit | None:
@@ -304,9 +419,11 @@ class TokenCalibration:
         by :func:`calibration_key`: each ratio becomes the larger of the two.
 
         Raises:
-            InvalidRequestError: a ratio that is not a positive, finite number.
+            InvalidRequestError: a ratio that is not a number from 1/128 to 128.
         """
-        checked = {key: _ratio(f"ratios[{key!r}]", value) for key, value in ratios.items()}
+        checked = {
+            key: _ratio(f"ratios[{key!r}]", value, learned=True) for key, value in ratios.items()
+        }
         for key, value in checked.items():
             self._raise(key, value)
 
