@@ -45,12 +45,13 @@ from threadline._provider import (
     StreamChunk,
     TextChunk,
 )
+from threadline._replay import label_of
 from threadline._result import RoundRecord, RunResult
 from threadline.counting._calibration import calibrated_estimate
 from threadline.counting._protocol import TokenCounter
 from threadline.engine._instruments import Instruments
 from threadline.engine._plan import RunPlan
-from threadline.engine._replay import ReplayGuard, label_of
+from threadline.engine._replay import ReplayGuard
 from threadline.limiting._budget import Budget
 from threadline.limiting._engine import apply_limits
 from threadline.limiting._ledger import DroppedReasoning, LimitingOutcome, LimitingRecord
@@ -108,7 +109,8 @@ class Run:
         self.driver = instruments.driver
         self.tools = instruments.tools
         self.observer = instruments.observer
-        self.replay = ReplayGuard(label_of(plan.driver.name, plan.model.name))
+        label = label_of(plan.driver.name, plan.model.name)
+        self.replay = ReplayGuard(label, plan.driver.replay_rules(plan.model))
 
     async def events(self) -> AsyncGenerator[StreamEvent, None]:
         """Every event of the run, ending with ``FinalResult``.
@@ -221,10 +223,9 @@ class Run:
 
     async def _send(self, current: _Round) -> AsyncGenerator[StreamEvent, None]:
         driver = self.driver
-        messages, current.reasoning_dropped = self.replay.prepare(
-            self.transcript, self.checked_history
-        )
-        call = self.plan.call(messages, current.number)
+        handed = self.replay.prepare(self.transcript, self.checked_history)
+        current.reasoning_dropped = handed.dropped
+        call = self.plan.call(handed.messages, current.number)
         deadline = self.plan.deadline(streaming=self.streaming)
         if not self.streaming:
             with deadline.bound():

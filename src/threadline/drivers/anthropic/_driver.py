@@ -22,6 +22,7 @@ from threadline._provider import (
     StreamChunk,
     chunks_of,
 )
+from threadline._replay import ReplayRules
 from threadline._validate import fail, positive_int
 from threadline.counting._projection import NO_REPLAY
 from threadline.counting._protocol import ReplayProjection, TokenCounter
@@ -40,6 +41,7 @@ from threadline.drivers._http._connection import connection_of
 from threadline.drivers._http._sse import StreamProgress, aiter_sse
 from threadline.drivers._http._wire import NOT_JSON, MalformedResponse, loads_or_not
 from threadline.drivers.anthropic._request import (
+    THINKING_REPLAY,
     Thinking,
     encode_count_request,
     encode_request,
@@ -181,6 +183,12 @@ class AnthropicDriver(HTTPDriver):
         context-length retry covers a refusal it would cause.
         """
         return NO_REPLAY
+
+    def replay_rules(self, model: Model) -> ReplayRules:
+        """Only the ``thinking`` and ``redacted_thinking`` blocks of the open tool-use
+        cycle go back (:data:`~threadline.drivers.anthropic.THINKING_REPLAY`); any other
+        stored block is refused with ``InvalidRequestError`` before sending."""
+        return THINKING_REPLAY
 
     def _label(self, call: ProviderCall) -> str:
         return f"{_NAME}:{call.model.name}"
