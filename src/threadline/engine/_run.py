@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 
 import attrs
@@ -141,14 +141,13 @@ class Run:
 
     # -- limiting and sending -----------------------------------------------------------
 
-    def _counter(self) -> TokenCounter:
-        """The estimate limiting counts with: calibrated, when the client calibrates."""
+    def _counter(self, handed: Sequence[Message]) -> TokenCounter:
+        """The estimate limiting counts ``handed`` with: calibrated, when the client
+        calibrates."""
         plan = self.plan
         if plan.calibration is None:
             return plan.counter
-        return plan.calibration.estimate(
-            plan.model.name, plan.counter, self.transcript, plan.toolset.tools
-        )
+        return plan.calibration.estimate(plan.model.name, plan.counter, handed, plan.toolset.tools)
 
     def _exact_always(self) -> bool:
         """Whether the exact counter decides however far the estimate is from the budget.
@@ -165,9 +164,13 @@ class Run:
         return calibration.ratio(plan.model.name, tools) is None
 
     async def _limit(self, current: _Round) -> LimitingOutcome:
-        counter = self._counter()
+        # Limiting counts the transcript as the driver is handed it, after the
+        # replay rules: what is counted is what is sent.
+        given = self.transcript
+        handed = self.replay.prepare(given, self.checked_history)
+        counter = self._counter(handed.messages)
         outcome = await apply_limits(
-            self.transcript,
+            handed.messages,
             tools=self.plan.toolset.tools,
             counter=counter,
             budget=self.budget,
@@ -178,25 +181,23 @@ class Run:
             exact_counter=self.plan.exact_counter,
             exact_margin=self.plan.exact_margin,
             exact_always=self._exact_always(),
-            history=self.checked_history,
+            history=handed.history,
         )
         if outcome.record.handlers:
             self.checked_history = None  # a handler rewrote the history it vouched for
-        self.transcript = outcome.messages
+        self.transcript = self.replay.originals(outcome, given)
         self.prompt_index = outcome.prompt_index
         record = outcome.record
-        current.sent = self.transcript
+        current.sent = outcome.messages
         current.estimated = record.tokens_after
         current.exact = record.exact_tokens_sent
         tools = self.plan.toolset.tools
         if record.counted_by == "estimate":
             current.raw_estimate, current.calibrated = record.tokens_after, None
         else:
-            current.raw_estimate = self.plan.counter.count(self.transcript, tools)
+            current.raw_estimate = self.plan.counter.count(current.sent, tools)
             current.calibrated = (
-                None
-                if calibrated_estimate(counter) is None
-                else counter.count(self.transcript, tools)
+                None if calibrated_estimate(counter) is None else counter.count(current.sent, tools)
             )
         return outcome
 
@@ -224,7 +225,7 @@ class Run:
     async def _send(self, current: _Round) -> AsyncGenerator[StreamEvent, None]:
         driver = self.driver
         handed = self.replay.prepare(self.transcript, self.checked_history)
-        current.reasoning_dropped = handed.dropped
+        current.sent, current.reasoning_dropped = handed.messages, handed.dropped
         call = self.plan.call(handed.messages, current.number)
         deadline = self.plan.deadline(streaming=self.streaming)
         if not self.streaming:

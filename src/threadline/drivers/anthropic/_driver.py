@@ -24,7 +24,6 @@ from threadline._provider import (
 )
 from threadline._replay import ReplayRules
 from threadline._validate import fail, positive_int
-from threadline.counting._projection import NO_REPLAY
 from threadline.counting._protocol import ReplayProjection, TokenCounter
 from threadline.drivers._http import (
     ConnectionOptions,
@@ -172,17 +171,14 @@ class AnthropicDriver(HTTPDriver):
         return AnthropicTokenCounter(self, model)
 
     def replay_projection(self, model: Model) -> ReplayProjection:
-        """Reasoning is counted as the API counts it: not at all, but in one place.
+        """Reasoning is counted as it is sent: :meth:`replay_rules` price what they send.
 
-        The API strips thinking of earlier turns and does not count it, and
-        reasoning of other providers is never sent. The one exception, the
-        thinking of a tool-use cycle still open (the last assistant message),
-        is sent and counted by the API but not by this projection, which sees
-        no positions: at most the previous reply's length. ``count_tokens``
-        (:meth:`exact_token_counter`) counts it exactly, and the run's
-        context-length retry covers a refusal it would cause.
+        That is the thinking of the tool-use cycle still open, which the API
+        counts too; the run loop hands the driver no other (the API would strip
+        earlier turns' thinking and not count it, and other providers' is never
+        sent), so none other is counted.
         """
-        return NO_REPLAY
+        return THINKING_REPLAY
 
     def replay_rules(self, model: Model) -> ReplayRules:
         """Only the ``thinking`` and ``redacted_thinking`` blocks of the open tool-use
