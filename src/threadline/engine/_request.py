@@ -267,6 +267,18 @@ class Request:
         call past it is an error result the model reads, and the run goes on."""
         return self._change("with_tool_timeout", tool_timeout=seconds)
 
+    def with_repair_interrupted_tool_calls(self, repair: bool = True) -> Self:
+        """Mend a history whose tool units an interruption broke, instead of refusing it.
+
+        A call without a result (a process died while the tool ran) gets a
+        result saying it was interrupted; a result for no call is dropped.
+        Each repair is recorded (``RunResult.tool_calls_repaired``). Off by
+        default: such a history raises ``InvalidRequestError`` naming the message.
+        """
+        return self._change(
+            "with_repair_interrupted_tool_calls", repair_interrupted_tool_calls=repair
+        )
+
     def _change(self, method: str, **change: Unpack[SettingsChanges]) -> Self:
         # A builder mistake is named when the request is used, not where it is made.
         ((name, _),) = change.items()
