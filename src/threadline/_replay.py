@@ -119,7 +119,26 @@ class ReplayRules:
         Raises:
             InvalidRequestError: naming the message and what is wrong.
         """
-        self._checked(raw, index)
+        document = _document(raw, index)
+        listed = document if isinstance(document, list) else [document]
+        allowed = self.blocks
+        if allowed is None:
+            _refuse_text_blocks(listed, index)
+            return
+        for position, block in enumerate(listed):
+            kind = _block_type(block)
+            if kind not in allowed:
+                shown = (
+                    f'a {{"type": {json.dumps(kind[:40])}}} block'
+                    if kind is not None
+                    else f"a {_json_kind(block)}"
+                )
+                where = f" at position {position}" if isinstance(document, list) else ""
+                raise InvalidRequestError(
+                    f"message {index}: its reasoning's provider_reasoning holds {shown}{where}; "
+                    f"only {' and '.join(sorted(map(json.dumps, allowed)))} blocks are replayed, "
+                    "so it cannot be sent back"
+                )
 
     def replayed_reasoning(self, reasoning: Reasoning) -> tuple[str, ...]:
         """The strings of ``reasoning``'s state that go back to the model (and cost tokens).
@@ -138,28 +157,6 @@ class ReplayRules:
             listed = document if isinstance(document, list) else [document]
             document = [block for block in listed if _block_type(block) in self.blocks]
         return tuple(payload_strings(document))
-
-    def _checked(self, raw: bytes, index: int) -> None:
-        document = _document(raw, index)
-        listed = document if isinstance(document, list) else [document]
-        allowed = self.blocks
-        if allowed is None:
-            _refuse_text_blocks(listed, index)
-            return
-        for position, block in enumerate(listed):
-            kind = _block_type(block)
-            if kind not in allowed:
-                shown = (
-                    f'a {{"type": {json.dumps(kind)}}} block'
-                    if kind is not None
-                    else f"a {_json_kind(block)}"
-                )
-                where = f" at position {position}" if isinstance(document, list) else ""
-                raise InvalidRequestError(
-                    f"message {index}: its reasoning's provider_reasoning holds {shown}{where}; "
-                    f"only {' and '.join(sorted(map(json.dumps, allowed)))} blocks are replayed, "
-                    "so it cannot be sent back"
-                )
 
 
 ANY_REPLAY: Final = ReplayRules()
