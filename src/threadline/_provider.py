@@ -16,6 +16,7 @@ import attrs
 
 from threadline._messages import Message, Usage
 from threadline._models import Model
+from threadline._replay import ANY_REPLAY, ReplayRules
 from threadline.counting._protocol import ExactCounter, ReplayProjection, TokenCounter
 from threadline.tools._tools import Tool
 
@@ -147,9 +148,9 @@ class Driver(Protocol):
     ``name``, ``complete``, ``stream``, ``token_counter`` and
     ``replay_projection`` every driver implements. The rest are optional
     powers with defaults: a driver subclasses ``Driver`` to inherit them and
-    overrides the ones it has (an exact counter, something to load or to
-    release). threadline calls them all directly, never asking first whether
-    a driver has them.
+    overrides the ones it has (replay rules with an allow-list, an exact
+    counter, something to load or to release). threadline calls them all
+    directly, never asking first whether a driver has them.
 
     Example::
 
@@ -193,6 +194,19 @@ class Driver(Protocol):
         ...
 
     # --- optional powers, with defaults ----------------------------------------
+
+    def replay_rules(self, model: Model) -> ReplayRules:
+        """Which stored replay state this driver sends back to ``model``, and where.
+
+        The run loop hands each call only the state these rules send (checked
+        by their allow-list), and counts exactly that; a driver that sends
+        state back checks it by the same rules (``threadline._replay.replayed``)
+        whoever calls it. Its :meth:`replay_projection` is then usually these
+        rules too. Default: :data:`ANY_REPLAY`, no allow-list (every turn's
+        state is handed over, refused only when it is not JSON or holds a
+        ``{"type": "text"}`` block).
+        """
+        return ANY_REPLAY
 
     def exact_token_counter(self, model: Model) -> ExactCounter | None:
         """The provider's own count for ``model`` (often a round trip), or ``None``.

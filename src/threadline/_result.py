@@ -11,7 +11,7 @@ from threadline._provider import ProviderResponse
 
 if TYPE_CHECKING:
     from threadline.limiting._budget import Budget
-    from threadline.limiting._ledger import DroppedReasoning, LimitingRecord
+    from threadline.limiting._ledger import DroppedReasoning, LimitingRecord, ToolCallRepair
 
 __all__ = ["RoundRecord", "RunResult"]
 
@@ -55,6 +55,10 @@ class RoundRecord:
     reasoning_dropped: tuple[DroppedReasoning, ...] = ()
     """Reasoning replay state left out of this round's call because another
     provider or model produced it (the messages themselves were sent)."""
+    tool_calls_repaired: tuple[ToolCallRepair, ...] = ()
+    """The first round's: what the request's repair of interrupted tool calls
+    changed in the history before anything was sent
+    (``RequestSettings.repair_interrupted_tool_calls``)."""
 
     @property
     def decided_input_tokens(self) -> int:
@@ -130,6 +134,12 @@ class RunResult:
         ``RoundRecord.reasoning_dropped``)."""
         return next((r.reasoning_dropped for r in self.rounds if r.reasoning_dropped), ())
 
+    @property
+    def tool_calls_repaired(self) -> tuple[ToolCallRepair, ...]:
+        """What the repair of interrupted tool calls changed in the history (see
+        ``RoundRecord.tool_calls_repaired``); empty when nothing needed it or it was off."""
+        return self.rounds[0].tool_calls_repaired if self.rounds else ()
+
     def limiting_summary(self) -> str:
         """One line for a person about the whole run's ledger: the budget (or why
         there was none), and what each limiting step that ran dropped.
@@ -150,6 +160,13 @@ class RunResult:
         retried = sum(record.context_retry for record in self.rounds)
         if retried:
             line += f"; {retried} round{'s' if retried != 1 else ''} retried as too long"
+        repaired = self.tool_calls_repaired
+        if repaired:
+            interrupted = sum(repair.kind == "interrupted" for repair in repaired)
+            line += (
+                f"; {interrupted} interrupted tool call(s) repaired, "
+                f"{len(repaired) - interrupted} orphan result(s) dropped"
+            )
         if self.reasoning_dropped:
             line += (
                 f"; reasoning of {len(self.reasoning_dropped)} message(s) left out "

@@ -115,6 +115,11 @@ def _margin(name: str, value: Any) -> None:
         fail(name, "a fraction of the budget from 0 up to (not including) 1, or None", value)
 
 
+def _bool(name: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        fail(name, "a bool", value)
+
+
 def _extra_body(name: str, value: Any) -> None:
     if not isinstance(value, Mapping):
         fail(name, "a mapping", value)
@@ -148,6 +153,11 @@ class RequestSettings:
     of the prompt budget, default 0.1; ``None`` never asks), the limiting
     handlers ``pre_max_tokens_reached`` / ``post_max_tokens_reached`` and
     ``extra_body`` (provider-specific fields merged into the body).
+
+    ``repair_interrupted_tool_calls`` (default ``False``: refused) mends a
+    history whose tool units an interruption broke: a call without a result
+    gets one saying it was interrupted, a result for no call is dropped, and
+    ``RoundRecord.tool_calls_repaired`` lists each repair (docs/requests.md).
 
     Time limits, in seconds (``None``: none; see docs/requests.md):
     ``timeout`` bounds each provider call as a whole, the driver's retries
@@ -208,6 +218,7 @@ class RequestSettings:
     timeout: float | None = _seconds()
     first_token_timeout: float | None = _seconds()
     tool_timeout: float | None = _seconds()
+    repair_interrupted_tool_calls: bool = attrs.field(default=False, validator=attrs_check(_bool))
 
     def evolve(self, **changes: Unpack[SettingsChanges]) -> RequestSettings:
         """A copy with ``changes`` applied, checked like a new value.
@@ -267,3 +278,4 @@ class SettingsChanges(TypedDict, total=False):
     timeout: float | None
     first_token_timeout: float | None
     tool_timeout: float | None
+    repair_interrupted_tool_calls: bool

@@ -86,6 +86,7 @@ def without_messages(call: ProviderCall) -> ProviderCall:
         ("pre_max_tokens_reached", 5, "pre_max_tokens_reached must be a callable or None, not 5"),
         ("post_max_tokens_reached", "x", "post_max_tokens_reached must be a callable or None"),
         ("extra_body", 5, "extra_body must be a mapping, not 5"),
+        ("repair_interrupted_tool_calls", 1, "repair_interrupted_tool_calls must be a bool, not 1"),
     ],
 )
 def test_a_wrong_value_is_refused_naming_the_argument_and_the_value(

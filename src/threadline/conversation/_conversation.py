@@ -59,6 +59,7 @@ from threadline.conversation._window import (
 )
 from threadline.engine._agent import Agent, combined_settings
 from threadline.engine._plan import RunPlan, settings_budget, settings_counter
+from threadline.engine._replay import sent_form
 from threadline.engine._request import planned, run_plan, stream_plan, with_checked_history
 from threadline.serialization._converter import dumps_conversation, loads_conversation
 from threadline.serialization._documents import (
@@ -295,14 +296,16 @@ class Conversation:
 
     def token_estimate(self) -> int:
         """The tokens the next request would carry before its prompt: :attr:`model_input`
-        and the agent's tools, priced with the counter a turn would use.
+        (as the driver would be handed it, after the replay rules) and the agent's
+        tools, priced with the counter a turn would use.
 
         Raises:
             InvalidRequestError: no model to resolve the counter for.
         """
         agent = self._agent
-        counter = settings_counter(self._policy.settings, agent.client.defaults, self._model())
-        return counter.count(self.model_input, agent.tools)
+        defaults, model = agent.client.defaults, self._model()
+        counter = settings_counter(self._policy.settings, defaults, model)
+        return counter.count(sent_form(self.model_input, defaults.driver, model), agent.tools)
 
     def available_context_tokens(self) -> int | None:
         """Prompt budget left after :meth:`token_estimate`, at least 0; ``None`` without a budget.

@@ -34,7 +34,7 @@ import attrs
 
 from threadline._messages import Reasoning, has_provider_reasoning
 
-__all__ = ["NO_REPLAY", "DefaultReplayProjection", "NoReplay"]
+__all__ = ["NO_REPLAY", "DefaultReplayProjection", "NoReplay", "payload_strings"]
 
 ENVELOPE_KEYS: Final = frozenset({"type", "id", "status"})
 """Keys whose string values are envelope metadata, not replayed content."""
@@ -63,7 +63,7 @@ class DefaultReplayProjection:
             document = json.loads(raw)
         except (ValueError, RecursionError):
             return (raw.decode("utf-8", errors="replace"),)
-        return tuple(_payload_strings(document))
+        return tuple(payload_strings(document))
 
 
 class NoReplay:
@@ -85,7 +85,9 @@ class NoReplay:
 NO_REPLAY = NoReplay()
 
 
-def _payload_strings(document: Any) -> list[str]:
+def payload_strings(document: Any) -> list[str]:
+    """The strings of a parsed replay state that cost tokens, in document order:
+    every string value but those of the envelope keys (:data:`ENVELOPE_KEYS`)."""
     # Depth first, in document order, with an explicit stack: the JSON can be
     # as deep as the parser allows, deeper than Python's own recursion.
     found: list[str] = []

@@ -6,7 +6,8 @@ OpenAI-compatible server); ``AnthropicDriver`` the Anthropic Messages API
 needs the ``threadline[local]`` extra. Every HTTP driver connects through an
 ``HTTPConnection`` (base URL, key, client, time-out, retries, headers), which
 drivers may share. The driver contract (``Driver``,
-``ProviderCall``, ``ProviderResponse`` and the stream chunks) lives in the
+``ProviderCall``, ``ProviderResponse``, the stream chunks, and the
+``ReplayRules`` a driver declares for the reasoning it sends back) lives in the
 core; the drivers themselves are imported only when first asked for, so
 ``import threadline`` loads none of them.
 
@@ -32,6 +33,7 @@ from threadline._provider import (
     ToolCallChunk,
 )
 from threadline._public import lazy_members
+from threadline._replay import ReplayRules, ReplayScope
 
 if TYPE_CHECKING:
     # For type checkers only (a name left out here is still found, typed Any).
@@ -56,6 +58,8 @@ __all__ = [
     "ProviderCall",
     "ProviderResponse",
     "ReasoningChunk",
+    "ReplayRules",
+    "ReplayScope",
     "RequestTimeoutError",
     "ResponseDone",
     "SamplingSettings",

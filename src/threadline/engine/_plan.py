@@ -29,6 +29,8 @@ from threadline.engine._defaults import ClientDefaults
 from threadline.engine._replay import check_transcript_reasoning
 from threadline.limiting._budget import BudgetResolution, resolve_budget
 from threadline.limiting._incremental import CheckedHistory
+from threadline.limiting._ledger import ToolCallRepair
+from threadline.limiting._repair import repair_tool_units
 from threadline.limiting._units import check_integrity
 from threadline.tools._tools import Tool, Toolset, tool
 
@@ -79,6 +81,8 @@ class RunPlan:
     """The time limit of a tool call whose tool has none of its own."""
     checked_history: CheckedHistory | None = None
     """The history a conversation vouches for, where it stands in ``transcript``."""
+    tool_call_repairs: tuple[ToolCallRepair, ...] = ()
+    """What the request's repair of interrupted tool calls changed in its history."""
 
     def deadline(self, *, streaming: bool) -> CallDeadline:
         """The time limits of one provider call; the first-token one holds for streams."""
@@ -97,8 +101,11 @@ class RunPlan:
         return attrs.evolve(self.call_template, messages=messages, tool_choice=choice)
 
 
-_Built: TypeAlias = tuple[tuple[Message, ...], int | None, CheckedHistory | None]
-"""A plan's transcript, where its prompt stands, and the history it vouches for."""
+_Built: TypeAlias = tuple[
+    tuple[Message, ...], int | None, CheckedHistory | None, tuple[ToolCallRepair, ...]
+]
+"""A plan's transcript, where its prompt stands, the history it vouches for, and what
+was repaired of it."""
 
 
 @attrs.define(eq=False)
@@ -163,13 +170,14 @@ def plan_run(
         raise InvalidRequestError("invalid request: " + "; ".join(found))
     assert model is not None
     assert toolset is not None
-    inputs = (system, history, prompt, checked_history)
+    repair = settings.repair_interrupted_tool_calls
+    inputs = (system, history, prompt, checked_history, repair)
     built = memo.reuse(inputs) if memo is not None else None
     if built is None:
-        built = _built(system, history, prompt, checked_history)
+        built = _built(system, history, prompt, checked_history, repair=repair)
         if memo is not None:
             memo.keep(inputs, built)
-    transcript, prompt_index, checked_history = built
+    transcript, prompt_index, checked_history, repairs = built
     resolution = settings_budget(settings, model)
     counter = settings_counter(settings, defaults, model)
     template = ProviderCall(
@@ -203,6 +211,7 @@ def plan_run(
         first_token_timeout=settings.first_token_timeout,
         tool_timeout=settings.tool_timeout,
         checked_history=checked_history,
+        tool_call_repairs=repairs,
     )
 
 
@@ -278,15 +287,22 @@ def _built(
     history: Sequence[Message],
     prompt: Message | None,
     checked_history: CheckedHistory | None,
+    *,
+    repair: bool = False,
 ) -> _Built:
-    """The plan's transcript, checked, with the history it vouches for placed in it."""
+    """The plan's transcript, checked (its interrupted tool calls repaired when
+    ``repair``), with the history it vouches for placed in it."""
     vouched = checked_history is not None and checked_history.messages is history
+    offset = 0 if system is None else 1
+    repairs: tuple[ToolCallRepair, ...] = ()
     if not vouched:
         checked_history = None
+        if repair:  # a history vouched for is whole already
+            history, repairs = repair_tool_units(history, offset=offset)
     elif checked_history is not None:
-        checked_history = attrs.evolve(checked_history, offset=0 if system is None else 1)
+        checked_history = attrs.evolve(checked_history, offset=offset)
     transcript, prompt_index = _transcript(system, history, prompt, checked=checked_history)
-    return transcript, prompt_index, checked_history
+    return transcript, prompt_index, checked_history, repairs
 
 
 def _transcript(
@@ -306,7 +322,23 @@ def _transcript(
         if checked is None:
             check_integrity(transcript)
     except TranscriptIntegrityError as exc:
-        raise InvalidRequestError(f"the history cannot be sent as it is: {exc}") from None
+        hint = ""
+        if _repairable(history):
+            hint = (
+                "; if a tool call was interrupted (or a result lost its call), "
+                "with_repair_interrupted_tool_calls(True) mends the history instead"
+            )
+        raise InvalidRequestError(f"the history cannot be sent as it is: {exc}{hint}") from None
     # Refused replay state fails the request here, before limiting or any driver sees it.
     check_transcript_reasoning(transcript, checked)
     return transcript, prompt_index
+
+
+def _repairable(history: Sequence[Message]) -> bool:
+    """Whether :func:`repair_tool_units` would make ``history`` whole."""
+    repaired, _ = repair_tool_units(history)
+    try:
+        check_integrity(repaired)
+    except TranscriptIntegrityError:
+        return False
+    return True

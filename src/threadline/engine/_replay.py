@@ -1,4 +1,4 @@
-"""Reasoning replay rules, applied by the run loop to every driver's calls.
+"""Reasoning replay, applied by the run loop to every driver's calls.
 
 ``Reasoning.provider_reasoning`` is opaque replay state: JSON bytes stored as
 the provider sent them. Before a call is handed to any driver (SPEC §2) the
@@ -7,17 +7,19 @@ run loop checks that state: malformed JSON is refused, and so is a stored
 assistant's own words. A damaged transcript fails the same way whichever
 driver it is sent to, the test double included.
 
-``Reasoning.provider`` names who produced the state (``"<driver>:<model>"``,
-as drivers write it). Replay state is only meaningful to the provider and
-model that made it (a signature is checked against the model), so reasoning
-from anyone else, or from no one named, is left out of the call, always, and
-the round's record says so (``RoundRecord.reasoning_dropped``). The
-transcript itself keeps it: only what is sent loses it.
+Then the driver's :class:`~threadline._replay.ReplayRules` decide what each
+call is handed (:class:`ReplayGuard`): state another provider or model made
+(or no one named) is left out, always, and the round's record says so
+(``RoundRecord.reasoning_dropped``); state outside the rules' scope (an
+earlier turn's, for a driver that replays only the open tool-use cycle) is
+left out silently; what is sent passes the rules' allow-list. Limiting counts
+the transcript as it is handed over, so the estimate, the exact count and the
+ledger count exactly what is sent. The transcript itself keeps everything:
+only what is sent loses it.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from itertools import compress
 from operator import attrgetter
@@ -25,59 +27,33 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from threadline._errors import InvalidRequestError
-from threadline._messages import Message, has_provider_reasoning
-from threadline.limiting._ledger import DroppedReasoning
+from threadline._messages import Message
+from threadline._replay import (
+    ANY_REPLAY,
+    Replay,
+    ReplayRules,
+    check_provider_reasoning,
+    cycle_of,
+    label_of,
+    reaches,
+    replay_of,
+)
+from threadline.limiting._ledger import DroppedReasoning, LimitingOutcome
 
 if TYPE_CHECKING:
+    from threadline._models import Model
+    from threadline._provider import Driver
     from threadline.limiting._incremental import CheckedHistory
 
 __all__ = [
+    "Prepared",
     "ReplayGuard",
-    "check_provider_reasoning",
     "check_transcript_reasoning",
-    "label_of",
     "reasoned_indices",
+    "sent_form",
 ]
 
 _REASONING = attrgetter("reasoning")
-
-
-def label_of(driver_name: str, model_name: str) -> str:
-    """What a driver writes into ``Reasoning.provider`` for replies of ``model_name``."""
-    return f"{driver_name}:{model_name}"
-
-
-def _is_text_block(value: object) -> bool:
-    return isinstance(value, dict) and value.get("type") == "text"
-
-
-def check_provider_reasoning(raw: bytes, *, index: int) -> None:
-    """Refuse replay state that cannot be sent safely.
-
-    ``index`` is the message's position in the transcript, for the message.
-
-    Raises:
-        InvalidRequestError: ``raw`` is not JSON, or it is (or holds, at its
-            top level) a ``{"type": "text"}`` block.
-    """
-    if not has_provider_reasoning(raw):
-        return
-    try:
-        state = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
-        raise InvalidRequestError(
-            f"message {index}: its reasoning's provider_reasoning is not valid JSON ({reason}); "
-            "it must be the provider's replay state exactly as the provider sent it"
-        ) from None
-    blocks = state if isinstance(state, list) else [state]
-    if any(_is_text_block(block) for block in blocks):
-        raise InvalidRequestError(
-            f'message {index}: its reasoning\'s provider_reasoning holds a {{"type": "text"}} '
-            "block, which the model would read as the assistant's own words; keep display "
-            "text in Reasoning.text"
-        )
 
 
 def reasoned_indices(
@@ -124,54 +100,117 @@ def check_transcript_reasoning(
             check_provider_reasoning(reasoning.provider_reasoning, index=index)
 
 
+@attrs.frozen
+class Prepared:
+    """One call's transcript as its driver is handed it.
+
+    ``messages`` are the messages given, each with only the replay state the
+    rules send (a message that loses some is a copy); ``history`` is the
+    history a conversation vouches for, standing in ``messages`` as it stood
+    in what was given; ``dropped`` the state left out because another provider
+    or model made it.
+    """
+
+    messages: tuple[Message, ...]
+    history: CheckedHistory | None
+    dropped: tuple[DroppedReasoning, ...]
+
+
 class ReplayGuard:
     """Checks and filters the messages of one run's calls for one driver and model.
 
-    Each message object is looked at once per run (messages are immutable),
-    so a long transcript costs its new messages per round, not all of them.
+    ``rules`` are the driver's (``Driver.replay_rules``). Each message object is
+    looked at once per run and place (messages are immutable; the open tool-use
+    cycle closes as a run goes on), so a long transcript costs its new messages
+    per round, not all of them.
     """
 
-    def __init__(self, label: str) -> None:
+    def __init__(self, label: str, rules: ReplayRules = ANY_REPLAY) -> None:
         self.label = label
-        # id -> (the message, what is sent for it); holding the message keeps its id unique.
-        self._seen: dict[int, tuple[Message, Message]] = {}
+        self.rules = rules
+        # (id, in scope) -> (the message, what is handed over for it, what became of its
+        # state); holding the message keeps its id unique.
+        self._seen: dict[tuple[int, bool], tuple[Message, Message, Replay]] = {}
+        # id of a copy made here -> the message it stands for (the copy is held in _seen).
+        self._originals: dict[int, Message] = {}
 
     def prepare(
         self, messages: Sequence[Message], history: CheckedHistory | None = None
-    ) -> tuple[tuple[Message, ...], tuple[DroppedReasoning, ...]]:
-        """The messages to send, and the reasoning left out of them (``history``: see
+    ) -> Prepared:
+        """What the driver is handed of ``messages`` (``history``: see
         :func:`reasoned_indices`).
 
         Raises:
             InvalidRequestError: a message's replay state is malformed (see
-                :func:`check_provider_reasoning`).
+                :func:`check_provider_reasoning`), or would be sent and the rules
+                refuse it.
         """
+        rules = self.rules
+        cycle = cycle_of(rules, messages)
         sent: list[Message] | None = None  # copied only when something is left out
         dropped: list[DroppedReasoning] = []
         for index in reasoned_indices(messages, history):
             message = messages[index]
-            entry = self._seen.get(id(message))
+            scoped = reaches(rules, cycle, index)
+            entry = self._seen.get((id(message), scoped))
             if entry is None:
-                entry = (message, self._replayable(message, index))
-                self._seen[id(message)] = entry
-            replayed = entry[1]
-            if replayed is not message:
+                entry = (message, *self._handed(message, index, scoped))
+                self._seen[id(message), scoped] = entry
+            _, handed, verdict = entry
+            if verdict is Replay.FOREIGN:
                 reasoning = message.reasoning
                 assert reasoning is not None
                 dropped.append(
                     DroppedReasoning(index=index, provider=reasoning.provider, sent_to=self.label)
                 )
+            if handed is not message:
                 if sent is None:
                     sent = list(messages)
-                sent[index] = replayed
-        return tuple(messages if sent is None else sent), tuple(dropped)
+                sent[index] = handed
+        if sent is None:
+            return Prepared(messages=tuple(messages), history=history, dropped=())
+        if history is not None:
+            start = history.offset
+            history = attrs.evolve(
+                history, messages=tuple(sent[start : start + len(history.messages)])
+            )
+        return Prepared(messages=tuple(sent), history=history, dropped=tuple(dropped))
 
-    def _replayable(self, message: Message, index: int) -> Message:
+    def originals(
+        self, outcome: LimitingOutcome, given: tuple[Message, ...]
+    ) -> tuple[Message, ...]:
+        """The messages of ``outcome`` (a limiting step over what :meth:`prepare` made of
+        ``given``) as the transcript holds them: each copy made here back to its original."""
+        messages, sources = outcome.messages, outcome.sources
+        if not self._originals:
+            return messages
+        if isinstance(sources, range) and len(sources) == len(given):
+            return given  # nothing was dropped or added
+        found = self._originals.get
+        return tuple(map(found, map(id, messages), messages))
+
+    def _handed(self, message: Message, index: int, scoped: bool) -> tuple[Message, Replay]:
         reasoning = message.reasoning
         if reasoning is None or not reasoning.provider_reasoning:
-            return message
+            return message, Replay.NONE
+        verdict = replay_of(
+            reasoning, index=index, label=self.label, rules=self.rules, in_scope=scoped
+        )
+        if verdict is Replay.SENT or verdict is Replay.NONE:
+            return message, verdict  # what is sent was checked by the rules themselves
         check_provider_reasoning(reasoning.provider_reasoning, index=index)
-        if not reasoning.has_provider_reasoning() or reasoning.provider == self.label:
-            return message
         # The display text and who made it stay; only the replay state goes.
-        return attrs.evolve(message, reasoning=attrs.evolve(reasoning, provider_reasoning=b""))
+        stripped = attrs.evolve(message, reasoning=attrs.evolve(reasoning, provider_reasoning=b""))
+        self._originals[id(stripped)] = message
+        return stripped, verdict
+
+
+def sent_form(messages: Sequence[Message], driver: Driver, model: Model) -> tuple[Message, ...]:
+    """``messages`` as a call to ``driver`` and ``model`` would hand them over: what
+    counting them as sent counts (one-off, for the helpers that count outside a run).
+
+    Raises:
+        InvalidRequestError: as :meth:`ReplayGuard.prepare`.
+    """
+    guard = ReplayGuard(label_of(driver.name, model.name), driver.replay_rules(model))
+    return guard.prepare(messages).messages

@@ -34,6 +34,7 @@ from threadline.counting._protocol import TokenCounter
 from threadline.counting._resolution import ExactCounter
 from threadline.engine._defaults import ClientDefaults
 from threadline.engine._plan import RunPlan, TranscriptMemo, plan_run, settings_counter
+from threadline.engine._replay import sent_form
 from threadline.engine._run import Run
 from threadline.engine._telemetry import instrument
 from threadline.limiting._budget import Budget, BudgetResolution
@@ -266,6 +267,18 @@ class Request:
         call past it is an error result the model reads, and the run goes on."""
         return self._change("with_tool_timeout", tool_timeout=seconds)
 
+    def with_repair_interrupted_tool_calls(self, repair: bool = True) -> Self:
+        """Mend a history whose tool units an interruption broke, instead of refusing it.
+
+        A call without a result (a process died while the tool ran) gets a
+        result saying it was interrupted; a result for no call is dropped.
+        Each repair is recorded (``RunResult.tool_calls_repaired``). Off by
+        default: such a history raises ``InvalidRequestError`` naming the message.
+        """
+        return self._change(
+            "with_repair_interrupted_tool_calls", repair_interrupted_tool_calls=repair
+        )
+
     def _change(self, method: str, **change: Unpack[SettingsChanges]) -> Self:
         # A builder mistake is named when the request is used, not where it is made.
         ((name, _),) = change.items()
@@ -337,12 +350,16 @@ class Request:
         return settings_counter(self._settings, self._defaults, model)
 
     async def is_token_limit_reached(self) -> bool:
-        """Whether the transcript as built is over the prompt budget; ``False`` without one."""
+        """Whether the transcript as built is over the prompt budget; ``False`` without one.
+
+        It is counted as the driver would be handed it, after the replay rules.
+        """
         plan = self._plan()
         budget = plan.resolution.budget
         if budget is None:
             return False
-        return plan.counter.count(plan.transcript, plan.toolset.tools) > budget.prompt_tokens
+        handed = sent_form(plan.transcript, plan.driver, plan.model)
+        return plan.counter.count(handed, plan.toolset.tools) > budget.prompt_tokens
 
     # -- running ----------------------------------------------------------------------
 

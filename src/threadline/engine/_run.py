@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 
 import attrs
@@ -45,12 +45,13 @@ from threadline._provider import (
     StreamChunk,
     TextChunk,
 )
+from threadline._replay import label_of
 from threadline._result import RoundRecord, RunResult
 from threadline.counting._calibration import calibrated_estimate
 from threadline.counting._protocol import TokenCounter
 from threadline.engine._instruments import Instruments
 from threadline.engine._plan import RunPlan
-from threadline.engine._replay import ReplayGuard, label_of
+from threadline.engine._replay import ReplayGuard
 from threadline.limiting._budget import Budget
 from threadline.limiting._engine import apply_limits
 from threadline.limiting._ledger import DroppedReasoning, LimitingOutcome, LimitingRecord
@@ -108,7 +109,8 @@ class Run:
         self.driver = instruments.driver
         self.tools = instruments.tools
         self.observer = instruments.observer
-        self.replay = ReplayGuard(label_of(plan.driver.name, plan.model.name))
+        label = label_of(plan.driver.name, plan.model.name)
+        self.replay = ReplayGuard(label, plan.driver.replay_rules(plan.model))
 
     async def events(self) -> AsyncGenerator[StreamEvent, None]:
         """Every event of the run, ending with ``FinalResult``.
@@ -139,14 +141,13 @@ class Run:
 
     # -- limiting and sending -----------------------------------------------------------
 
-    def _counter(self) -> TokenCounter:
-        """The estimate limiting counts with: calibrated, when the client calibrates."""
+    def _counter(self, handed: Sequence[Message]) -> TokenCounter:
+        """The estimate limiting counts ``handed`` with: calibrated, when the client
+        calibrates."""
         plan = self.plan
         if plan.calibration is None:
             return plan.counter
-        return plan.calibration.estimate(
-            plan.model.name, plan.counter, self.transcript, plan.toolset.tools
-        )
+        return plan.calibration.estimate(plan.model.name, plan.counter, handed, plan.toolset.tools)
 
     def _exact_always(self) -> bool:
         """Whether the exact counter decides however far the estimate is from the budget.
@@ -163,9 +164,13 @@ class Run:
         return calibration.ratio(plan.model.name, tools) is None
 
     async def _limit(self, current: _Round) -> LimitingOutcome:
-        counter = self._counter()
+        # Limiting counts the transcript as the driver is handed it, after the
+        # replay rules: what is counted is what is sent.
+        given = self.transcript
+        handed = self.replay.prepare(given, self.checked_history)
+        counter = self._counter(handed.messages)
         outcome = await apply_limits(
-            self.transcript,
+            handed.messages,
             tools=self.plan.toolset.tools,
             counter=counter,
             budget=self.budget,
@@ -176,25 +181,23 @@ class Run:
             exact_counter=self.plan.exact_counter,
             exact_margin=self.plan.exact_margin,
             exact_always=self._exact_always(),
-            history=self.checked_history,
+            history=handed.history,
         )
         if outcome.record.handlers:
             self.checked_history = None  # a handler rewrote the history it vouched for
-        self.transcript = outcome.messages
+        self.transcript = self.replay.originals(outcome, given)
         self.prompt_index = outcome.prompt_index
         record = outcome.record
-        current.sent = self.transcript
+        current.sent = outcome.messages
         current.estimated = record.tokens_after
         current.exact = record.exact_tokens_sent
         tools = self.plan.toolset.tools
         if record.counted_by == "estimate":
             current.raw_estimate, current.calibrated = record.tokens_after, None
         else:
-            current.raw_estimate = self.plan.counter.count(self.transcript, tools)
+            current.raw_estimate = self.plan.counter.count(current.sent, tools)
             current.calibrated = (
-                None
-                if calibrated_estimate(counter) is None
-                else counter.count(self.transcript, tools)
+                None if calibrated_estimate(counter) is None else counter.count(current.sent, tools)
             )
         return outcome
 
@@ -221,10 +224,9 @@ class Run:
 
     async def _send(self, current: _Round) -> AsyncGenerator[StreamEvent, None]:
         driver = self.driver
-        messages, current.reasoning_dropped = self.replay.prepare(
-            self.transcript, self.checked_history
-        )
-        call = self.plan.call(messages, current.number)
+        handed = self.replay.prepare(self.transcript, self.checked_history)
+        current.sent, current.reasoning_dropped = handed.messages, handed.dropped
+        call = self.plan.call(handed.messages, current.number)
         deadline = self.plan.deadline(streaming=self.streaming)
         if not self.streaming:
             with deadline.bound():
@@ -331,6 +333,7 @@ class Run:
             tool_calls=len(response.message.tool_calls),
             context_retry=current.context_retry,
             reasoning_dropped=current.reasoning_dropped,
+            tool_calls_repaired=self.plan.tool_call_repairs if current.number == 1 else (),
         )
         self.rounds.append(record)
         return record

@@ -26,6 +26,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 from threadline._messages import ImagePart, Message, Role, TextPart, ToolCall, Usage
 from threadline._models import Model
 from threadline._provider import Driver, ProviderCall, ProviderResponse, StreamChunk
+from threadline._replay import ReplayRules
 from threadline.counting._protocol import ExactCounter, ReplayProjection, TokenCounter
 from threadline.engine._instruments import Instruments, RoundFacts, ToolRunner
 from threadline.engine._plan import RunPlan
@@ -204,6 +205,9 @@ class InstrumentedDriver(Driver):
 
     def replay_projection(self, model: Model) -> ReplayProjection:
         return self._inner.replay_projection(model)
+
+    def replay_rules(self, model: Model) -> ReplayRules:
+        return self._inner.replay_rules(model)
 
     def exact_token_counter(self, model: Model) -> ExactCounter | None:
         return self._inner.exact_token_counter(model)

@@ -23,7 +23,13 @@ from threadline.limiting._cache_stable import (
 )
 from threadline.limiting._drop_oldest import drop_oldest_units
 from threadline.limiting._event import TokenLimitEvent, TokenLimitHandler
-from threadline.limiting._ledger import DroppedReasoning, DroppedUnit, HandlerRun, LimitingRecord
+from threadline.limiting._ledger import (
+    DroppedReasoning,
+    DroppedUnit,
+    HandlerRun,
+    LimitingRecord,
+    ToolCallRepair,
+)
 from threadline.limiting._summarize import (
     DEFAULT_SUMMARY_INSTRUCTIONS,
     SUMMARY_ACKNOWLEDGEMENT,
@@ -58,6 +64,7 @@ __all__ = [
     "RoundRecord",
     "TokenLimitEvent",
     "TokenLimitHandler",
+    "ToolCallRepair",
     "TranscriptIntegrityError",
     "Unit",
     "UnitKind",

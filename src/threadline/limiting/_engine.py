@@ -39,7 +39,7 @@ from collections.abc import Sequence
 from typing import NoReturn, cast
 
 from threadline._errors import HandlerError, ThreadlineError, TranscriptIntegrityError
-from threadline._messages import Message
+from threadline._messages import Message, Role
 from threadline.counting._anchored import AnchoredCounter
 from threadline.counting._calibration import calibrated_estimate
 from threadline.counting._protocol import TokenCounter, is_incremental
@@ -80,6 +80,10 @@ from threadline.tools._tools import Tool
 __all__ = ["apply_limits"]
 
 logger = logging.getLogger("threadline.limiting")
+
+_OPENING = (
+    "dropped so that the transcript opens with a user message (the handler left a reply first)"
+)
 
 
 async def apply_limits(
@@ -309,7 +313,10 @@ class _Limiting:
         else:
             self.costs = None
             self.tokens = self.counter.count(rewrite, self.tools)
-        self._add_run(name, phase, before, sum(end - start for start, end in removed), added)
+        dropped = sum(end - start for start, end in removed)
+        if removed or added:
+            dropped += self._open_at_a_user_message(name, phase)
+        self._add_run(name, phase, before, dropped, added)
 
     def _slide(self, phase: Phase, name: str, budget: int, costs: list[int]) -> None:
         """``drop_oldest_units(None)``, taken without an event: the cut it makes (see
@@ -349,6 +356,52 @@ class _Limiting:
             else counter.count(rewrite, self.tools)
         )
         self._add_run(name, phase, before, size - len(rewrite), 0)
+
+    def _open_at_a_user_message(self, name: str, phase: Phase) -> int:
+        """Complete a handler's rewrite as the built-in handlers cut: what it left between
+        the first system message and the first user message (or pinned unit) is dropped
+        too, and the ledger names it, so no handler sends a transcript that opens with
+        an answer to nothing. Returns how many messages went.
+
+        Raises:
+            HandlerError: what stands there is a message the handler added (the engine
+                drops only what it was given), or no user message is left to open with.
+        """
+        current, starts = self.current, self.starts
+        held = pinned_units(starts, self.pinned)
+        first = 1 if held.get(0) is PinReason.FIRST_SYSTEM else 0
+        k = first
+        while k < len(starts) and k not in held and current[starts[k]].role is not Role.USER:
+            k += 1
+        if k == first:
+            return 0
+        start = starts[first]
+        end = starts[k] if k < len(starts) else len(current)
+        added = next((i for i in range(start, end) if self.sources[i] is None), None)
+        if k == len(starts) or added is not None:
+            at = start if added is None else added
+            what = f"{current[at].role.value} message{'' if added is None else ' it added'}"
+            raise HandlerError(
+                f"limiting handler {name!r} left a transcript that does not open with a user "
+                f"message: message {at} ({what}) comes first after the first system message. "
+                "A transcript opens with a user message there, so the engine drops what a "
+                "handler left before one; it never drops what a handler added, nor everything",
+                handler=name,
+                index=at,
+            )
+        removed = [(start, end)]
+        self._record_drops(name, phase, removed, [], _OPENING)
+        self._follow([*range(start), *range(end, len(current))], True)
+        self.current = current[:start] + current[end:]
+        self.starts = starts_after(starts, removed)
+        counter, costs = self.counter, self.costs
+        if costs is not None and is_incremental(counter):
+            self.costs = costs[:start] + costs[end:]
+            self.tokens = sum(self.costs) + counter.overhead_tokens(self.tools)
+        else:
+            self.costs = None
+            self.tokens = counter.count(self.current, self.tools)
+        return end - start
 
     def _add_run(self, name: str, phase: Phase, before: int, dropped: int, added: int) -> None:
         """Record one handler's run, which left the transcript at ``self.tokens``."""

@@ -27,6 +27,7 @@ __all__ = [
     "LimitingOutcome",
     "LimitingRecord",
     "Phase",
+    "ToolCallRepair",
 ]
 
 Phase: TypeAlias = Literal["pre", "post"]
@@ -132,6 +133,36 @@ class DroppedReasoning:
         return (
             f"message {self.index}: reasoning from {self.provider or 'an unnamed provider'} "
             f"left out of the call to {self.sent_to}"
+        )
+
+
+@attrs.frozen(kw_only=True)
+class ToolCallRepair:
+    """A repair of the history's tool units, made because the request asked for it
+    (``RequestSettings.repair_interrupted_tool_calls``).
+
+    ``kind`` ``"interrupted"``: the call ``call_id`` to ``tool``, made by message
+    ``index``, had no result and got one saying it was interrupted, right after
+    the results its exchange had. ``"orphan"``: message ``index``, the result
+    for ``call_id`` (``tool`` is ``None``), answered no call made just before it
+    and was dropped. ``index`` is the message's position in the transcript as
+    it was given (the system message, then the history).
+    """
+
+    kind: Literal["interrupted", "orphan"]
+    index: int
+    call_id: str
+    tool: str | None = None
+
+    def __str__(self) -> str:
+        if self.kind == "interrupted":
+            return (
+                f"message {self.index}: tool call {self.call_id!r} ({self.tool}) was "
+                "interrupted; a result saying so was added"
+            )
+        return (
+            f"message {self.index}: the tool result for call {self.call_id!r} answered no "
+            "call made just before it; it was dropped"
         )
 
 

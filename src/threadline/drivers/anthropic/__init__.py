@@ -16,6 +16,7 @@ from threadline.drivers.anthropic._driver import ANTHROPIC_VERSION as ANTHROPIC_
 from threadline.drivers.anthropic._driver import DEFAULT_BASE_URL as DEFAULT_BASE_URL
 from threadline.drivers.anthropic._driver import DEFAULT_MAX_TOKENS as DEFAULT_MAX_TOKENS
 from threadline.drivers.anthropic._driver import AnthropicDriver, AnthropicTokenCounter
+from threadline.drivers.anthropic._request import THINKING_REPLAY as THINKING_REPLAY
 from threadline.drivers.anthropic._request import Thinking
 
 # RetryPolicy is re-exported: it is how this driver's retrying is configured.

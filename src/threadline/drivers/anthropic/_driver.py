@@ -22,8 +22,8 @@ from threadline._provider import (
     StreamChunk,
     chunks_of,
 )
+from threadline._replay import ReplayRules
 from threadline._validate import fail, positive_int
-from threadline.counting._projection import NO_REPLAY
 from threadline.counting._protocol import ReplayProjection, TokenCounter
 from threadline.drivers._http import (
     ConnectionOptions,
@@ -40,6 +40,7 @@ from threadline.drivers._http._connection import connection_of
 from threadline.drivers._http._sse import StreamProgress, aiter_sse
 from threadline.drivers._http._wire import NOT_JSON, MalformedResponse, loads_or_not
 from threadline.drivers.anthropic._request import (
+    THINKING_REPLAY,
     Thinking,
     encode_count_request,
     encode_request,
@@ -170,17 +171,20 @@ class AnthropicDriver(HTTPDriver):
         return AnthropicTokenCounter(self, model)
 
     def replay_projection(self, model: Model) -> ReplayProjection:
-        """Reasoning is counted as the API counts it: not at all, but in one place.
+        """Reasoning is counted as it is sent: :meth:`replay_rules` price what they send.
 
-        The API strips thinking of earlier turns and does not count it, and
-        reasoning of other providers is never sent. The one exception, the
-        thinking of a tool-use cycle still open (the last assistant message),
-        is sent and counted by the API but not by this projection, which sees
-        no positions: at most the previous reply's length. ``count_tokens``
-        (:meth:`exact_token_counter`) counts it exactly, and the run's
-        context-length retry covers a refusal it would cause.
+        That is the thinking of the tool-use cycle still open, which the API
+        counts too; the run loop hands the driver no other (the API would strip
+        earlier turns' thinking and not count it, and other providers' is never
+        sent), so none other is counted.
         """
-        return NO_REPLAY
+        return THINKING_REPLAY
+
+    def replay_rules(self, model: Model) -> ReplayRules:
+        """Only the ``thinking`` and ``redacted_thinking`` blocks of the open tool-use
+        cycle go back (:data:`~threadline.drivers.anthropic.THINKING_REPLAY`); any other
+        stored block is refused with ``InvalidRequestError`` before sending."""
+        return THINKING_REPLAY
 
     def _label(self, call: ProviderCall) -> str:
         return f"{_NAME}:{call.model.name}"

@@ -8,13 +8,14 @@ Pure translation, no I/O. What differs from Chat Completions:
   of content blocks; tool results are ``tool_result`` blocks of a user turn
   that comes straight after the assistant's ``tool_use`` blocks, with
   ``is_error`` for a failed tool (threadline writes those as ``error: ...``);
-- thinking is replayed by position. The current tool-use cycle (the last
-  assistant message, when it called tools and only their results and
-  injected context follow) is sent with its thinking blocks exactly as they
-  are stored, first in its content. Thinking of earlier turns is left out: the
-  API strips it anyway and does not count it. Reasoning another provider or
-  another model produced is never sent, and the request says so in its
-  ``left_out`` notes.
+- thinking is replayed by position, as :data:`THINKING_REPLAY` says. The
+  current tool-use cycle (the last assistant message, when it called tools
+  and only their results and injected context follow) is sent with its
+  thinking blocks exactly as they are stored, first in its content, once they
+  pass the rules' allow-list (``thinking`` and ``redacted_thinking`` blocks
+  only). Thinking of earlier turns is left out: the API strips it anyway and
+  does not count it. Reasoning another provider or another model produced is
+  never sent, and the request says so in its ``left_out`` notes.
 """
 
 from __future__ import annotations
@@ -27,16 +28,17 @@ from typing import Any, Final, Literal
 import attrs
 
 from threadline._errors import InvalidRequestError
-from threadline._messages import ImagePart, Message, Origin, Role, TextPart, ToolCall
+from threadline._messages import ImagePart, Message, Role, TextPart, ToolCall
 from threadline._provider import ProviderCall
+from threadline._replay import ReplayRules, ReplayScope, replayed
 from threadline.drivers._http._wire import JSONCache, encode_body
 from threadline.tools._tools import Tool
 
 __all__ = [
     "MIN_THINKING_BUDGET",
+    "THINKING_REPLAY",
     "EncodedRequest",
     "Thinking",
-    "current_cycle",
     "encode_count_request",
     "encode_message_blocks",
     "encode_request",
@@ -47,6 +49,13 @@ logger = logging.getLogger("threadline.drivers.anthropic")
 
 MIN_THINKING_BUDGET: Final = 1024
 """The smallest ``budget_tokens`` the API accepts for enabled thinking."""
+
+THINKING_REPLAY: Final = ReplayRules(
+    frozenset({"thinking", "redacted_thinking"}), scope=ReplayScope.OPEN_TOOL_CYCLE
+)
+"""What the driver sends back of stored reasoning: the thinking blocks of the
+tool-use cycle still open, and nothing else (a stored ``text`` or ``tool_use``
+block would reach the model as words or calls the assistant never made)."""
 
 _TOOL_ERROR_PREFIX: Final = "error: "
 # The fields /v1/messages/count_tokens takes; anything else is refused there.
@@ -198,52 +207,28 @@ def new_message_cache() -> JSONCache:
     return JSONCache(encode_message_blocks)
 
 
-def _thinking_blocks(raw: bytes, index: int) -> bytes:
-    """The stored blocks, byte for byte, ready to splice into a content array."""
-    text = raw.strip()
-    if text[:1] == b"[" and text[-1:] == b"]":
-        return text[1:-1].strip()
-    if text[:1] == b"{":
-        return text
-    raise InvalidRequestError(
-        f"message {index}: its reasoning's provider_reasoning is neither a thinking block "
-        "nor a list of them, so it cannot be replayed to Anthropic"
-    )
-
-
 # --- the transcript ----------------------------------------------------------
 
 
-def current_cycle(messages: Sequence[Message]) -> int | None:
-    """The index of the assistant message whose tool-use cycle is still open, or ``None``.
-
-    That is the last assistant message, when it called tools and only tool
-    results and injected context come after it.
-    """
-    for index in range(len(messages) - 1, -1, -1):
-        message = messages[index]
-        if message.role is Role.ASSISTANT:
-            return index if message.tool_calls else None
-        if message.role is not Role.TOOL and message.origin is not Origin.INJECTION:
-            return None
-    return None
+def _thinking_blocks(raw: bytes) -> bytes:
+    """Stored blocks the replay rules passed (UTF-8 JSON: one block or a list of
+    them), byte for byte, ready to splice into a content array."""
+    text = raw.strip()
+    return text[1:-1].strip() if text[:1] == b"[" else text
 
 
-def _replayed(
-    message: Message, index: int, cycle: int | None, label: str, left_out: list[str]
-) -> bytes | None:
-    reasoning = message.reasoning
-    if reasoning is None or not reasoning.has_provider_reasoning():
-        return None
-    if reasoning.provider != label:
+def _replayed(messages: Sequence[Message], label: str, left_out: list[str]) -> dict[int, bytes]:
+    """The thinking each message sends, checked (see :data:`THINKING_REPLAY`), and a
+    note in ``left_out`` for each message whose reasoning another provider made."""
+    sent, foreign = replayed(messages, label=label, rules=THINKING_REPLAY)
+    for index in foreign:
+        reasoning = messages[index].reasoning
+        assert reasoning is not None
         left_out.append(
             f"message {index}: reasoning from {reasoning.provider or 'an unnamed provider'} "
             f"was not sent to {label} (another provider or model)"
         )
-        return None
-    if index != cycle:
-        return None  # an earlier turn: the API would strip it
-    return _thinking_blocks(reasoning.provider_reasoning, index)
+    return {index: _thinking_blocks(raw) for index, raw in sent.items()}
 
 
 def _turn(role: bytes, blocks: list[bytes]) -> bytes:
@@ -266,18 +251,18 @@ def _encode_transcript(
     With ``breakpoints``, the last system block and the stable prefix carry
     ``cache_control`` (see :func:`_place_breakpoints`).
     """
-    cycle = current_cycle(messages)
     if cache is not None and not cache.serves(messages):
         cache = None
     system: list[bytes] = []
     left_out: list[str] = []
+    replays = _replayed(messages, label, left_out)
     # (role on the wire, blocks, whether a breakpoint may go there, a user prompt)
     entries: list[tuple[bytes, bytes, bool, bool]] = []
     for index, message in enumerate(messages):
         if message.role is Role.SYSTEM:
             system.extend(_content_blocks(message))
             continue
-        thinking = _replayed(message, index, cycle, label, left_out)
+        thinking = replays.get(index)
         if thinking is not None:
             plain = encode_message_blocks(message)
             encoded = b",".join(part for part in (thinking, plain) if part)

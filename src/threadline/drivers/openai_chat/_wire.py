@@ -166,7 +166,8 @@ def request_body(
 
     Raises:
         InvalidRequestError: ``tool_choice`` names no tool sent. (Reasoning
-            replay state is checked by the run loop, ``threadline.engine._replay``.)
+            replay state is never sent, so it has nothing here to check: see
+            ``threadline._replay`` for the drivers that do send it.)
     """
     body: dict[str, Any] = {
         "model": call.model.name,

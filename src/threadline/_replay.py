@@ -1,0 +1,313 @@
+"""Replay rules: which stored reasoning goes back to a model, checked by an allow-list.
+
+``Reasoning.provider_reasoning`` is a provider's opaque replay state, JSON
+bytes kept as the provider sent them. A driver that sends it back declares
+:class:`ReplayRules`: the block types it replays (an allow-list: Anthropic's
+``thinking`` and ``redacted_thinking``, OpenAI Responses' ``reasoning``
+items, Gemini's thought signatures) and where in the transcript (every
+assistant turn, or only the tool-use cycle still open). One set of rules
+serves everyone who needs it, so they cannot drift apart:
+
+- the run loop (``threadline.engine._replay``) hands each call only what the
+  rules send, and counts exactly that;
+- a driver called directly (``driver.complete(call)``) asks :func:`replayed`
+  before it puts stored state into a body, so nothing the rules refuse, and
+  no malformed bytes, can reach the wire whoever calls it;
+- counting prices what is sent: the rules are the driver's replay projection.
+
+``Reasoning.provider`` names who produced the state (``"<driver>:<model>"``,
+see :func:`label_of`). State is only meaningful to the provider and model
+that made it (a signature is checked against the model), so state from
+anyone else, or from no one named, is left out, never refused.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any, Final
+
+import attrs
+
+from threadline._errors import InvalidRequestError
+from threadline._messages import Message, Origin, Reasoning, Role, has_provider_reasoning
+from threadline._validate import fail
+from threadline.counting._projection import payload_strings
+
+__all__ = [
+    "ANY_REPLAY",
+    "Replay",
+    "ReplayRules",
+    "ReplayScope",
+    "check_provider_reasoning",
+    "cycle_of",
+    "label_of",
+    "open_tool_cycle",
+    "reaches",
+    "replay_of",
+    "replayed",
+]
+
+
+def label_of(driver_name: str, model_name: str) -> str:
+    """What a driver writes into ``Reasoning.provider`` for replies of ``model_name``."""
+    return f"{driver_name}:{model_name}"
+
+
+class ReplayScope(enum.StrEnum):
+    """Where in a transcript a driver sends replay state back."""
+
+    EVERY_TURN = "every turn"
+    """The state of every assistant message the provider and model made."""
+    OPEN_TOOL_CYCLE = "open tool-use cycle"
+    """Only the state of the tool-use cycle still open (see :func:`open_tool_cycle`):
+    the model needs it to go on from its tool results; earlier turns' is not sent."""
+
+
+def _blocks(value: Any) -> frozenset[str] | None:
+    if value is None:
+        return None
+    if isinstance(value, str) or not isinstance(value, Iterable):
+        fail("blocks", 'a set of block types ({"thinking"}) or None', value)
+    found = frozenset(value)
+    if not found or not all(isinstance(kind, str) and kind for kind in found):
+        fail("blocks", "a non-empty set of non-empty str, or None", value)
+    return found
+
+
+def _scope(value: Any) -> ReplayScope:
+    try:
+        return ReplayScope(value)
+    except ValueError:
+        fail("scope", "one of " + ", ".join(repr(scope.value) for scope in ReplayScope), value)
+
+
+@attrs.frozen
+class ReplayRules:
+    """What a driver sends back of ``Reasoning.provider_reasoning``, and where.
+
+    Stored state is one block (a JSON object whose ``"type"`` names it) or a
+    list of blocks. ``blocks`` is the allow-list: state the rules would send
+    that holds a block of any other type (or anything but blocks) is refused
+    with ``InvalidRequestError`` naming the message, before anything is sent.
+    ``None`` declares no allow-list (:data:`ANY_REPLAY`, what a driver that
+    declares nothing gets): any valid JSON is handed to the driver, except a
+    ``{"type": "text"}`` block, which the model would read as the assistant's
+    own words. ``scope`` says which messages' state is sent.
+
+    The rules are a replay projection too (``replayed_reasoning``): counting
+    prices the strings of the blocks they send, not the envelope.
+
+    Raises:
+        InvalidRequestError: ``blocks`` is not a non-empty set of str, or
+            ``scope`` is not a :class:`ReplayScope`.
+
+    Example::
+
+        ReplayRules({"thinking", "redacted_thinking"}, scope=ReplayScope.OPEN_TOOL_CYCLE)
+        ReplayRules({"reasoning"})  # OpenAI Responses reasoning items, every turn
+    """
+
+    blocks: frozenset[str] | None = attrs.field(default=None, converter=_blocks)
+    scope: ReplayScope = attrs.field(default=ReplayScope.EVERY_TURN, converter=_scope)
+
+    def check(self, raw: bytes, *, index: int) -> None:
+        """Refuse ``raw`` unless it is state these rules may send (``index``: the
+        message's position, for the error).
+
+        Raises:
+            InvalidRequestError: naming the message and what is wrong.
+        """
+        document = _document(raw, index)
+        listed = document if isinstance(document, list) else [document]
+        allowed = self.blocks
+        if allowed is None:
+            _refuse_text_blocks(listed, index)
+            return
+        for position, block in enumerate(listed):
+            kind = _block_type(block)
+            if kind not in allowed:
+                shown = (
+                    f'a {{"type": {json.dumps(kind[:40])}}} block'
+                    if kind is not None
+                    else f"a {_json_kind(block)}"
+                )
+                where = f" at position {position}" if isinstance(document, list) else ""
+                raise InvalidRequestError(
+                    f"message {index}: its reasoning's provider_reasoning holds {shown}{where}; "
+                    f"only {' and '.join(sorted(map(json.dumps, allowed)))} blocks are replayed, "
+                    "so it cannot be sent back"
+                )
+
+    def replayed_reasoning(self, reasoning: Reasoning) -> tuple[str, ...]:
+        """The strings of ``reasoning``'s state that go back to the model (and cost tokens).
+
+        Blocks these rules do not send are left out; state that is not JSON is
+        counted as its raw text (it is refused before it could be sent).
+        """
+        raw = reasoning.provider_reasoning
+        if not has_provider_reasoning(raw):
+            return ()
+        try:
+            document = _loads(raw)
+        except (ValueError, RecursionError):
+            return (raw.decode("utf-8", errors="replace"),)
+        if self.blocks is not None:
+            listed = document if isinstance(document, list) else [document]
+            document = [block for block in listed if _block_type(block) in self.blocks]
+        return tuple(payload_strings(document))
+
+
+ANY_REPLAY: Final = ReplayRules()
+"""No allow-list, every turn: what a driver that declares no rules of its own gets."""
+
+
+def _loads(raw: bytes) -> Any:
+    # Strict: UTF-8 only, and NaN or Infinity refused, so what is checked is
+    # JSON that any provider parses, and spliced bytes keep a body JSON.
+    return json.loads(raw.decode("utf-8"), parse_constant=_not_json)
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def _document(raw: bytes, index: int) -> Any:
+    try:
+        return _loads(raw)
+    except (ValueError, RecursionError) as exc:
+        if isinstance(exc, json.JSONDecodeError):
+            reason = f"{exc.msg} at position {exc.pos}"
+        elif isinstance(exc, RecursionError):
+            reason = "nested too deeply"
+        else:
+            reason = str(exc)
+        raise InvalidRequestError(
+            f"message {index}: its reasoning's provider_reasoning is not valid JSON ({reason}); "
+            "it must be the provider's replay state exactly as the provider sent it"
+        ) from None
+
+
+def _block_type(block: object) -> str | None:
+    kind = block.get("type") if isinstance(block, dict) else None
+    return kind if isinstance(kind, str) else None
+
+
+def _json_kind(value: object) -> str:
+    if isinstance(value, dict):
+        return "block without a type"
+    return {str: "string", bool: "boolean", list: "list", type(None): "null"}.get(
+        type(value), "number"
+    )
+
+
+def _refuse_text_blocks(blocks: Sequence[Any], index: int) -> None:
+    if any(_block_type(block) == "text" for block in blocks):
+        raise InvalidRequestError(
+            f'message {index}: its reasoning\'s provider_reasoning holds a {{"type": "text"}} '
+            "block, which the model would read as the assistant's own words; keep display "
+            "text in Reasoning.text"
+        )
+
+
+def check_provider_reasoning(raw: bytes, *, index: int) -> None:
+    """Refuse replay state no driver may be handed, whoever made it.
+
+    Raises:
+        InvalidRequestError: ``raw`` is not valid JSON, or it is (or holds, at
+            its top level) a ``{"type": "text"}`` block.
+    """
+    if has_provider_reasoning(raw):
+        ANY_REPLAY.check(raw, index=index)
+
+
+def open_tool_cycle(messages: Sequence[Message]) -> int | None:
+    """The index of the assistant message whose tool-use cycle is still open, or ``None``.
+
+    That is the last assistant message, when it called tools and only tool
+    results and injected context come after it.
+    """
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if message.role is Role.ASSISTANT:
+            return index if message.tool_calls else None
+        if message.role is not Role.TOOL and message.origin is not Origin.INJECTION:
+            return None
+    return None
+
+
+class Replay(enum.Enum):
+    """What becomes of one message's replay state in a call."""
+
+    NONE = "none"
+    """There is none (no reasoning, or empty, blank or ``null`` state)."""
+    SENT = "sent"
+    """Sent back as stored: it passed the rules' check."""
+    FOREIGN = "foreign"
+    """Left out: another provider or model made it (or no one named)."""
+    OUT_OF_SCOPE = "out of scope"
+    """Left out: the rules send no state of this message (an earlier turn's)."""
+
+
+def replay_of(
+    reasoning: Reasoning | None, *, index: int, label: str, rules: ReplayRules, in_scope: bool
+) -> Replay:
+    """What becomes of ``reasoning``'s state in a call to ``label`` under ``rules``.
+
+    ``in_scope`` says whether ``rules.scope`` reaches the message at ``index``.
+    State that would be sent is checked first.
+
+    Raises:
+        InvalidRequestError: the state would be sent and the rules refuse it.
+    """
+    if reasoning is None or not reasoning.has_provider_reasoning():
+        return Replay.NONE
+    if reasoning.provider != label:
+        return Replay.FOREIGN
+    if not in_scope:
+        return Replay.OUT_OF_SCOPE
+    rules.check(reasoning.provider_reasoning, index=index)
+    return Replay.SENT
+
+
+def cycle_of(rules: ReplayRules, messages: Sequence[Message]) -> int | None:
+    """Where the open tool-use cycle of ``messages`` stands, when ``rules`` send only
+    its state; ``None`` otherwise (see :func:`reaches`)."""
+    return open_tool_cycle(messages) if rules.scope is ReplayScope.OPEN_TOOL_CYCLE else None
+
+
+def reaches(rules: ReplayRules, cycle: int | None, index: int) -> bool:
+    """Whether ``rules`` send the state of message ``index``, ``cycle`` being
+    :func:`cycle_of` its transcript."""
+    return rules.scope is ReplayScope.EVERY_TURN or index == cycle
+
+
+def replayed(
+    messages: Sequence[Message], *, label: str, rules: ReplayRules
+) -> tuple[dict[int, bytes], list[int]]:
+    """What a driver sends back of ``messages``' state: ``{index: state}`` (each one
+    checked, exactly as stored) and the indices whose state another provider or
+    model made (left out, for the driver to note).
+
+    The one check every driver makes before replay state goes into a body.
+
+    Raises:
+        InvalidRequestError: naming the first message whose state would be
+            sent and that the rules refuse.
+    """
+    cycle = cycle_of(rules, messages)
+    sent: dict[int, bytes] = {}
+    foreign: list[int] = []
+    for index, message in enumerate(messages):
+        reasoning = message.reasoning
+        if reasoning is None:
+            continue
+        verdict = replay_of(
+            reasoning, index=index, label=label, rules=rules, in_scope=reaches(rules, cycle, index)
+        )
+        if verdict is Replay.SENT:
+            sent[index] = reasoning.provider_reasoning
+        elif verdict is Replay.FOREIGN:
+            foreign.append(index)
+    return sent, foreign
