@@ -124,7 +124,7 @@ async def test_the_body_is_stateless_with_instructions_items_and_fields() -> Non
     assert body["include"] == ["reasoning.encrypted_content"]
     assert body["instructions"] == "Be brief."
     assert body["input"] == [
-        {"role": "user", "content": "Weather in Paris?"},
+        {"type": "message", "role": "user", "content": "Weather in Paris?"},
         {"type": "function_call", "call_id": "call_0", "name": "get_weather", "arguments": "{}"},
         {"type": "function_call_output", "call_id": "call_0", "output": "sunny"},
     ]
@@ -170,7 +170,7 @@ async def test_reasoning_and_a_call_are_kept_then_replayed_byte_for_byte() -> No
     # The stored bytes themselves, straight before the call they belong to.
     assert reasoning.provider_reasoning + b',{"type":"function_call","call_id":"call_1"' in raw
     assert [item.get("type") for item in sent(route)["input"]] == [
-        None,
+        "message",
         "reasoning",
         "function_call",
         "function_call_output",
@@ -190,7 +190,7 @@ async def test_several_reasoning_items_are_kept_as_a_list_and_sent_in_order() ->
     assert json.loads(reasoning.provider_reasoning) == [REASONING_ITEM, second]
     items = sent(route)["input"]
     assert [item.get("id") for item in items[1:3]] == ["rs_1", "rs_2"]
-    assert items[3] == {"role": "assistant", "content": "Hi"}
+    assert items[3] == {"type": "message", "role": "assistant", "content": "Hi"}
 
 
 async def test_reasoning_of_another_provider_or_model_is_left_out(
@@ -210,8 +210,8 @@ async def test_reasoning_of_another_provider_or_model_is_left_out(
             with caplog.at_level("INFO", logger="threadline.drivers.openai_responses"):
                 await d.complete(ProviderCall(model=MODEL, messages=(foreign, Message.user("x"))))
     assert sent(route)["input"] == [
-        {"role": "assistant", "content": "Hi"},
-        {"role": "user", "content": "x"},
+        {"type": "message", "role": "assistant", "content": "Hi"},
+        {"type": "message", "role": "user", "content": "x"},
     ]
     assert "other-model" in caplog.text
 
@@ -355,7 +355,7 @@ async def test_input_tokens_are_counted_by_the_server_with_the_same_prompt() -> 
             assert await counter.count(messages, (get_weather,)) == 42
     body = sent(route)
     assert body["instructions"] == "Be brief."
-    assert body["input"] == [{"role": "user", "content": "Weather?"}]
+    assert body["input"] == [{"type": "message", "role": "user", "content": "Weather?"}]
     assert body["tools"][0]["name"] == "get_weather"
     assert body["reasoning"] == {"effort": "high"}
     assert "store" not in body

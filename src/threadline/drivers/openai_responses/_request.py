@@ -76,10 +76,13 @@ def _encode_part(part: TextPart | ImagePart) -> dict[str, Any]:
 
 
 def _role_message(role: str, message: Message) -> bytes:
+    # "type": "message" is optional for OpenAI, but llama.cpp's server cannot
+    # tell an assistant message without it from other items.
     content = message.content
     if isinstance(content, str):
-        return encode_body({"role": role, "content": content})
-    return encode_body({"role": role, "content": [_encode_part(part) for part in content]})
+        return encode_body({"type": "message", "role": role, "content": content})
+    parts = [_encode_part(part) for part in content]
+    return encode_body({"type": "message", "role": role, "content": parts})
 
 
 def encode_message_items(message: Message) -> bytes:
