@@ -367,3 +367,28 @@ async def test_a_json_answer_to_a_stream_request_still_streams() -> None:
             chunks = await read(driver)
     assert chunks[0] == TextChunk(text="Hi")
     assert isinstance(chunks[-1], ResponseDone)
+
+
+async def test_deltas_naming_only_the_item_id_find_an_item_added_by_index() -> None:
+    item = {"id": "msg_9", "type": "message", "role": "assistant", "content": []}
+    body = sse(
+        {"type": "response.output_item.added", "output_index": 0, "item": item},
+        {"type": "response.output_text.delta", "item_id": "msg_9", "delta": "Hi"},
+        {"type": "response.completed", "response": {"status": "completed"}},
+    )
+    with respx.mock() as mock:
+        mock.post(URL).mock(return_value=streamed(body))
+        async with OpenAIResponsesDriver(BASE) as driver:
+            chunks = await read(driver)
+    done = chunks[-1]
+    assert isinstance(done, ResponseDone)
+    assert done.response.text == "Hi"
+
+
+async def test_a_delta_for_an_item_never_added_is_malformed() -> None:
+    body = sse({"type": "response.output_text.delta", "item_id": "msg_x", "delta": "Hi"})
+    with respx.mock() as mock:
+        mock.post(URL).mock(return_value=streamed(body))
+        async with OpenAIResponsesDriver(BASE) as driver:
+            with pytest.raises(ProviderResponseError, match="never added"):
+                await read(driver)

@@ -240,13 +240,15 @@ class StreamAssembler:
     """Reads a stream's decoded events, yields chunks, and assembles the response.
 
     Items are keyed by ``output_index``, or by ``item_id`` for servers that
-    send no index (llama.cpp's).
+    send no index (llama.cpp's); an event that names only the item's id finds
+    it by that too.
     """
 
     def __init__(self, *, requested_model: str, provider: str) -> None:
         self._requested_model = requested_model
         self._provider = provider
         self._items: dict[object, _Item] = {}
+        self._ids: dict[str, _Item] = {}
         self._calls = 0
         self._final: dict[str, Any] | None = None
         self._model: str | None = None
@@ -307,21 +309,30 @@ class StreamAssembler:
                     name=optional_str(item, "name", where),
                 )
             )
-        self._items[self._key(event)] = _Item(dict(item), call_index)
+        state = self._items[self._key(event)] = _Item(dict(item), call_index)
+        if isinstance(item.get("id"), str):
+            self._ids[item["id"]] = state
         return chunks
 
     def _done(self, event: Mapping[str, Any]) -> None:
         item = json_object(event.get("item"), "response.output_item.done.item")
-        key = self._key(event)
-        state = self._items.get(key)
+        state = self._find(event)
         if state is None:
             # A done without its added: the item is whole here, but its call had no chunk.
-            self._items[key] = _Item(dict(item), None)
+            self._items[self._key(event)] = _Item(dict(item), None)
         else:
             state.fields, state.pieces = dict(item), []
 
-    def _item(self, event: Mapping[str, Any]) -> _Item:
+    def _find(self, event: Mapping[str, Any]) -> _Item | None:
         state = self._items.get(self._key(event))
+        if state is None:
+            item = event.get("item")
+            item_id = item.get("id") if isinstance(item, dict) else event.get("item_id")
+            state = self._ids.get(item_id) if isinstance(item_id, str) else None
+        return state
+
+    def _item(self, event: Mapping[str, Any]) -> _Item:
+        state = self._find(event)
         if state is None:
             raise MalformedResponse(
                 f"{event.get('type')} for output item {self._key(event)!r}, which was never added"
