@@ -13,12 +13,14 @@ from threadline import (
     AuthenticationError,
     BadRequestError,
     ContextLengthExceededError,
+    ImagePart,
     InvalidRequestError,
     Message,
     Model,
     ProviderResponseError,
     ProviderUnavailableError,
     Reasoning,
+    TextPart,
     ToolCall,
     Usage,
     tool,
@@ -373,3 +375,27 @@ async def test_a_count_without_input_tokens_is_malformed() -> None:
 def test_a_wrong_reasoning_effort_is_refused() -> None:
     with pytest.raises(InvalidRequestError, match="reasoning_effort"):
         OpenAIResponsesDriver(BASE, reasoning_effort="extreme")
+
+
+async def test_without_encrypted_reasoning_the_summary_is_kept_for_display_only() -> None:
+    plain = {key: value for key, value in REASONING_ITEM.items() if key != "encrypted_content"}
+    with respx.mock() as mock:
+        route = mock.post(URL).respond(json=response_json(plain, text_item("Hi")))
+        async with driver(encrypted_reasoning=False) as d:
+            reply = await d.complete(ProviderCall(model=MODEL, messages=(Message.user("a"),)))
+            await d.complete(ProviderCall(model=MODEL, messages=(reply.message, Message.user("b"))))
+    assert "include" not in sent(route, 0)
+    assert reply.message.reasoning == Reasoning(text="The user wants the weather.", provider=LABEL)
+    assert all(item.get("type") != "reasoning" for item in sent(route)["input"])
+
+
+async def test_an_image_is_sent_with_a_detail_level() -> None:
+    picture = Message.user([TextPart(text="What is this?"), ImagePart(url="https://x.test/a.png")])
+    with respx.mock() as mock:
+        route = mock.post(URL).respond(json=response_json(text_item("A cat.")))
+        async with driver() as d:
+            await d.complete(ProviderCall(model=MODEL, messages=(picture,)))
+    assert sent(route)["input"][0]["content"] == [
+        {"type": "input_text", "text": "What is this?"},
+        {"type": "input_image", "image_url": "https://x.test/a.png", "detail": "auto"},
+    ]

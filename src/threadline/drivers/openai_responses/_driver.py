@@ -92,6 +92,11 @@ class OpenAIResponsesDriver(HTTPDriver):
         reasoning_summary: ``reasoning.summary`` (``"auto"``, ``"concise"``,
             ``"detailed"``): the summary becomes ``Reasoning.text``. A call's
             ``extra_body={"reasoning": {...}}`` replaces both.
+        encrypted_reasoning: ask for ``reasoning.encrypted_content``, so
+            reasoning can be replayed. Turn off for a server or model that
+            refuses the ``include``; reasoning is then kept for display only
+            (its summary), since without its encrypted content an item could
+            only be named by id, which a stateless call cannot do.
         send_cache_key: send a call's ``cache_key`` as ``prompt_cache_key``.
             ``None`` sends it to OpenAI's own API only.
 
@@ -115,6 +120,7 @@ class OpenAIResponsesDriver(HTTPDriver):
         project: str | None = None,
         reasoning_effort: str | None = None,
         reasoning_summary: Literal["auto", "concise", "detailed"] | None = None,
+        encrypted_reasoning: bool = True,
         send_cache_key: bool | None = None,
         **options: Unpack[ConnectionOptions],
     ) -> None:
@@ -124,6 +130,7 @@ class OpenAIResponsesDriver(HTTPDriver):
             fail("reasoning_summary", f"one of {', '.join(_SUMMARIES)} or None", reasoning_summary)
         reasoning = {"effort": reasoning_effort, "summary": reasoning_summary}
         self._reasoning = {key: value for key, value in reasoning.items() if value is not None}
+        self._encrypted = check_bool("encrypted_reasoning", encrypted_reasoning)
         connection = connection_of(
             "OpenAIResponsesDriver", connection, base_url=base_url, api_key=api_key, options=options
         )
@@ -197,6 +204,7 @@ class OpenAIResponsesDriver(HTTPDriver):
             label=self._label(call),
             reasoning=self._reasoning,
             cache=self._message_json,
+            encrypted=self._encrypted,
         )
         return self._http.request(self._url, encoded.body, stream=stream)
 

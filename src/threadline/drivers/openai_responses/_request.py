@@ -50,7 +50,17 @@ logger = logging.getLogger("threadline.drivers.openai_responses")
 _TOOL_CHOICE_MODES: Final = frozenset({"auto", "none", "required"})
 _REPLAYED_TYPES: Final = frozenset({"reasoning"})
 COUNT_FIELDS: Final = frozenset(
-    {"model", "instructions", "input", "tools", "tool_choice", "parallel_tool_calls", "reasoning"}
+    {
+        "model",
+        "instructions",
+        "input",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+        "reasoning",
+        "text",
+        "truncation",
+    }
 )
 """The fields ``/responses/input_tokens`` takes: what shapes the prompt, not the sampling."""
 
@@ -70,8 +80,8 @@ def _encode_part(part: TextPart | ImagePart) -> dict[str, Any]:
     if isinstance(part, TextPart):
         return {"type": "input_text", "text": part.text}
     image: dict[str, Any] = {"type": "input_image", "image_url": part.url}
-    if part.detail is not None:
-        image["detail"] = part.detail
+    # The API requires a detail level; "auto" is what it would choose.
+    image["detail"] = part.detail if part.detail is not None else "auto"
     return image
 
 
@@ -233,9 +243,13 @@ def _tool_choice(choice: str, tools: tuple[Tool, ...]) -> str | dict[str, Any]:
     return {"type": "function", "name": choice}
 
 
-def _fields(call: ProviderCall, *, reasoning: dict[str, str] | None) -> dict[str, Any]:
+def _fields(
+    call: ProviderCall, *, reasoning: dict[str, str] | None, encrypted: bool = True
+) -> dict[str, Any]:
     """Every field but ``model``, ``instructions`` and ``input``, ``extra_body`` merged last."""
-    fields: dict[str, Any] = {"store": False, "include": ["reasoning.encrypted_content"]}
+    fields: dict[str, Any] = {"store": False}
+    if encrypted:
+        fields["include"] = ["reasoning.encrypted_content"]
     if call.tools:
         fields["tools"] = [_encode_tool(tool) for tool in call.tools]
     if call.tool_choice is not None:
@@ -268,12 +282,14 @@ def encode_request(
     label: str,
     reasoning: dict[str, str] | None = None,
     cache: JSONCache | None = None,
+    encrypted: bool = True,
 ) -> EncodedRequest:
     """The body of ``POST /responses`` for ``call``.
 
     ``label`` (``"openai-responses:<model>"``) decides whose reasoning is
     replayed; ``reasoning`` is the driver's ``{"effort", "summary"}``, which
-    a call's ``extra_body={"reasoning": ...}`` replaces. ``stream`` is final.
+    a call's ``extra_body={"reasoning": ...}`` replaces; ``encrypted`` asks for
+    ``reasoning.encrypted_content``. ``stream`` is final.
 
     Raises:
         InvalidRequestError: refused replay state, an unknown forced tool, a
@@ -281,7 +297,7 @@ def encode_request(
     """
     instructions, items, left_out = _encode_input(call.messages, label, cache)
     head: dict[str, Any] = {"model": call.model.name}
-    head.update(_fields(call, reasoning=reasoning))
+    head.update(_fields(call, reasoning=reasoning, encrypted=encrypted))
     head.pop("input", None)
     if stream:
         head["stream"] = True

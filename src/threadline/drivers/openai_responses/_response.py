@@ -150,13 +150,16 @@ def _tool_call(item: Mapping[str, Any], where: str) -> ToolCall:
 def _reasoning(items: list[dict[str, Any]], texts: list[str], provider: str) -> Reasoning | None:
     if not items:
         return None
+    shown = "\n\n".join(t for t in texts if t)
+    if not all(isinstance(item.get("encrypted_content"), str) for item in items):
+        # Without its encrypted content an item can only be named by id, which a
+        # stateless call cannot do (the API answers 404): kept for display only.
+        return Reasoning(text=shown, provider=provider) if shown else None
     if len(items) == 1:
         raw = encode_body(items[0])
     else:
         raw = b"[" + b",".join(encode_body(item) for item in items) + b"]"
-    return Reasoning(
-        text="\n\n".join(t for t in texts if t), provider_reasoning=raw, provider=provider
-    )
+    return Reasoning(text=shown, provider_reasoning=raw, provider=provider)
 
 
 def build_response(
