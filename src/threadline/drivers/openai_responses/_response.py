@@ -266,7 +266,17 @@ class StreamAssembler:
         """
         event = payload if type(payload) is dict else json_object(payload, "a stream event")
         kind = event.get("type")
-        if kind == "response.output_text.delta" or kind == "response.refusal.delta":
+        if kind == "response.output_text.delta":
+            # Once per token: the common shape takes the shortest path.
+            delta, index = event.get("delta"), event.get("output_index")
+            state = self._items.get(index) if type(index) is int else None
+            if state is not None and type(delta) is str:
+                if not delta:
+                    return []
+                state.pieces.append(delta)
+                return [TextChunk(text=delta)]
+            return self._delta(event, TextChunk)
+        if kind == "response.refusal.delta":
             return self._delta(event, TextChunk)
         if kind == "response.function_call_arguments.delta":
             return self._arguments(event)
