@@ -17,7 +17,10 @@ model servers stream), then times each case through three clients in one run:
 Then the same cases again for ``AnthropicDriver`` on the Messages API (the
 mock serves it under ``/anthropic``; a 200-delta event stream), against raw
 httpx and, for reference, the official ``anthropic`` client
-(``benchmarks/_bench_anthropic.py``).
+(``benchmarks/_bench_anthropic.py``), and for ``OpenAIResponsesDriver`` on the
+Responses API (under ``/responses-api``; a 200-delta event stream), against raw
+httpx and the official ``openai`` client's ``responses``
+(``benchmarks/_bench_responses.py``).
 
 Cases and targets (time ratio to raw httpx):
 
@@ -79,6 +82,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import _bench_anthropic
+import _bench_responses
 import anyio
 import httpx
 from httpx_aiohttp import HttpxAiohttpClient
@@ -97,7 +101,7 @@ MODEL_NAME = "bench-model"
 API_KEY = "bench-key"
 STREAM_CHUNKS = 200
 HISTORY_MESSAGES = 1000
-PROTOCOLS = ("openai", "anthropic")
+PROTOCOLS = ("openai", "anthropic", "openai-responses")
 CASES = ("small", "history", "stream")
 SHOW_TIMES = False
 
@@ -180,7 +184,7 @@ class _CannedServer(asyncio.Protocol):
     is the client's side.
     """
 
-    def __init__(self, answers: dict[tuple[bool, bool], list[bytes]]) -> None:
+    def __init__(self, answers: dict[tuple[bool, str], list[bytes]]) -> None:
         self._answers = answers
         self._buffer = bytearray()
         self._transport: asyncio.Transport | None = None
@@ -206,7 +210,10 @@ class _CannedServer(asyncio.Protocol):
                 return  # the body is still on its way
             del buffer[: end + 4 + length]
             path = head.split(b" ", 2)[1]
-            answer = self._answers[(path.startswith(b"/stream/"), b"/anthropic/" in path)]
+            api = "anthropic" if b"/anthropic/" in path else "openai"
+            if b"/responses-api/" in path:
+                api = "responses"
+            answer = self._answers[(path.startswith(b"/stream/"), api)]
             assert self._transport is not None
             # One write per piece: a stream goes out one event per write, as model
             # servers send it (each write is its own TCP segment: no Nagle delay).
@@ -219,18 +226,24 @@ async def _serve() -> None:
         b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
         b"transfer-encoding: chunked\r\ncache-control: no-cache\r\n\r\n"
     )
-    # (streamed, Messages API) -> what is written, piece by piece.
+    # (streamed, which API) -> what is written, piece by piece.
     answers = {
-        (False, False): [
+        (False, "openai"): [
             _http_response(_completion("Hello from the mock server."), b"application/json")
         ],
-        (False, True): [
+        (False, "anthropic"): [
             _http_response(
                 _bench_anthropic.message_body("Hello from the mock server."), b"application/json"
             )
         ],
-        (True, False): [stream_head, *_stream_events()],
-        (True, True): [stream_head, *_bench_anthropic.stream_events(STREAM_CHUNKS)],
+        (False, "responses"): [
+            _http_response(
+                _bench_responses.response_body("Hello from the mock server."), b"application/json"
+            )
+        ],
+        (True, "openai"): [stream_head, *_stream_events()],
+        (True, "anthropic"): [stream_head, *_bench_anthropic.stream_events(STREAM_CHUNKS)],
+        (True, "responses"): [stream_head, *_bench_responses.stream_events(STREAM_CHUNKS)],
     }
     loop = asyncio.get_running_loop()
     server = await loop.create_server(lambda: _CannedServer(answers), "127.0.0.1", 0, backlog=1024)
@@ -571,6 +584,8 @@ async def _bench(port: int, options: argparse.Namespace) -> bool:
         met &= await _openai(clients, (small_body, big_body, stream_body), history, prompt, options)
     if "anthropic" in options.protocol:
         met &= await _anthropic(port, history, prompt, options)
+    if "openai-responses" in options.protocol:
+        met &= await _responses(port, history, prompt, options)
     return met
 
 
@@ -642,6 +657,42 @@ async def _anthropic(
     return met
 
 
+async def _responses(
+    port: int, history: list[Message], prompt: str, options: argparse.Namespace
+) -> bool:
+    responses_api = _bench_responses.ResponsesClients(port)
+    bodies = (
+        _bench_responses.same_body([], "Hello", stream=False),
+        _bench_responses.same_body(history, prompt, stream=False),
+        _bench_responses.same_body([], "Stream me a story", stream=True),
+    )
+    try:
+        met = await _family(
+            "OpenAI Responses",
+            _Family(
+                raw_complete=responses_api.raw_complete,
+                raw_stream=responses_api.raw_stream,
+                complete=responses_api.threadline_complete,
+                complete_uncached=responses_api.threadline_complete_uncached,
+                consume_stream=responses_api.threadline_consume_stream,
+                reference="openai" if responses_api.reference is not None else None,
+                reference_complete=responses_api.reference_complete,
+                reference_stream=responses_api.reference_consume_stream,
+                renew=responses_api.renew,
+                items="input",
+            ),
+            bodies,
+            history,
+            prompt,
+            options,
+        )
+    finally:
+        await responses_api.aclose()
+    if responses_api.reference is None:
+        print("\n(openai is not installed: pip install openai to print its ratios too)")
+    return met
+
+
 class _Family:
     """One protocol's clients, as the cases call them."""
 
@@ -657,6 +708,8 @@ class _Family:
         self.reference_complete: Callable[[Any], Awaitable[str]] = calls["reference_complete"]
         self.reference_stream: Callable[[Any], Awaitable[str]] = calls["reference_stream"]
         self.renew: Callable[[], Awaitable[None]] = calls["renew"]
+        # The body's field the reference client takes the transcript from.
+        self.items: str = calls.get("items", "messages")
 
 
 async def _family(
@@ -675,7 +728,7 @@ async def _family(
     streamed = await family.raw_stream(stream_body)
     assert await family.consume_stream("Stream me a story") == streamed
     if family.reference is not None:
-        assert await family.reference_stream(stream_body["messages"]) == streamed
+        assert await family.reference_stream(stream_body[family.items]) == streamed
     results = []
 
     if "small" in options.case:
@@ -692,7 +745,7 @@ async def _family(
             "raw aiohttp": lambda: family.raw_complete(small_body, via="aiohttp"),
         }
         if family.reference is not None:
-            small[family.reference] = lambda: family.reference_complete(small_body["messages"])
+            small[family.reference] = lambda: family.reference_complete(small_body[family.items])
 
         async def fresh_pools(work: Case) -> float:
             # New pools, then one wave of requests to open their connections.
@@ -722,7 +775,7 @@ async def _family(
             "  uncached": lambda: family.complete_uncached(history, prompt),
         }
         if family.reference is not None:
-            big[family.reference] = lambda: family.reference_complete(big_body["messages"])
+            big[family.reference] = lambda: family.reference_complete(big_body[family.items])
         timings = await _compare(big, 9 if quick else 25, _once)
         results.append(
             _report(
@@ -740,7 +793,7 @@ async def _family(
             "raw httpx again": lambda: family.raw_stream(stream_body, via="again"),
         }
         if family.reference is not None:
-            stream[family.reference] = lambda: family.reference_stream(stream_body["messages"])
+            stream[family.reference] = lambda: family.reference_stream(stream_body[family.items])
         timings = await _compare(stream, 15 if quick else 41, _once)
         results.append(
             _report(
@@ -760,7 +813,7 @@ def main() -> None:
         "--protocol",
         action="append",
         choices=PROTOCOLS,
-        help="time only this protocol (repeatable; default: both)",
+        help="time only this protocol (repeatable; default: all)",
     )
     parser.add_argument(
         "--case", action="append", choices=CASES, help="time only this case (repeatable)"

@@ -1,4 +1,4 @@
-"""Both HTTP drivers against a server that garbles the wire, for real, on asyncio and trio:
+"""The HTTP drivers against a server that garbles the wire, for real, on asyncio and trio:
 byte order marks and UTF-8 characters split across TCP segments, an HTML page where a
 stream belongs, a reset mid-stream, a megabyte of error text."""
 
@@ -23,7 +23,12 @@ from threadline import (
     ProviderUnavailableError,
     TextDelta,
 )
-from threadline.drivers import AnthropicDriver, OpenAIChatDriver, RetryPolicy
+from threadline.drivers import (
+    AnthropicDriver,
+    OpenAIChatDriver,
+    OpenAIResponsesDriver,
+    RetryPolicy,
+)
 
 from .server import FaultServer, Html, Json, Sse, sse_event
 
@@ -63,6 +68,25 @@ def anthropic_events(*texts: str) -> list[bytes]:
     ]
 
 
+def responses_events(*texts: str) -> list[bytes]:
+    def event(kind: str, **fields: Any) -> bytes:
+        return sse_event({"type": kind, **fields}, event=kind)
+
+    item = {"id": "msg_1", "type": "message", "role": "assistant", "content": []}
+    whole = {**item, "content": [{"type": "output_text", "text": "".join(texts)}]}
+    done = {"object": "response", "status": "completed", "model": "fault-model", "output": [whole]}
+    return [
+        event("response.created", response={**done, "status": "in_progress", "output": []}),
+        event("response.output_item.added", output_index=0, item=item),
+        *(
+            event("response.output_text.delta", output_index=0, item_id="msg_1", delta=text)
+            for text in texts
+        ),
+        event("response.output_item.done", output_index=0, item=whole),
+        event("response.completed", response=done),
+    ]
+
+
 @dataclass(frozen=True)
 class Wire:
     """One HTTP driver and the events its protocol streams."""
@@ -85,6 +109,12 @@ WIRES = {
         "anthropic",
         lambda url: AnthropicDriver(base_url=url, api_key=KEY, retry_policy=NO_RETRY),
         anthropic_events,
+        2,
+    ),
+    "openai-responses": Wire(
+        "openai-responses",
+        lambda url: OpenAIResponsesDriver(url, api_key=KEY, retry_policy=NO_RETRY),
+        responses_events,
         2,
     ),
 }

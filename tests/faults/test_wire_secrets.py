@@ -8,7 +8,12 @@ import logging
 import pytest
 
 from threadline import Client, Message, Model, ProviderError, ThreadlineError
-from threadline.drivers import AnthropicDriver, OpenAIChatDriver, RetryPolicy
+from threadline.drivers import (
+    AnthropicDriver,
+    OpenAIChatDriver,
+    OpenAIResponsesDriver,
+    RetryPolicy,
+)
 
 from .reach import assert_unreachable, reachable_texts
 from .server import (
@@ -64,6 +69,9 @@ def drivers(url: str) -> dict[str, object]:
         "anthropic": AnthropicDriver(
             base_url=url, api_key=KEY, retry_policy=RetryPolicy(max_retries=0)
         ),
+        "openai-responses": OpenAIResponsesDriver(
+            url, api_key=KEY, retry_policy=RetryPolicy(max_retries=0)
+        ),
     }
 
 
@@ -85,7 +93,7 @@ async def failure(driver: object, mode: str) -> ProviderError:
 
 
 @pytest.mark.parametrize("mode", ["run", "stream"])
-@pytest.mark.parametrize("driver_name", ["openai", "anthropic"])
+@pytest.mark.parametrize("driver_name", ["openai", "anthropic", "openai-responses"])
 @pytest.mark.parametrize("echo", sorted(ECHOES))
 async def test_no_copy_of_an_echoed_key_is_reachable_from_the_error(
     server: FaultServer,

@@ -135,6 +135,7 @@ MAY_IMPORT_PRIVATE_MODULES = frozenset(
     {
         "cli/test_anthropic_cli.py",
         "cli/test_cli_counting.py",
+        "cli/test_responses_cli.py",
         "conversation/test_conversation_window.py",
         "conversation/test_transcript_storage.py",
         "counting/test_counting_builtin.py",

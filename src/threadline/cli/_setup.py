@@ -103,7 +103,7 @@ def build_driver(args: argparse.Namespace) -> tuple[Driver, Model, int | None]:
         return AnthropicDriver(base_url=args.base_url), model, args.max_output_tokens
     if provider == "local":
         return _local_driver(args)
-    return _openai_driver(args)
+    return _openai_driver(args, responses=provider == "openai-responses")
 
 
 def _local_driver(args: argparse.Namespace) -> tuple[Driver, Model, int | None]:
@@ -122,8 +122,12 @@ def _local_driver(args: argparse.Namespace) -> tuple[Driver, Model, int | None]:
     return driver, Model(LOCAL_MODEL_NAME, context_size=context), max_output
 
 
-def _openai_driver(args: argparse.Namespace) -> tuple[Driver, Model, int | None]:
+def _openai_driver(
+    args: argparse.Namespace, *, responses: bool = False
+) -> tuple[Driver, Model, int | None]:
+    """Chat Completions, or with ``responses`` the Responses API, at the chosen URL."""
     from threadline.drivers.openai_chat import OpenAIChatDriver
+    from threadline.drivers.openai_responses import OpenAIResponsesDriver
 
     base_url = provider_url(args)
     assert base_url is not None
@@ -142,8 +146,15 @@ def _openai_driver(args: argparse.Namespace) -> tuple[Driver, Model, int | None]
     # by chat in its own words rather than by the catalog's warning.
     model = Model(name, context_size=window)
     max_output = args.max_output_tokens or reply_cap(args.max_context_tokens or window)
-    # llama.cpp's own server counts a prompt exactly; limiting asks it near the budget.
-    driver = OpenAIChatDriver(base_url=base_url, exact_counting="llama.cpp" if llama_cpp else None)
+    driver: Driver
+    if responses:
+        # Its exact counter is the API's own /responses/input_tokens.
+        driver = OpenAIResponsesDriver(base_url)
+    else:
+        # llama.cpp's own server counts a prompt exactly; limiting asks it near the budget.
+        driver = OpenAIChatDriver(
+            base_url=base_url, exact_counting="llama.cpp" if llama_cpp else None
+        )
     return driver, model, max_output
 
 

@@ -50,6 +50,7 @@ _LAZY = {
     "HTTPConnection": "threadline.drivers._http",
     "LocalDriver": "threadline.drivers.local",
     "OpenAIChatDriver": "threadline.drivers.openai_chat",
+    "OpenAIResponsesDriver": "threadline.drivers.openai_responses",
     "RetryPolicy": "threadline.drivers._http",
 }
 

@@ -1,0 +1,386 @@
+"""``OpenAIResponsesDriver`` itself: its arguments, sending, counting, and reading answers.
+
+What the driver does with the protocol is described in
+:mod:`threadline.drivers.openai_responses`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from typing import Final, Literal, Unpack
+
+import attrs
+import httpx
+
+from threadline._errors import BadRequestError, ProviderError
+from threadline._messages import Message
+from threadline._models import Model
+from threadline._provider import (
+    ProviderCall,
+    ProviderResponse,
+    ResponseDone,
+    StreamChunk,
+    chunks_of,
+)
+from threadline._validate import fail
+from threadline.counting._projection import NO_REPLAY
+from threadline.counting._protocol import ReplayProjection, TokenCounter
+from threadline.drivers._http import (
+    ConnectionOptions,
+    HTTPConnection,
+    HTTPDriver,
+    HTTPEndpoint,
+    check_bool,
+    check_optional_str,
+    finish_reading,
+    read_body,
+    request_id_of,
+    resolve_base_url,
+)
+from threadline.drivers._http._connection import connection_of
+from threadline.drivers._http._sse import StreamProgress, aiter_sse
+from threadline.drivers._http._wire import NOT_JSON, MalformedResponse, loads_or_not
+from threadline.drivers.openai_responses._request import (
+    encode_count_request,
+    encode_request,
+    new_message_cache,
+)
+from threadline.drivers.openai_responses._response import (
+    ResponseFailed,
+    StreamAssembler,
+    parse_response,
+)
+from threadline.tools._tools import Tool
+
+__all__ = ["DEFAULT_BASE_URL", "OpenAIResponsesDriver", "ResponsesTokenCounter"]
+
+DEFAULT_BASE_URL: Final = "https://api.openai.com/v1"
+_NAME: Final = "openai-responses"
+_EFFORTS: Final = ("none", "minimal", "low", "medium", "high", "xhigh")
+_SUMMARIES: Final = ("auto", "concise", "detailed")
+_MISSING_ITEM = re.compile(r"item with id '[^']*' not found", re.IGNORECASE)
+_MISSING_ITEM_NOTE: Final = (
+    " — the request named an item by id alone, which only a server that stored it"
+    " (store: true) can find; this driver sends store: false and replays reasoning"
+    " items whole, with their encrypted_content, so the item must have come from"
+    " elsewhere (a transcript edited by hand, or reasoning saved without it)"
+)
+
+
+class OpenAIResponsesDriver(HTTPDriver):
+    """A driver for the Responses API (``POST {base_url}/responses``), stateless.
+
+    Every call sends ``store: false`` and the whole transcript the run kept
+    as ``input`` items, and asks for ``reasoning.encrypted_content``: the
+    reasoning of OpenAI's reasoning models comes back as items kept on the
+    assistant message and is replayed exactly, next round and next turn.
+
+    Args:
+        base_url: the API root, ``/v1`` included; ``None`` reads
+            ``OPENAI_BASE_URL``, else ``https://api.openai.com/v1``.
+        api_key: the bearer token; ``None`` reads ``OPENAI_API_KEY``, and when
+            that is unset too no ``Authorization`` header is sent. It never
+            appears in a ``repr``, a log record or an exception.
+        connection: where and how to connect (:class:`HTTPConnection`).
+        **options: any field of :class:`HTTPConnection` as a keyword of its own.
+        organization: sent as ``OpenAI-Organization``.
+        project: sent as ``OpenAI-Project``.
+        reasoning_effort: ``reasoning.effort`` for every call (``"low"``,
+            ``"medium"``, ``"high"``, ...); ``None`` leaves the model's default.
+        reasoning_summary: ``reasoning.summary`` (``"auto"``, ``"concise"``,
+            ``"detailed"``): the summary becomes ``Reasoning.text``. A call's
+            ``extra_body={"reasoning": {...}}`` replaces both.
+        encrypted_reasoning: ask for ``reasoning.encrypted_content``, so
+            reasoning can be replayed. Turn off for a server or model that
+            refuses the ``include``; reasoning is then kept for display only
+            (its summary), since without its encrypted content an item could
+            only be named by id, which a stateless call cannot do.
+        send_cache_key: send a call's ``cache_key`` as ``prompt_cache_key``.
+            ``None`` sends it to OpenAI's own API only.
+
+    Raises:
+        InvalidRequestError: an argument of the wrong kind, named.
+        TypeError: a keyword that is neither the driver's nor a connection's.
+
+    Example::
+
+        async with OpenAIResponsesDriver(reasoning_summary="auto") as driver:
+            client = Client(driver, default_model=Model("gpt-5-mini", context_size=400_000))
+    """
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        *,
+        api_key: str | None = None,
+        connection: HTTPConnection | None = None,
+        organization: str | None = None,
+        project: str | None = None,
+        reasoning_effort: str | None = None,
+        reasoning_summary: Literal["auto", "concise", "detailed"] | None = None,
+        encrypted_reasoning: bool = True,
+        send_cache_key: bool | None = None,
+        **options: Unpack[ConnectionOptions],
+    ) -> None:
+        if reasoning_effort is not None and reasoning_effort not in _EFFORTS:
+            fail("reasoning_effort", f"one of {', '.join(_EFFORTS)} or None", reasoning_effort)
+        if reasoning_summary is not None and reasoning_summary not in _SUMMARIES:
+            fail("reasoning_summary", f"one of {', '.join(_SUMMARIES)} or None", reasoning_summary)
+        reasoning = {"effort": reasoning_effort, "summary": reasoning_summary}
+        self._reasoning = {key: value for key, value in reasoning.items() if value is not None}
+        self._encrypted = check_bool("encrypted_reasoning", encrypted_reasoning)
+        connection = connection_of(
+            "OpenAIResponsesDriver", connection, base_url=base_url, api_key=api_key, options=options
+        )
+        self._base_url = resolve_base_url(
+            connection.base_url, env="OPENAI_BASE_URL", default=DEFAULT_BASE_URL
+        )
+        self._url = httpx.URL(f"{self._base_url}/responses")
+        self._count_url = httpx.URL(f"{self._base_url}/responses/input_tokens")
+        if send_cache_key is None:
+            send_cache_key = httpx.URL(self._base_url).host == "api.openai.com"
+        self._send_cache_key = check_bool("send_cache_key", send_cache_key)
+        headers = {"accept": "application/json", "content-type": "application/json"}
+        for name, value in (("organization", organization), ("project", project)):
+            checked = check_optional_str(name, value)
+            if checked:
+                headers[f"openai-{name}"] = checked
+        self._http = HTTPEndpoint(
+            _NAME,
+            connection,
+            base_url=self._base_url,
+            api_key_env="OPENAI_API_KEY",
+            key_header="authorization",
+            key_prefix="Bearer ",
+            headers=headers,
+        )
+        self._client = self._http.client
+        self._errors = self._http.errors
+        # Each message's items, encoded once: a run re-sends its history every round.
+        self._message_json = new_message_cache()
+
+    @property
+    def name(self) -> str:
+        """``"openai-responses"``."""
+        return _NAME
+
+    def token_counter(self) -> TokenCounter | None:
+        """``None``: the exact counter is a network call, see :meth:`exact_token_counter`."""
+        return None
+
+    def exact_token_counter(self, model: Model) -> ResponsesTokenCounter:
+        """An exact counter for ``model`` backed by ``/responses/input_tokens``."""
+        return ResponsesTokenCounter(self, model)
+
+    def replay_projection(self, model: Model) -> ReplayProjection:
+        """Replayed reasoning is counted as nothing by the estimate.
+
+        What is sent is encrypted: its length says little of what the model
+        reads, and the API drops reasoning of turns before the last user
+        message. The exact counter (``/responses/input_tokens``) counts it as
+        the API does, near the budget's edge, and the run's context-length
+        retry covers the rest.
+        """
+        return NO_REPLAY
+
+    def _label(self, call: ProviderCall) -> str:
+        return f"{_NAME}:{call.model.name}"
+
+    # --- sending -------------------------------------------------------------
+
+    def _with_cache_key(self, call: ProviderCall) -> ProviderCall:
+        if self._send_cache_key and call.cache_key and "prompt_cache_key" not in call.extra_body:
+            return attrs.evolve(
+                call, extra_body={**call.extra_body, "prompt_cache_key": call.cache_key}
+            )
+        return call
+
+    def _request(self, call: ProviderCall, *, stream: bool) -> httpx.Request:
+        encoded = encode_request(
+            self._with_cache_key(call),
+            stream=stream,
+            label=self._label(call),
+            reasoning=self._reasoning,
+            cache=self._message_json,
+            encrypted=self._encrypted,
+        )
+        return self._http.request(self._url, encoded.body, stream=stream)
+
+    async def _send(self, request: httpx.Request, *, stream: bool = False) -> httpx.Response:
+        """``request`` sent with retries; a missing stored item's refusal explained."""
+        failure: ProviderError | None = None
+        try:
+            return await self._http.send(request, stream=stream)
+        except BadRequestError as exc:
+            if not _MISSING_ITEM.search(exc.message):
+                raise
+            failure = BadRequestError(
+                exc.message + _MISSING_ITEM_NOTE,
+                status=exc.status,
+                body=exc.body,
+                request_id=exc.request_id,
+                provider=exc.provider,
+            )
+        raise failure  # past the except block: see _decode
+
+    # Errors are raised past their except blocks: no __context__ may keep the raw body.
+
+    def _decode(
+        self, content: bytes | str, request_id: str | None, *, content_type: str | None = None
+    ) -> object:
+        payload = loads_or_not(content)
+        if payload is NOT_JSON:
+            what = "the response body" if content_type is not None else "a stream event"
+            raise self._errors.not_json(
+                what, content, content_type=content_type, request_id=request_id
+            )
+        if (
+            isinstance(payload, dict)
+            and (payload.get("type") == "error" or payload.get("error") is not None)
+            and payload.get("object") != "response"
+        ):
+            raise self._errors.from_payload(payload, request_id=request_id)
+        return payload
+
+    def _failed(self, exc: ResponseFailed, request_id: str | None) -> ProviderError:
+        return self._errors.from_payload({"error": exc.error}, request_id=request_id)
+
+    def _parse(
+        self, response: httpx.Response, content: bytes, call: ProviderCall
+    ) -> ProviderResponse:
+        request_id = request_id_of(response.headers)
+        content_type = response.headers.get("content-type", "")
+        payload = self._decode(content, request_id, content_type=content_type)
+        failure: ProviderError
+        try:
+            return parse_response(
+                payload,
+                requested_model=call.model.name,
+                provider=self._label(call),
+                request_id=request_id,
+            )
+        except MalformedResponse as exc:
+            failure = self._errors.malformed(str(exc), request_id=request_id)
+        except ResponseFailed as exc:
+            failure = self._failed(exc, request_id)
+        raise failure
+
+    async def complete(self, call: ProviderCall) -> ProviderResponse:
+        """Send ``call`` and return the whole answer.
+
+        Raises:
+            InvalidRequestError: the call cannot be sent (refused reasoning
+                replay state, an unknown forced tool, a value JSON cannot hold).
+            ProviderError: the mapped failure, after retries where they apply;
+                a response whose status is ``failed`` is mapped from its error.
+        """
+        response = await self._send(self._request(call, stream=False))
+        return self._parse(response, response.content, call)
+
+    async def count_tokens(self, call: ProviderCall) -> int:
+        """The input tokens of ``call`` as the server counts them (``/responses/input_tokens``).
+
+        Raises:
+            ProviderError: the mapped failure, or an answer without ``input_tokens``.
+        """
+        body = encode_count_request(
+            call, label=self._label(call), reasoning=self._reasoning, cache=self._message_json
+        )
+        response = await self._send(self._http.request(self._count_url, body, stream=False))
+        request_id = request_id_of(response.headers)
+        content_type = response.headers.get("content-type", "")
+        payload = self._decode(response.content, request_id, content_type=content_type)
+        tokens = payload.get("input_tokens") if isinstance(payload, dict) else None
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
+            raise self._errors.malformed(
+                f"/responses/input_tokens answered without an input_tokens count: {payload!r}",
+                request_id=request_id,
+            )
+        return tokens
+
+    @contextlib.asynccontextmanager
+    async def stream(self, call: ProviderCall) -> AsyncIterator[AsyncIterator[StreamChunk]]:
+        """Send ``call`` with ``stream: true``; yield chunks ending with ``ResponseDone``.
+
+        Raises:
+            ProviderError: on entry, the mapped failure; while iterating, an
+                ``error`` event or ``response.failed`` (a context-length
+                refusal is ``ContextLengthExceededError``), a broken
+                connection, or a malformed event (``ProviderResponseError``).
+        """
+        response = await self._send(self._request(call, stream=True), stream=True)
+        chunks = self._chunks(response, call)
+        try:
+            yield chunks
+        finally:
+            try:
+                await chunks.aclose()
+            finally:
+                await response.aclose()
+
+    async def _chunks(
+        self, response: httpx.Response, call: ProviderCall
+    ) -> AsyncGenerator[StreamChunk, None]:
+        request_id = request_id_of(response.headers)
+        progress = StreamProgress(response.headers.get("content-type", ""), response.status_code)
+        if progress.content_type.startswith("application/json"):
+            # A server that ignored "stream": true and answered in one piece.
+            content = await read_body(response, self._errors, progress)
+            for chunk in chunks_of(self._parse(response, content, call)):
+                yield chunk
+            return
+        assembler = StreamAssembler(requested_model=call.model.name, provider=self._label(call))
+        events = aiter_sse(response.aiter_bytes(), progress)
+        failure: ProviderError | None = None
+        try:
+            async for event in events:
+                if event.data == "[DONE]":
+                    break
+                payload = self._decode(event.data, request_id)
+                for chunk in assembler.add(payload):
+                    yield chunk
+                if assembler.finished:
+                    break
+            if assembler.finished:
+                yield ResponseDone(response=assembler.finish(request_id=request_id))
+            else:
+                failure = self._errors.stream_ended(
+                    progress, "no response.completed", request_id=request_id
+                )
+        except MalformedResponse as exc:
+            failure = self._errors.malformed(str(exc), request_id=request_id)
+        except ResponseFailed as exc:
+            failure = self._failed(exc, request_id)
+        except httpx.TransportError as exc:
+            failure = self._errors.from_transport(exc, progress=progress)
+        finally:
+            await finish_reading(events, drain=assembler.finished)
+        if failure is not None:
+            raise failure
+
+
+class ResponsesTokenCounter:
+    """The exact input tokens of a transcript, asked of ``/responses/input_tokens``.
+
+    A network call per count, so it is async: limiting asks it near the
+    budget's edge, not for every estimate.
+
+    Example::
+
+        counter = driver.exact_token_counter(model)
+        tokens = await counter.count(messages, tools)
+    """
+
+    def __init__(self, driver: OpenAIResponsesDriver, model: Model) -> None:
+        self._driver = driver
+        self._model = model
+
+    def __repr__(self) -> str:
+        return f"ResponsesTokenCounter(model={self._model.name!r})"
+
+    async def count(self, messages: Sequence[Message], tools: Sequence[Tool] = ()) -> int:
+        """The server's count of ``messages`` sent with ``tools``."""
+        call = ProviderCall(model=self._model, messages=tuple(messages), tools=tuple(tools))
+        return await self._driver.count_tokens(call)
