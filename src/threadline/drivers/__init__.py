@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from threadline.drivers.anthropic import AnthropicDriver as AnthropicDriver
     from threadline.drivers.local import LocalDriver as LocalDriver
     from threadline.drivers.openai_chat import OpenAIChatDriver as OpenAIChatDriver
+    from threadline.drivers.openai_responses import OpenAIResponsesDriver as OpenAIResponsesDriver
 
 # name -> the module that defines it, imported on first access. A new driver
 # is its own folder plus one line here: __all__ below is made from this table.

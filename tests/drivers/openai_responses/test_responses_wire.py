@@ -399,3 +399,30 @@ async def test_an_image_is_sent_with_a_detail_level() -> None:
         {"type": "input_text", "text": "What is this?"},
         {"type": "input_image", "image_url": "https://x.test/a.png", "detail": "auto"},
     ]
+
+
+async def test_a_traced_run_names_openai_as_its_provider_and_carries_the_usage() -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from threadline import Client
+    from threadline import telemetry as threadline_telemetry
+
+    provider = TracerProvider()
+    memory = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    threadline_telemetry.set_tracer_provider(provider)
+    try:
+        with respx.mock() as mock:
+            mock.post(URL).respond(json=response_json(text_item("ok")))
+            async with Client(driver(), default_model=MODEL) as client:
+                await client.request().with_prompt("hi").run()
+    finally:
+        threadline_telemetry.set_tracer_provider(None)
+        provider.shutdown()
+    (chat,) = [span for span in memory.get_finished_spans() if span.name == "chat gpt-test"]
+    assert chat.attributes is not None
+    assert chat.attributes["gen_ai.provider.name"] == "openai"
+    assert chat.attributes["gen_ai.usage.input_tokens"] == 120
+    assert chat.attributes["gen_ai.usage.output_tokens"] == 50

@@ -24,6 +24,7 @@ from threadline.drivers.openai_responses._driver import (
     OpenAIResponsesDriver,
     ResponsesTokenCounter,
 )
+from threadline.drivers.openai_responses._request import REASONING_REPLAY as REASONING_REPLAY
 
 # RetryPolicy is re-exported: it is how this driver's retrying is configured.
 __all__ = ["OpenAIResponsesDriver", "ResponsesTokenCounter", "RetryPolicy"]

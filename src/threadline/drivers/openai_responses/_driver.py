@@ -24,6 +24,7 @@ from threadline._provider import (
     StreamChunk,
     chunks_of,
 )
+from threadline._replay import ReplayRules
 from threadline._validate import fail
 from threadline.counting._projection import NO_REPLAY
 from threadline.counting._protocol import ReplayProjection, TokenCounter
@@ -43,6 +44,7 @@ from threadline.drivers._http._connection import connection_of
 from threadline.drivers._http._sse import StreamProgress, aiter_sse
 from threadline.drivers._http._wire import NOT_JSON, MalformedResponse, loads_or_not
 from threadline.drivers.openai_responses._request import (
+    REASONING_REPLAY,
     encode_count_request,
     encode_request,
     new_message_cache,
@@ -184,6 +186,12 @@ class OpenAIResponsesDriver(HTTPDriver):
         retry covers the rest.
         """
         return NO_REPLAY
+
+    def replay_rules(self, model: Model) -> ReplayRules:
+        """This driver's own reasoning items go back, every turn
+        (:data:`~threadline.drivers.openai_responses.REASONING_REPLAY`); any other
+        stored state is refused before anything is sent."""
+        return REASONING_REPLAY
 
     def _label(self, call: ProviderCall) -> str:
         return f"{_NAME}:{call.model.name}"

@@ -16,13 +16,12 @@ so that reasoning comes back in a form that can be replayed.
   item and the message or calls that follow it are one unit and are kept or
   dropped together. Reasoning another provider or model produced is left out,
   and the request says so in its ``left_out`` notes; so is reasoning with no
-  item after it to belong to (:func:`replayable_reasoning`).
+  item after it to belong to (:func:`_replayed`).
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import logging
 from collections.abc import Sequence
 from typing import Any, Final
@@ -32,23 +31,23 @@ import attrs
 from threadline._errors import InvalidRequestError
 from threadline._messages import ImagePart, Message, Role, TextPart
 from threadline._provider import ProviderCall
+from threadline._replay import ReplayRules, replayed
 from threadline.drivers._http._wire import JSONCache, encode_body
 from threadline.tools._tools import Tool
 
 __all__ = [
     "COUNT_FIELDS",
+    "REASONING_REPLAY",
     "EncodedRequest",
     "encode_count_request",
     "encode_message_items",
     "encode_request",
     "new_message_cache",
-    "replayable_reasoning",
 ]
 
 logger = logging.getLogger("threadline.drivers.openai_responses")
 
 _TOOL_CHOICE_MODES: Final = frozenset({"auto", "none", "required"})
-_REPLAYED_TYPES: Final = frozenset({"reasoning"})
 COUNT_FIELDS: Final = frozenset(
     {
         "model",
@@ -134,62 +133,50 @@ def new_message_cache() -> JSONCache:
     return JSONCache(encode_message_items)
 
 
-@functools.lru_cache(maxsize=4096)
-def _reasoning_items(raw: bytes) -> bytes | None:
-    """The stored items, byte for byte, ready to splice into ``input``; ``None`` if not items.
+REASONING_REPLAY: Final = ReplayRules({"reasoning"})
+"""What this driver sends back: its own reasoning items, before the item they came
+with, every turn (the API itself ignores those of turns before the last user
+message). Checked by the shared replay check, whoever calls the driver."""
 
-    Replay state is immutable and re-sent every round, so each distinct state
-    is checked once.
-    """
-    try:
-        state = json.loads(raw)
-    except ValueError:
-        return None
-    items = state if isinstance(state, list) else [state]
-    if not items or not all(
-        isinstance(item, dict) and item.get("type") in _REPLAYED_TYPES for item in items
-    ):
-        return None
+
+@functools.lru_cache(maxsize=4096)
+def _spliced(raw: bytes) -> bytes:
+    """Checked state, byte for byte, ready to splice into ``input``: one item as it
+    is, a list of items without its brackets. Each distinct state is cut once."""
     text = raw.strip()
     return text[1:-1].strip() if text[:1] == b"[" else text
 
 
-def replayable_reasoning(
-    message: Message, index: int, label: str, left_out: list[str]
-) -> bytes | None:
-    """The reasoning items to send before ``message``'s own items, or ``None``.
+def _replayed(messages: Sequence[Message], label: str, left_out: list[str]) -> dict[int, bytes]:
+    """The reasoning items each assistant message sends before its own items.
 
-    The one place that decides what reasoning this driver replays (a shared
-    replay-state check may take its place): only state this provider and
-    model produced (``label``), only reasoning items, and only when the
-    message has an item after them to belong to, since the API refuses a
-    reasoning item without its following item. Whatever is not sent is
-    noted in ``left_out``.
+    The shared check (:func:`~threadline._replay.replayed`) refuses state that
+    is not reasoning items and leaves out another provider's or model's; a
+    message with no text and no tool call sends none either, since the API
+    refuses a reasoning item without a following item. Whatever is not sent
+    is noted in ``left_out``.
 
     Raises:
-        InvalidRequestError: the state is this model's but is not reasoning items.
+        InvalidRequestError: this model's state that is not reasoning items.
     """
-    reasoning = message.reasoning
-    if reasoning is None or not reasoning.has_provider_reasoning():
-        return None
-    if reasoning.provider != label:
+    sent, foreign = replayed(messages, label=label, rules=REASONING_REPLAY)
+    for index in foreign:
+        reasoning = messages[index].reasoning
+        assert reasoning is not None
         left_out.append(
             f"message {index}: reasoning from {reasoning.provider or 'an unnamed provider'} "
             f"was not sent to {label} (another provider or model)"
         )
-        return None
-    items = _reasoning_items(reasoning.provider_reasoning)
-    if items is None:
-        raise InvalidRequestError(
-            f"message {index}: its reasoning's provider_reasoning is neither a reasoning item "
-            "nor a list of them, so it cannot be replayed to the Responses API"
-        )
-    if not message.text and not message.tool_calls:
-        left_out.append(
-            f"message {index}: its reasoning was not sent: the message has no text and no "
-            "tool call for the reasoning item to precede"
-        )
-        return None
+    items: dict[int, bytes] = {}
+    for index, raw in sent.items():
+        message = messages[index]
+        if message.text or message.tool_calls:
+            items[index] = _spliced(raw)
+        else:
+            left_out.append(
+                f"message {index}: its reasoning was not sent: the message has no text and no "
+                "tool call for the reasoning item to precede"
+            )
     return items
 
 
@@ -205,15 +192,14 @@ def _encode_input(
     system: list[str] = []
     left_out: list[str] = []
     items: list[bytes] = []
+    replays = _replayed(messages, label, left_out)
     for index, message in enumerate(messages):
         if message.role is Role.SYSTEM:
             if message.text:
                 system.append(message.text)
             continue
-        if message.role is Role.ASSISTANT:
-            reasoning = replayable_reasoning(message, index, label, left_out)
-            if reasoning:
-                items.append(reasoning)
+        if (reasoning := replays.get(index)) is not None:
+            items.append(reasoning)
         encoded = cache.get(message) if cache is not None else encode_message_items(message)
         if encoded:
             items.append(encoded)
