@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 import anyio
+import anyio.lowlevel
 import anyio.to_thread
 
 from threadline._errors import (
@@ -70,9 +71,12 @@ class RedisStore(StoreBase):
     they are deleted.
 
     Under asyncio the store uses redis-py's async client; under trio, where
-    it does not run, the blocking client in worker threads. A call cancelled
-    while its script runs waits for it. A write whose connection is lost is
-    retried, safely: a retried write that had been applied is recognised.
+    it does not run, the blocking client in worker threads. ``timeout``
+    bounds each wait of a call: for a free connection, to connect, for an
+    answer (a server gone silent included); past it the call raises
+    ``StoreError``. A call cancelled while its script runs waits for it,
+    within that bound. A write whose connection is lost is retried once,
+    safely: a retried write that had been applied is recognised.
 
     Raises (from any call):
         StoreError: the server cannot be reached, refuses the password, lost
@@ -256,13 +260,21 @@ class RedisStore(StoreBase):
                 )
         except redis.exceptions.RedisError as exc:
             problem = exc
+        # A caller cancelled meanwhile gets its cancellation rather than the StoreError.
+        await anyio.lowlevel.checkpoint_if_cancelled()
         raise self._error(problem)
 
     def _options(self, *, asynchronous: bool) -> dict[str, Any]:
-        # Writes are safe to retry: each carries an id the script recognises.
-        backoff = redis.backoff.ExponentialBackoff(cap=1.0, base=0.05)
+        # A lost connection is retried once, on a fresh one (safe: each write
+        # carries an id the script recognises); a server that refuses that too
+        # is down, and the call says so at once. A silent connection is not
+        # retried: its read already waited ``timeout``, all a call may take.
+        lost = (redis.exceptions.ConnectionError,)
+        backoff = redis.backoff.NoBackoff()
         retry = (
-            redis.asyncio.retry.Retry(backoff, 3) if asynchronous else redis.retry.Retry(backoff, 3)
+            redis.asyncio.retry.Retry(backoff, 1, supported_errors=lost)
+            if asynchronous
+            else redis.retry.Retry(backoff, 1, supported_errors=lost)
         )
         return {
             "decode_responses": True,
@@ -271,7 +283,7 @@ class RedisStore(StoreBase):
             "max_connections": self._max_connections,
             "timeout": self._timeout,  # how long to wait for a free connection
             "retry": retry,
-            "retry_on_error": [redis.exceptions.ConnectionError, redis.exceptions.TimeoutError],
+            "retry_on_error": list(lost),
         }
 
     def _async_script(self, name: str) -> Any:
