@@ -31,7 +31,7 @@ from threadline._store import ConversationInfo, StoredConversation
 from threadline.serialization._converter import FORMAT_VERSION
 from threadline.stores import _postgres_schema as schema
 from threadline.stores._base import DeleteCheck, StoreBase, Write, check_turn_ids_below
-from threadline.stores._parts import assemble, read_metadata
+from threadline.stores._parts import assemble, read_count, read_metadata, stored_conversation
 from threadline.stores._remote import (
     RemoteTarget,
     on_asyncio,
@@ -132,11 +132,8 @@ class PostgresStore(StoreBase):
             raise ConversationNotFoundError(conversation_id)
         version, generation, header, seqs, texts, markers = rows[0]
         document = assemble(conversation_id, header, list(zip(seqs, texts, strict=True)))
-        return StoredConversation(
-            document=document,
-            version=version,
-            generation=generation,
-            pending_markers=tuple(markers),
+        return stored_conversation(
+            conversation_id, document, version=version, generation=generation, markers=markers
         )
 
     async def _write(self, write: Write) -> int:
@@ -182,8 +179,8 @@ class PostgresStore(StoreBase):
             (
                 ConversationInfo(
                     id=conversation_id,
-                    version=version,
-                    events=count,
+                    version=read_count(conversation_id, "version", version, least=1),
+                    events=read_count(conversation_id, "event_count", count),
                     updated_at=updated_at if isinstance(updated_at, datetime) else None,
                     metadata=read_metadata(conversation_id, metadata),
                     generation=generation,

@@ -10,6 +10,7 @@ The layout and the Lua scripts are in ``_redis_scripts``.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -28,7 +29,7 @@ from threadline._store import ConversationInfo, StoredConversation
 from threadline.serialization._converter import FORMAT_VERSION
 from threadline.stores import _redis_scripts as scripts
 from threadline.stores._base import DeleteCheck, StoreBase, Write, check_turn_ids_below
-from threadline.stores._parts import assemble, read_metadata
+from threadline.stores._parts import assemble, read_count, read_metadata, stored_conversation
 from threadline.stores._remote import RemoteTarget, on_asyncio
 
 try:
@@ -42,6 +43,10 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("RedisStore needs redis-py: pip install 'threadline[redis]'") from exc
 
 __all__ = ["SCHEMA_VERSION", "RedisStore"]
+
+# A pending event in a conversation's list: "p<seq>\t<marker>\t<JSON>" (the layout
+# in _redis_scripts); anything else in the list is an answered event's JSON.
+_PENDING_ITEM: Final = re.compile(r"p\d+\t(?P<marker>[^\t]*)\t(?P<event>.*)", re.DOTALL)
 
 SCHEMA_VERSION: Final = scripts.SCHEMA_VERSION
 
@@ -135,24 +140,25 @@ class RedisStore(StoreBase):
     # --- the backend ---------------------------------------------------------------
 
     async def _load(self, conversation_id: str) -> StoredConversation:
-        found = await self._call("load", self._keys(conversation_id)[:2], [])
+        found = await self._call("load", self._keys(conversation_id)[:2], [], conversation_id)
         if not found:
             raise ConversationNotFoundError(conversation_id)
         version, generation, header, items = found
         events: list[tuple[Any, ...]] = []
-        markers: list[str | None] = []
+        markers: list[str] = []
         for seq, item in enumerate(items):
-            if item.startswith("{"):
+            pending = _PENDING_ITEM.fullmatch(item)
+            if pending is None:  # an answered event's JSON; anything else fails to parse
                 events.append((seq, item))
-                continue
-            _, marker, text = item.split("\t", 2)
-            events.append((seq, text))
-            markers.append(marker or None)
-        return StoredConversation(
-            document=assemble(conversation_id, header, events),
-            version=int(version),
+            else:
+                events.append((seq, pending["event"]))
+                markers.append(pending["marker"])
+        return stored_conversation(
+            conversation_id,
+            assemble(conversation_id, header, events),
+            version=version,
             generation=generation,
-            pending_markers=tuple(markers),
+            markers=markers,
         )
 
     async def _write(self, write: Write) -> int:
@@ -175,7 +181,10 @@ class RedisStore(StoreBase):
         for record in write.records:
             args += [record.turn_id, int(record.pending), record.marker or "", record.text]
         keys = [*self._keys(write.conversation_id), *self._shared_keys()]
-        status, version, detail = await self._call("write", keys, args)
+        status, version, detail = await self._call("write", keys, args, write.conversation_id)
+        if status == "damaged":
+            field, _, value = str(detail).partition("=")
+            read_count(write.conversation_id, field, value)  # raises, naming both
         if status == "ok":
             return int(version)
         if status == "conflict":
@@ -198,23 +207,11 @@ class RedisStore(StoreBase):
             [self._shared_keys()[0]],
             [self._prefix, "+inf" if after is None else after, limit],
         )
-        return [
-            (
-                ConversationInfo(
-                    id=conversation_id,
-                    version=int(version),
-                    events=int(count),
-                    updated_at=datetime.fromtimestamp(float(updated_at), UTC),
-                    metadata=read_metadata(conversation_id, metadata),
-                    generation=generation,
-                ),
-                int(order),
-            )
-            for conversation_id, version, count, updated_at, metadata, generation, order in rows
-        ]
+        return [_listed(*row) for row in rows]
 
     async def _remove_pending(self, conversation_id: str, marker: str) -> bool:
-        return bool(await self._call("remove_pending", self._keys(conversation_id), [marker]))
+        keys = self._keys(conversation_id)
+        return bool(await self._call("remove_pending", keys, [marker], conversation_id))
 
     async def _delete(self, check: DeleteCheck) -> bool:
         keys = [*self._keys(check.conversation_id), self._shared_keys()[0]]
@@ -222,9 +219,11 @@ class RedisStore(StoreBase):
         status, version, generation = await self._call(
             "delete", keys, [check.conversation_id, expected, check.generation or ""]
         )
-        if int(status) >= 0:
-            return int(status) == 1
-        refusal = check.refusal(int(version), str(generation))
+        if status >= 0:
+            return bool(status == 1)
+        # Not deleted: what is stored differs, or cannot be compared (damaged).
+        stored = read_count(check.conversation_id, "version", version, least=1)
+        refusal = check.refusal(stored, str(generation))
         assert refusal is not None  # the script found a difference
         raise refusal
 
@@ -243,13 +242,26 @@ class RedisStore(StoreBase):
 
     # --- the connection --------------------------------------------------------------
 
-    async def _call(self, script: str, keys: Sequence[str], args: Sequence[object]) -> Any:
-        """Run one script; errors become ``StoreError`` naming the store, never the password."""
+    async def _call(
+        self,
+        script: str,
+        keys: Sequence[str],
+        args: Sequence[object],
+        conversation_id: str | None = None,
+    ) -> Any:
+        """Run one script; errors become ``StoreError`` naming the store (and the
+        conversation the call is about), never the password."""
         if not self._ready:
             await self._prepare()
-        return await self._run_script(script, keys, args)
+        return await self._run_script(script, keys, args, conversation_id)
 
-    async def _run_script(self, script: str, keys: Sequence[str], args: Sequence[object]) -> Any:
+    async def _run_script(
+        self,
+        script: str,
+        keys: Sequence[str],
+        args: Sequence[object],
+        conversation_id: str | None = None,
+    ) -> Any:
         problem: redis.exceptions.RedisError
         try:
             with anyio.CancelScope(shield=True):
@@ -262,7 +274,7 @@ class RedisStore(StoreBase):
             problem = exc
         # A caller cancelled meanwhile gets its cancellation rather than the StoreError.
         await anyio.lowlevel.checkpoint_if_cancelled()
-        raise self._error(problem)
+        raise self._error(problem, conversation_id)
 
     def _options(self, *, asynchronous: bool) -> dict[str, Any]:
         # A lost connection is retried once, on a fresh one (safe: each write
@@ -310,7 +322,9 @@ class RedisStore(StoreBase):
             }
         return self._sync_scripts[name]
 
-    def _error(self, problem: redis.exceptions.RedisError) -> StoreError:
+    def _error(
+        self, problem: redis.exceptions.RedisError, conversation_id: str | None
+    ) -> StoreError:
         if isinstance(problem, redis.exceptions.AuthenticationError):
             return self._target.error(
                 "RedisStore", "the server refused the login", problem, "check the URL's password"
@@ -330,7 +344,17 @@ class RedisStore(StoreBase):
                 problem,
                 "choose a prefix no other program writes under",
             )
-        return self._target.error("RedisStore", "the server refused a script", problem, "see above")
+        if conversation_id is None:
+            return self._target.error(
+                "RedisStore", "the server refused a script", problem, "see above"
+            )
+        # A script fails on keys it did not write: another program's, or damaged.
+        return self._target.error(
+            "RedisStore",
+            f"the server refused a script on conversation {conversation_id!r}",
+            problem,
+            "its keys are damaged or not this store's; load it to see, or delete it",
+        )
 
     # --- opening ---------------------------------------------------------------------
 
@@ -349,3 +373,32 @@ class RedisStore(StoreBase):
                     + ("upgrade threadline to use them" if stored > 1 else "choose another prefix")
                 )
             self._ready = True
+
+
+def _listed(
+    conversation_id: str,
+    version: object,
+    count: object,
+    updated_at: object,
+    metadata: object,
+    generation: object,
+    order: object,
+) -> tuple[ConversationInfo, int]:
+    """One row of the listing script, checked: damage is refused, naming the conversation."""
+    try:
+        moment = datetime.fromtimestamp(float(str(updated_at)), UTC)
+    except (ValueError, OverflowError, OSError):
+        raise ConversationFormatError(
+            f"stored conversation {conversation_id!r}: updated_at {updated_at!r} is not a "
+            f"time in seconds; the stored data is damaged",
+            path="$.updated_at",
+        ) from None
+    info = ConversationInfo(
+        id=conversation_id,
+        version=read_count(conversation_id, "version", version, least=1),
+        events=read_count(conversation_id, "count", count),
+        updated_at=moment,
+        metadata=read_metadata(conversation_id, metadata),
+        generation=str(generation),
+    )
+    return info, read_count(conversation_id, "touched", order)
