@@ -19,8 +19,9 @@ import anyio
 import pytest
 
 from servers import PostgresServer, RedisServer, user_document
-from threadline import StoreError
+from threadline import Agent, Client, Conversation, Model, StoreError
 from threadline.stores import PostgresStore, RedisStore
+from threadline.testing import FunctionDriver
 
 from .proxy import FaultProxy
 
@@ -127,6 +128,32 @@ async def test_a_commit_whose_answer_is_swallowed_ends_within_the_timeout_applie
     stored = await store.load("c1")
     assert stored.version == 2  # the server applied it, once
     assert [e.message.text for e in stored.document.events] == ["one", "two"]
+
+
+async def test_a_turn_whose_commit_meets_silence_ends_in_bounded_time(
+    store: Store, proxy: FaultProxy
+) -> None:
+    # The model answers; the network then goes silent before the commit.
+    def answer(call: object) -> str:
+        proxy.mute()
+        return "two"
+
+    agent = Agent(Client(FunctionDriver(answer)), model=Model("m", context_size=8192))
+    conversation = await Conversation.load(agent, store, "c1")
+
+    async def turn() -> object:
+        with anyio.fail_after(TIMEOUT * 3):  # what a caller of the turn allows
+            return await conversation.run("second")
+
+    elapsed, outcome = await timed(proxy, turn())
+    assert isinstance(outcome, StoreError | TimeoutError), outcome
+    assert elapsed < TIMEOUT * 3 + SLACK, f"{outcome!r} after {elapsed:.2f} s"
+    proxy.up()
+    stored = await store.load("c1")  # the commit was applied once, or not at all
+    assert [e.message.text for e in stored.document.events if not e.pending] in (
+        ["one"],
+        ["one", "second", "two"],
+    )
 
 
 async def test_a_store_that_meets_silence_when_connecting_gives_up_within_the_timeout(

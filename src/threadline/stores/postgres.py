@@ -481,13 +481,19 @@ class _Watch:
     async def guard(self, work: Callable[[], Awaitable[_T]]) -> _T | psycopg.Error:
         """What ``work()`` returns, or the ``psycopg.Error`` it raised."""
         outcome: _T | psycopg.Error
+        unexpected: Exception | None = None
         async with anyio.create_task_group() as group:
             group.start_soon(self._sever_at_deadline)
+            # Caught here, not let through: the task group would wrap it in a group.
             try:
                 outcome = await work()
-            except psycopg.Error as exc:  # returned: a task group would wrap it in a group
+            except psycopg.Error as exc:
                 outcome = exc
+            except Exception as exc:
+                unexpected = exc
             group.cancel_scope.cancel()
+        if unexpected is not None:
+            raise unexpected
         return outcome
 
     async def _sever_at_deadline(self) -> None:
