@@ -5,32 +5,15 @@ The common async database clients run on asyncio only. A server store uses
 its async client under asyncio and its blocking client in worker threads
 (``anyio.to_thread``) under trio, so it works under both; :func:`on_asyncio`
 tells which applies to the running task.
-
-A worker thread cannot be cancelled, and a server that went silent (no
-answer, no FIN, no RST) keeps a blocked read waiting for ever. So a call
-that must end by a deadline stops waiting for a thread that connects
-(:func:`run_sync_until`) and ends a blocked read by shutting its socket down
-(:func:`sever`).
 """
 
 from __future__ import annotations
 
-import os
-import socket
-import threading
-from collections.abc import Callable
-from contextlib import suppress
-from typing import Generic, TypeVar
 from urllib.parse import unquote, urlsplit, urlunsplit
-
-import anyio
-import anyio.to_thread
 
 from threadline._errors import InvalidRequestError, StoreError
 
-__all__ = ["RemoteTarget", "on_asyncio", "run_sync_until", "seconds_left", "sever"]
-
-_T = TypeVar("_T")
+__all__ = ["RemoteTarget", "on_asyncio"]
 
 
 def on_asyncio() -> bool:
@@ -40,63 +23,6 @@ def on_asyncio() -> bool:
     except ImportError:  # trio depends on sniffio: without it the loop is asyncio's
         return True
     return bool(sniffio.current_async_library() == "asyncio")
-
-
-def seconds_left(deadline: float) -> float:
-    """How long until ``deadline`` (in ``anyio.current_time()``), never below 0."""
-    return max(0.0, deadline - anyio.current_time())
-
-
-def sever(fd: int) -> None:
-    """Shut down the socket ``fd`` (from any thread): a read blocked on it ends at once.
-
-    The client that owns the socket sees a lost connection; ``fd`` itself
-    stays open for its owner to close.
-    """
-    with suppress(OSError), socket.socket(fileno=os.dup(fd)) as duplicate:
-        duplicate.shutdown(socket.SHUT_RDWR)
-
-
-class _Handover(Generic[_T]):
-    """A result made in a worker thread, or disposed of there when nobody waits any more."""
-
-    def __init__(self, dispose: Callable[[_T], None]) -> None:
-        self._lock = threading.Lock()
-        self._dispose = dispose
-        self._result: list[_T] = []
-        self._abandoned = False
-
-    def deliver(self, result: _T) -> _T:
-        with self._lock:
-            if not self._abandoned:
-                self._result.append(result)
-                return result
-        self._dispose(result)
-        return result
-
-    def abandon(self) -> None:
-        with self._lock:
-            self._abandoned = True
-            late = self._result
-        for result in late:  # made just as the wait ended: nobody will take it
-            self._dispose(result)
-
-
-async def run_sync_until(
-    deadline: float, work: Callable[[], _T], dispose: Callable[[_T], None]
-) -> _T | None:
-    """``work()`` in a worker thread, or ``None`` when it is not done by ``deadline``.
-
-    The thread is left to finish on its own; what it makes after the wait
-    ended is passed to ``dispose`` (a connection is closed, not leaked).
-    """
-    handover: _Handover[_T] = _Handover(dispose)
-    with anyio.CancelScope(deadline=deadline):
-        return await anyio.to_thread.run_sync(
-            lambda: handover.deliver(work()), abandon_on_cancel=True
-        )
-    handover.abandon()
-    return None
 
 
 class RemoteTarget:

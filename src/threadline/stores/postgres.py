@@ -19,7 +19,6 @@ from typing import Any, Final, TypeVar
 import anyio
 import anyio.lowlevel
 import anyio.to_thread
-import attrs
 
 from threadline._errors import (
     ConversationFormatError,
@@ -31,14 +30,9 @@ from threadline._store import ConversationInfo, StoredConversation
 from threadline.serialization._converter import FORMAT_VERSION
 from threadline.stores import _postgres_schema as schema
 from threadline.stores._base import DeleteCheck, StoreBase, Write, check_turn_ids_below
+from threadline.stores._deadlines import Watchdog, run_sync_until, seconds_left
 from threadline.stores._parts import assemble, read_count, read_metadata, stored_conversation
-from threadline.stores._remote import (
-    RemoteTarget,
-    on_asyncio,
-    run_sync_until,
-    seconds_left,
-    sever,
-)
+from threadline.stores._remote import RemoteTarget, on_asyncio
 
 try:
     import psycopg
@@ -120,6 +114,7 @@ class PostgresStore(StoreBase):
         self._ready = False
         self._ready_lock = anyio.Lock()
         self._pools: dict[bool, _Pool] = {}  # by on_asyncio(): each kind of connection
+        self._watchdog = Watchdog(self._timeout)
 
     def __repr__(self) -> str:
         return f"PostgresStore({self._target.shown!r})"
@@ -207,6 +202,7 @@ class PostgresStore(StoreBase):
         raise refusal
 
     async def _close(self) -> None:
+        self._watchdog.close()
         for pool in self._pools.values():
             for connection in pool.close():
                 await _close(connection)
@@ -260,18 +256,32 @@ class PostgresStore(StoreBase):
         connection = None if fresh else pool.take()
         if connection is None:
             connection = await self._connect(deadline)
-        watch = _Watch(connection.fileno(), deadline)
         if isinstance(connection, psycopg.AsyncConnection):
-            outcome = await watch.guard(functools.partial(_execute, connection, sql, params))
+            statement = functools.partial(_execute, connection, sql, params)
         else:
             blocking = functools.partial(_execute_blocking, connection, sql, params)
-            outcome = await watch.guard(functools.partial(anyio.to_thread.run_sync, blocking))
-        healthy = not watch.severed and not isinstance(outcome, psycopg.Error)
+            statement = functools.partial(anyio.to_thread.run_sync, blocking)
+        outcome, severed = await self._watched(connection, deadline, statement)
+        healthy = not severed and not isinstance(outcome, psycopg.Error)
         if not (healthy and pool.keep(connection)):
             await _close(connection)
-        if watch.severed and isinstance(outcome, psycopg.Error):
+        if severed and isinstance(outcome, psycopg.Error):
             raise self._silent()
         return outcome
+
+    async def _watched(
+        self, connection: _Connection, deadline: float, work: Callable[[], Awaitable[_T]]
+    ) -> tuple[_T | psycopg.Error, bool]:
+        """What ``work()`` on ``connection`` returns or the ``psycopg.Error`` it raises,
+        and whether the watchdog had to shut its socket down at ``deadline``."""
+        token = self._watchdog.arm(connection.fileno(), deadline)
+        try:
+            outcome: _T | psycopg.Error = await work()
+        except psycopg.Error as exc:
+            outcome = exc
+        finally:
+            severed = self._watchdog.disarm(token)
+        return outcome, severed
 
     async def _connect(self, deadline: float) -> _Connection:
         """A new connection of the running loop's kind, or ``StoreError`` by ``deadline``."""
@@ -383,12 +393,13 @@ class PostgresStore(StoreBase):
                 return
             self._check_open()
             connection = await self._connect_blocking(deadline)
-            watch = _Watch(connection.fileno(), deadline)
-            problem = await watch.guard(
-                functools.partial(anyio.to_thread.run_sync, self._migrate, connection)
+            problem, severed = await self._watched(
+                connection,
+                deadline,
+                functools.partial(anyio.to_thread.run_sync, self._migrate, connection),
             )
             await _close(connection)
-            if watch.severed:
+            if severed:
                 raise self._silent()
             if problem is not None:
                 raise problem
@@ -464,42 +475,6 @@ class _Pool:
     def close(self) -> list[_Connection]:
         self._closed = True
         return self.drain()
-
-
-@attrs.define
-class _Watch:
-    """Ends a statement left without an answer at ``deadline`` by severing its socket.
-
-    Neither a worker thread nor a shielded statement can be cancelled, and a
-    silent server never ends a read; a severed socket ends it at once.
-    """
-
-    fd: int
-    deadline: float
-    severed: bool = False
-
-    async def guard(self, work: Callable[[], Awaitable[_T]]) -> _T | psycopg.Error:
-        """What ``work()`` returns, or the ``psycopg.Error`` it raised."""
-        outcome: _T | psycopg.Error
-        unexpected: Exception | None = None
-        async with anyio.create_task_group() as group:
-            group.start_soon(self._sever_at_deadline)
-            # Caught here, not let through: the task group would wrap it in a group.
-            try:
-                outcome = await work()
-            except psycopg.Error as exc:
-                outcome = exc
-            except Exception as exc:
-                unexpected = exc
-            group.cancel_scope.cancel()
-        if unexpected is not None:
-            raise unexpected
-        return outcome
-
-    async def _sever_at_deadline(self) -> None:
-        await anyio.sleep_until(self.deadline)
-        self.severed = True
-        sever(self.fd)
 
 
 async def _execute(connection: psycopg.AsyncConnection[Any], sql: str, params: Any) -> _Rows:
