@@ -138,6 +138,18 @@ async def test_a_damaged_version_fails_the_load_not_the_next_turn(
     assert names_c1(caught.value)
 
 
+async def test_a_damaged_version_refuses_a_checked_delete_but_not_a_plain_one(
+    store: tuple[Store, SetVersion],
+) -> None:
+    opened, set_version = store
+    set_version(-3)
+    with pytest.raises(ConversationFormatError, match="version") as caught:
+        await opened.delete("c1", expected_version=1)
+    assert names_c1(caught.value)
+    assert await opened.delete("c1") is True  # how damage is cleared away
+    assert await opened.delete("c1") is False
+
+
 @pytest.mark.parametrize("kind", ["sqlite", pytest.param("redis", marks=pytest.mark.integration)])
 async def test_a_version_that_is_not_a_number_is_refused_naming_the_conversation(
     store: tuple[Store, SetVersion],

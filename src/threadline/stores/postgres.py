@@ -197,7 +197,8 @@ class PostgresStore(StoreBase):
         deleted, version, stored_generation = rows[0]
         if deleted or version is None:
             return bool(deleted)
-        refusal = check.refusal(version, stored_generation)
+        stored = read_count(check.conversation_id, "version", version, least=1)
+        refusal = check.refusal(stored, stored_generation)
         assert refusal is not None  # the only reason a found row stays
         raise refusal
 

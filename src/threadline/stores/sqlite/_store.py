@@ -579,7 +579,10 @@ def _delete(connection: sqlite3.Connection, check: DeleteCheck) -> bool:
         ).fetchone()
         if row is None:
             return False
-        refusal = check.refusal(row[0], row[1])
+        version = row[0]
+        if check.expected_version is not None:  # a damaged version cannot be compared
+            version = read_count(conversation_id, "version", version, least=1)
+        refusal = check.refusal(version, row[1])
         if refusal is not None:
             raise refusal
         connection.execute(
