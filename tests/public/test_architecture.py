@@ -166,6 +166,7 @@ MAY_IMPORT_PRIVATE_MODULES = frozenset(
         "serialization/test_serialization_parts.py",
         "serialization/test_serialization_roundtrip.py",
         "serialization/test_serialization_versions.py",
+        "stores/test_stores_deadlines.py",
         "stores/test_stores_postgres.py",
         "stores/test_stores_redis.py",
         "stores/test_stores_sqlite.py",

@@ -43,7 +43,7 @@ return tonumber(stored) or -1
 #       marker (unused: each event has its own), header, metadata, format, next_turn_id,
 #       ttl_ms (0 none), n, then n quadruples: turn_id, pending (1/0), marker ('' none),
 #       event JSON.
-# Returns {status, version, detail}.
+# Returns {status, version, detail}; status 'damaged' has detail "<field>=<stored value>".
 WRITE: Final = """
 local c, e, p, index, touched = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local expected = tonumber(ARGV[2])
@@ -55,6 +55,14 @@ local next_turn, ttl, n = tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[
 local state = redis.call('HMGET', c, 'version', 'generation', 'last_write', 'format',
     'max_turn', 'count', 'seq')
 local exists = state[1] ~= false
+if exists then
+    -- Damaged counters would fail below, or worse, compare: refuse, naming one.
+    for i, name in pairs({[1] = 'version', [5] = 'max_turn', [6] = 'count', [7] = 'seq'}) do
+        if not tonumber(state[i]) then
+            return {'damaged', -1, name .. '=' .. tostring(state[i])}
+        end
+    end
+end
 local version = tonumber(state[1]) or 0
 if exists and version == expected + 1 and state[3] == write_id then
     return {'ok', version, state[2]}
@@ -206,18 +214,19 @@ return removed
 
 # KEYS: c, e, p, index. ARGV: id, expected version ('' none), generation ('' none).
 # Returns {status, version, generation}: status 1 deleted, 0 none, -1 not deleted
-# (the version or generation differs).
+# (the version or generation differs, or the stored version is not a number, so a
+# delete that checks it cannot tell). The version goes back as stored, as text.
 DELETE: Final = """
 local state = redis.call('HMGET', KEYS[1], 'version', 'generation')
 if not state[1] then
-    return {0, 0, ''}
+    return {0, '0', ''}
 end
-local version, generation = tonumber(state[1]), state[2] or ''
-local stale = ARGV[2] ~= '' and tonumber(ARGV[2]) ~= version
+local generation = state[2] or ''
+local stale = ARGV[2] ~= '' and tonumber(ARGV[2]) ~= tonumber(state[1])
 if stale or (ARGV[3] ~= '' and ARGV[3] ~= generation) then
-    return {-1, version, generation}
+    return {-1, state[1], generation}
 end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
 redis.call('ZREM', KEYS[4], ARGV[1])
-return {1, version, generation}
+return {1, state[1], generation}
 """

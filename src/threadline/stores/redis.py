@@ -10,11 +10,13 @@ The layout and the Lua scripts are in ``_redis_scripts``.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
 
 import anyio
+import anyio.lowlevel
 import anyio.to_thread
 
 from threadline._errors import (
@@ -27,7 +29,7 @@ from threadline._store import ConversationInfo, StoredConversation
 from threadline.serialization._converter import FORMAT_VERSION
 from threadline.stores import _redis_scripts as scripts
 from threadline.stores._base import DeleteCheck, StoreBase, Write, check_turn_ids_below
-from threadline.stores._parts import assemble, read_metadata
+from threadline.stores._parts import assemble, read_count, read_metadata, stored_conversation
 from threadline.stores._remote import RemoteTarget, on_asyncio
 
 try:
@@ -41,6 +43,10 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("RedisStore needs redis-py: pip install 'threadline[redis]'") from exc
 
 __all__ = ["SCHEMA_VERSION", "RedisStore"]
+
+# A pending event in a conversation's list: "p<seq>\t<marker>\t<JSON>" (the layout
+# in _redis_scripts); anything else in the list is an answered event's JSON.
+_PENDING_ITEM: Final = re.compile(r"p\d+\t(?P<marker>[^\t]*)\t(?P<event>.*)", re.DOTALL)
 
 SCHEMA_VERSION: Final = scripts.SCHEMA_VERSION
 
@@ -70,9 +76,12 @@ class RedisStore(StoreBase):
     they are deleted.
 
     Under asyncio the store uses redis-py's async client; under trio, where
-    it does not run, the blocking client in worker threads. A call cancelled
-    while its script runs waits for it. A write whose connection is lost is
-    retried, safely: a retried write that had been applied is recognised.
+    it does not run, the blocking client in worker threads. ``timeout``
+    bounds each wait of a call: for a free connection, to connect, for an
+    answer (a server gone silent included); past it the call raises
+    ``StoreError``. A call cancelled while its script runs waits for it,
+    within that bound. A write whose connection is lost is retried once,
+    safely: a retried write that had been applied is recognised.
 
     Raises (from any call):
         StoreError: the server cannot be reached, refuses the password, lost
@@ -131,24 +140,25 @@ class RedisStore(StoreBase):
     # --- the backend ---------------------------------------------------------------
 
     async def _load(self, conversation_id: str) -> StoredConversation:
-        found = await self._call("load", self._keys(conversation_id)[:2], [])
+        found = await self._call("load", self._keys(conversation_id)[:2], [], conversation_id)
         if not found:
             raise ConversationNotFoundError(conversation_id)
         version, generation, header, items = found
         events: list[tuple[Any, ...]] = []
-        markers: list[str | None] = []
+        markers: list[str] = []
         for seq, item in enumerate(items):
-            if item.startswith("{"):
+            pending = _PENDING_ITEM.fullmatch(item)
+            if pending is None:  # an answered event's JSON; anything else fails to parse
                 events.append((seq, item))
-                continue
-            _, marker, text = item.split("\t", 2)
-            events.append((seq, text))
-            markers.append(marker or None)
-        return StoredConversation(
-            document=assemble(conversation_id, header, events),
-            version=int(version),
+            else:
+                events.append((seq, pending["event"]))
+                markers.append(pending["marker"])
+        return stored_conversation(
+            conversation_id,
+            assemble(conversation_id, header, events),
+            version=version,
             generation=generation,
-            pending_markers=tuple(markers),
+            markers=markers,
         )
 
     async def _write(self, write: Write) -> int:
@@ -171,7 +181,10 @@ class RedisStore(StoreBase):
         for record in write.records:
             args += [record.turn_id, int(record.pending), record.marker or "", record.text]
         keys = [*self._keys(write.conversation_id), *self._shared_keys()]
-        status, version, detail = await self._call("write", keys, args)
+        status, version, detail = await self._call("write", keys, args, write.conversation_id)
+        if status == "damaged":
+            field, _, value = str(detail).partition("=")
+            read_count(write.conversation_id, field, value)  # raises, naming both
         if status == "ok":
             return int(version)
         if status == "conflict":
@@ -194,23 +207,11 @@ class RedisStore(StoreBase):
             [self._shared_keys()[0]],
             [self._prefix, "+inf" if after is None else after, limit],
         )
-        return [
-            (
-                ConversationInfo(
-                    id=conversation_id,
-                    version=int(version),
-                    events=int(count),
-                    updated_at=datetime.fromtimestamp(float(updated_at), UTC),
-                    metadata=read_metadata(conversation_id, metadata),
-                    generation=generation,
-                ),
-                int(order),
-            )
-            for conversation_id, version, count, updated_at, metadata, generation, order in rows
-        ]
+        return [_listed(*row) for row in rows]
 
     async def _remove_pending(self, conversation_id: str, marker: str) -> bool:
-        return bool(await self._call("remove_pending", self._keys(conversation_id), [marker]))
+        keys = self._keys(conversation_id)
+        return bool(await self._call("remove_pending", keys, [marker], conversation_id))
 
     async def _delete(self, check: DeleteCheck) -> bool:
         keys = [*self._keys(check.conversation_id), self._shared_keys()[0]]
@@ -218,9 +219,11 @@ class RedisStore(StoreBase):
         status, version, generation = await self._call(
             "delete", keys, [check.conversation_id, expected, check.generation or ""]
         )
-        if int(status) >= 0:
-            return int(status) == 1
-        refusal = check.refusal(int(version), str(generation))
+        if status >= 0:
+            return bool(status == 1)
+        # Not deleted: what is stored differs, or cannot be compared (damaged).
+        stored = read_count(check.conversation_id, "version", version, least=1)
+        refusal = check.refusal(stored, str(generation))
         assert refusal is not None  # the script found a difference
         raise refusal
 
@@ -239,13 +242,26 @@ class RedisStore(StoreBase):
 
     # --- the connection --------------------------------------------------------------
 
-    async def _call(self, script: str, keys: Sequence[str], args: Sequence[object]) -> Any:
-        """Run one script; errors become ``StoreError`` naming the store, never the password."""
+    async def _call(
+        self,
+        script: str,
+        keys: Sequence[str],
+        args: Sequence[object],
+        conversation_id: str | None = None,
+    ) -> Any:
+        """Run one script; errors become ``StoreError`` naming the store (and the
+        conversation the call is about), never the password."""
         if not self._ready:
             await self._prepare()
-        return await self._run_script(script, keys, args)
+        return await self._run_script(script, keys, args, conversation_id)
 
-    async def _run_script(self, script: str, keys: Sequence[str], args: Sequence[object]) -> Any:
+    async def _run_script(
+        self,
+        script: str,
+        keys: Sequence[str],
+        args: Sequence[object],
+        conversation_id: str | None = None,
+    ) -> Any:
         problem: redis.exceptions.RedisError
         try:
             with anyio.CancelScope(shield=True):
@@ -256,13 +272,21 @@ class RedisStore(StoreBase):
                 )
         except redis.exceptions.RedisError as exc:
             problem = exc
-        raise self._error(problem)
+        # A caller cancelled meanwhile gets its cancellation rather than the StoreError.
+        await anyio.lowlevel.checkpoint_if_cancelled()
+        raise self._error(problem, conversation_id)
 
     def _options(self, *, asynchronous: bool) -> dict[str, Any]:
-        # Writes are safe to retry: each carries an id the script recognises.
-        backoff = redis.backoff.ExponentialBackoff(cap=1.0, base=0.05)
+        # A lost connection is retried once, on a fresh one (safe: each write
+        # carries an id the script recognises); a server that refuses that too
+        # is down, and the call says so at once. A silent connection is not
+        # retried: its read already waited ``timeout``, all a call may take.
+        lost = (redis.exceptions.ConnectionError,)
+        backoff = redis.backoff.NoBackoff()
         retry = (
-            redis.asyncio.retry.Retry(backoff, 3) if asynchronous else redis.retry.Retry(backoff, 3)
+            redis.asyncio.retry.Retry(backoff, 1, supported_errors=lost)
+            if asynchronous
+            else redis.retry.Retry(backoff, 1, supported_errors=lost)
         )
         return {
             "decode_responses": True,
@@ -271,7 +295,7 @@ class RedisStore(StoreBase):
             "max_connections": self._max_connections,
             "timeout": self._timeout,  # how long to wait for a free connection
             "retry": retry,
-            "retry_on_error": [redis.exceptions.ConnectionError, redis.exceptions.TimeoutError],
+            "retry_on_error": list(lost),
         }
 
     def _async_script(self, name: str) -> Any:
@@ -298,7 +322,9 @@ class RedisStore(StoreBase):
             }
         return self._sync_scripts[name]
 
-    def _error(self, problem: redis.exceptions.RedisError) -> StoreError:
+    def _error(
+        self, problem: redis.exceptions.RedisError, conversation_id: str | None
+    ) -> StoreError:
         if isinstance(problem, redis.exceptions.AuthenticationError):
             return self._target.error(
                 "RedisStore", "the server refused the login", problem, "check the URL's password"
@@ -318,7 +344,17 @@ class RedisStore(StoreBase):
                 problem,
                 "choose a prefix no other program writes under",
             )
-        return self._target.error("RedisStore", "the server refused a script", problem, "see above")
+        if conversation_id is None:
+            return self._target.error(
+                "RedisStore", "the server refused a script", problem, "see above"
+            )
+        # A script fails on keys it did not write: another program's, or damaged.
+        return self._target.error(
+            "RedisStore",
+            f"the server refused a script on conversation {conversation_id!r}",
+            problem,
+            "its keys are damaged or not this store's; load it to see, or delete it",
+        )
 
     # --- opening ---------------------------------------------------------------------
 
@@ -337,3 +373,32 @@ class RedisStore(StoreBase):
                     + ("upgrade threadline to use them" if stored > 1 else "choose another prefix")
                 )
             self._ready = True
+
+
+def _listed(
+    conversation_id: str,
+    version: object,
+    count: object,
+    updated_at: object,
+    metadata: object,
+    generation: object,
+    order: object,
+) -> tuple[ConversationInfo, int]:
+    """One row of the listing script, checked: damage is refused, naming the conversation."""
+    try:
+        moment = datetime.fromtimestamp(float(str(updated_at)), UTC)
+    except (ValueError, OverflowError, OSError):
+        raise ConversationFormatError(
+            f"stored conversation {conversation_id!r}: updated_at {updated_at!r} is not a "
+            f"time in seconds; the stored data is damaged",
+            path="$.updated_at",
+        ) from None
+    info = ConversationInfo(
+        id=conversation_id,
+        version=read_count(conversation_id, "version", version, least=1),
+        events=read_count(conversation_id, "count", count),
+        updated_at=moment,
+        metadata=read_metadata(conversation_id, metadata),
+        generation=str(generation),
+    )
+    return info, read_count(conversation_id, "touched", order)

@@ -37,7 +37,13 @@ from threadline.stores._base import (
     check_turn_ids_below,
     utc_now,
 )
-from threadline.stores._parts import assemble, read_metadata, read_time
+from threadline.stores._parts import (
+    assemble,
+    read_count,
+    read_metadata,
+    read_time,
+    stored_conversation,
+)
 from threadline.stores.sqlite._file import file_identity, use_wal, vanished
 from threadline.stores.sqlite._read_only import connect_read_only
 
@@ -335,11 +341,12 @@ def _load(connection: sqlite3.Connection, conversation_id: str) -> StoredConvers
             (conversation_id,),
         ).fetchall()
     version, header, generation = row
-    return StoredConversation(
-        document=assemble(conversation_id, header, events),
+    return stored_conversation(
+        conversation_id,
+        assemble(conversation_id, header, events),
         version=version,
         generation=generation,
-        pending_markers=tuple(marker for _, _, pending, marker in events if pending),
+        markers=[marker for _, _, pending, marker in events if pending],
     )
 
 
@@ -533,8 +540,8 @@ def _list_page(
         (
             ConversationInfo(
                 id=conversation_id,
-                version=version,
-                events=count,
+                version=read_count(conversation_id, "version", version, least=1),
+                events=read_count(conversation_id, "event_count", count),
                 updated_at=read_time(conversation_id, updated_at),
                 metadata=read_metadata(conversation_id, metadata),
                 generation=generation,
@@ -572,7 +579,10 @@ def _delete(connection: sqlite3.Connection, check: DeleteCheck) -> bool:
         ).fetchone()
         if row is None:
             return False
-        refusal = check.refusal(row[0], row[1])
+        version = row[0]
+        if check.expected_version is not None:  # a damaged version cannot be compared
+            version = read_count(conversation_id, "version", version, least=1)
+        refusal = check.refusal(version, row[1])
         if refusal is not None:
             raise refusal
         connection.execute(
