@@ -11,7 +11,6 @@ import logging
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Literal, Unpack
 
-import attrs
 import httpx
 
 from threadline._errors import ProviderError
@@ -30,14 +29,17 @@ from threadline.drivers._http import (
     ConnectionOptions,
     HTTPConnection,
     HTTPDriver,
-    HTTPEndpoint,
     check_bool,
-    check_optional_str,
     finish_reading,
     read_body,
-    resolve_base_url,
 )
 from threadline.drivers._http._connection import connection_of
+from threadline.drivers._http._openai import (
+    OPENAI_BASE_URL,
+    openai_endpoint,
+    sends_cache_key,
+    with_cache_key,
+)
 from threadline.drivers._http._sse import ServerSentEvent, StreamProgress, aiter_sse
 from threadline.drivers._http._wire import NOT_JSON, loads_or_not
 from threadline.drivers.openai_chat._llama_cpp_counting import LlamaCppTokenCounter, server_root
@@ -53,7 +55,7 @@ logger = logging.getLogger("threadline.drivers.openai_chat")
 
 __all__ = ["DEFAULT_BASE_URL", "OpenAIChatDriver"]
 
-DEFAULT_BASE_URL = "https://api.openai.com/v1"
+DEFAULT_BASE_URL = OPENAI_BASE_URL
 _NAME = "openai-chat"
 
 
@@ -131,27 +133,10 @@ class OpenAIChatDriver(HTTPDriver):
         connection = connection_of(
             "OpenAIChatDriver", connection, base_url=base_url, api_key=api_key, options=options
         )
-        self._base_url = resolve_base_url(
-            connection.base_url, env="OPENAI_BASE_URL", default=DEFAULT_BASE_URL
-        )
+        self._http = openai_endpoint(_NAME, connection, organization=organization, project=project)
+        self._base_url = self._http.base_url
         self._url = httpx.URL(f"{self._base_url}/chat/completions")
-        if send_cache_key is None:
-            send_cache_key = httpx.URL(self._base_url).host == "api.openai.com"
-        self._send_cache_key = check_bool("send_cache_key", send_cache_key)
-        headers = {"accept": "application/json", "content-type": "application/json"}
-        for name, value in (("organization", organization), ("project", project)):
-            checked = check_optional_str(name, value)
-            if checked:
-                headers[f"openai-{name}"] = checked
-        self._http = HTTPEndpoint(
-            _NAME,
-            connection,
-            base_url=self._base_url,
-            api_key_env="OPENAI_API_KEY",
-            key_header="authorization",
-            key_prefix="Bearer ",
-            headers=headers,
-        )
+        self._send_cache_key = sends_cache_key(self._base_url, send_cache_key)
         self._client = self._http.client
         self._errors = self._http.errors
         # Each message's JSON, encoded once: a run re-sends its history every round.
@@ -198,10 +183,7 @@ class OpenAIChatDriver(HTTPDriver):
         )
 
     def _request(self, call: ProviderCall, *, stream: bool) -> httpx.Request:
-        if self._send_cache_key and call.cache_key and "prompt_cache_key" not in call.extra_body:
-            call = attrs.evolve(
-                call, extra_body={**call.extra_body, "prompt_cache_key": call.cache_key}
-            )
+        call = with_cache_key(call, self._send_cache_key)
         return self._http.request(self._url, self._body(call, stream=stream), stream=stream)
 
     async def _post_to_root(self, path: str, content: bytes) -> httpx.Response:

@@ -11,7 +11,6 @@ import re
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Final, Literal, Unpack
 
-import attrs
 import httpx
 
 from threadline._errors import BadRequestError, ProviderError
@@ -32,15 +31,18 @@ from threadline.drivers._http import (
     ConnectionOptions,
     HTTPConnection,
     HTTPDriver,
-    HTTPEndpoint,
     check_bool,
-    check_optional_str,
     finish_reading,
     read_body,
     request_id_of,
-    resolve_base_url,
 )
 from threadline.drivers._http._connection import connection_of
+from threadline.drivers._http._openai import (
+    OPENAI_BASE_URL,
+    openai_endpoint,
+    sends_cache_key,
+    with_cache_key,
+)
 from threadline.drivers._http._sse import StreamProgress, aiter_sse
 from threadline.drivers._http._wire import NOT_JSON, MalformedResponse, loads_or_not
 from threadline.drivers.openai_responses._request import (
@@ -58,7 +60,7 @@ from threadline.tools._tools import Tool
 
 __all__ = ["DEFAULT_BASE_URL", "OpenAIResponsesDriver", "ResponsesTokenCounter"]
 
-DEFAULT_BASE_URL: Final = "https://api.openai.com/v1"
+DEFAULT_BASE_URL: Final = OPENAI_BASE_URL
 _NAME: Final = "openai-responses"
 _EFFORTS: Final = ("none", "minimal", "low", "medium", "high", "xhigh")
 _SUMMARIES: Final = ("auto", "concise", "detailed")
@@ -136,28 +138,11 @@ class OpenAIResponsesDriver(HTTPDriver):
         connection = connection_of(
             "OpenAIResponsesDriver", connection, base_url=base_url, api_key=api_key, options=options
         )
-        self._base_url = resolve_base_url(
-            connection.base_url, env="OPENAI_BASE_URL", default=DEFAULT_BASE_URL
-        )
+        self._http = openai_endpoint(_NAME, connection, organization=organization, project=project)
+        self._base_url = self._http.base_url
         self._url = httpx.URL(f"{self._base_url}/responses")
         self._count_url = httpx.URL(f"{self._base_url}/responses/input_tokens")
-        if send_cache_key is None:
-            send_cache_key = httpx.URL(self._base_url).host == "api.openai.com"
-        self._send_cache_key = check_bool("send_cache_key", send_cache_key)
-        headers = {"accept": "application/json", "content-type": "application/json"}
-        for name, value in (("organization", organization), ("project", project)):
-            checked = check_optional_str(name, value)
-            if checked:
-                headers[f"openai-{name}"] = checked
-        self._http = HTTPEndpoint(
-            _NAME,
-            connection,
-            base_url=self._base_url,
-            api_key_env="OPENAI_API_KEY",
-            key_header="authorization",
-            key_prefix="Bearer ",
-            headers=headers,
-        )
+        self._send_cache_key = sends_cache_key(self._base_url, send_cache_key)
         self._client = self._http.client
         self._errors = self._http.errors
         # Each message's items, encoded once: a run re-sends its history every round.
@@ -198,16 +183,9 @@ class OpenAIResponsesDriver(HTTPDriver):
 
     # --- sending -------------------------------------------------------------
 
-    def _with_cache_key(self, call: ProviderCall) -> ProviderCall:
-        if self._send_cache_key and call.cache_key and "prompt_cache_key" not in call.extra_body:
-            return attrs.evolve(
-                call, extra_body={**call.extra_body, "prompt_cache_key": call.cache_key}
-            )
-        return call
-
     def _request(self, call: ProviderCall, *, stream: bool) -> httpx.Request:
         encoded = encode_request(
-            self._with_cache_key(call),
+            with_cache_key(call, self._send_cache_key),
             stream=stream,
             label=self._label(call),
             reasoning=self._reasoning,
