@@ -285,10 +285,10 @@ def reaches(rules: ReplayRules, cycle: int | None, index: int) -> bool:
 
 def replayed(
     messages: Sequence[Message], *, label: str, rules: ReplayRules
-) -> tuple[dict[int, bytes], list[int]]:
+) -> tuple[dict[int, bytes], list[str]]:
     """What a driver sends back of ``messages``' state: ``{index: state}`` (each one
-    checked, exactly as stored) and the indices whose state another provider or
-    model made (left out, for the driver to note).
+    checked, exactly as stored) and a note for each message whose state another
+    provider or model made (left out, for the driver to log).
 
     The one check every driver makes before replay state goes into a body.
 
@@ -298,7 +298,7 @@ def replayed(
     """
     cycle = cycle_of(rules, messages)
     sent: dict[int, bytes] = {}
-    foreign: list[int] = []
+    foreign: list[str] = []
     for index, message in enumerate(messages):
         reasoning = message.reasoning
         if reasoning is None:
@@ -309,5 +309,8 @@ def replayed(
         if verdict is Replay.SENT:
             sent[index] = reasoning.provider_reasoning
         elif verdict is Replay.FOREIGN:
-            foreign.append(index)
+            foreign.append(
+                f"message {index}: reasoning from {reasoning.provider or 'an unnamed provider'} "
+                f"was not sent to {label} (another provider or model)"
+            )
     return sent, foreign
