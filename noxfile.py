@@ -52,6 +52,16 @@ def typecheck(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+@nox.parametrize("genai_prices", ["0.2.0", "latest"])
+def catalog_range(session: nox.Session, genai_prices: str) -> None:
+    """The catalog index against the oldest and the newest genai-prices the range allows."""
+    session.install("-e", ".[test]")
+    if genai_prices != "latest":
+        session.install(f"genai-prices=={genai_prices}")
+    session.run("python", "-m", "pytest", "tests/engine/test_catalog.py", "tests/engine/test_models.py")
+
+
+@nox.session(python=PYTHON)
 def docs(session: nox.Session) -> None:
     """Build the site strictly, as CI does, and run every Python example in docs/ (offline)."""
     session.install("-e", ".[test,docs]")
