@@ -58,7 +58,9 @@ def catalog_range(session: nox.Session, genai_prices: str) -> None:
     session.install("-e", ".[test]")
     if genai_prices != "latest":
         session.install(f"genai-prices=={genai_prices}")
-    session.run("python", "-m", "pytest", "tests/engine/test_catalog.py", "tests/engine/test_models.py")
+    session.run(
+        "python", "-m", "pytest", "tests/engine/test_catalog.py", "tests/engine/test_models.py"
+    )
 
 
 @nox.session(python=PYTHON)
