@@ -68,7 +68,14 @@ def docs(session: nox.Session) -> None:
     """Build the site strictly, as CI does, and run every Python example in docs/ (offline)."""
     session.install("-e", ".[test,docs]")
     session.run("mkdocs", "build", "--strict", env={"NO_MKDOCS_2_WARNING": "1"})
-    session.run("python", "-m", "pytest", "tests/public/test_docs.py", *session.posargs)
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        "tests/public/test_docs.py",
+        "tests/public/test_docs_names.py",
+        *session.posargs,
+    )
 
 
 @nox.session(python=PYTHON)
