@@ -5,7 +5,7 @@ that builds pydantic dataclasses: importing it costs ~300 ms and ~200
 modules, which every process paid on its first ``Model(name)``. Only the
 name matching and the windows are needed for that, so they are written once
 to a compact JSON index beside the user's other caches, keyed on the size
-and checksum of the installed ``data.py``: a new genai-prices release (or
+and modification time of the installed ``data.py``: a new genai-prices release (or
 an edited file) gets a new index, built from genai-prices itself, which
 stays the only source of truth. Later processes read the index (a few
 milliseconds) and match names the way genai-prices does (a test checks
@@ -24,7 +24,6 @@ import os
 import re
 import tempfile
 import threading
-import zlib
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
@@ -60,8 +59,11 @@ def index_path() -> Path | None:
     data = _data_file()
     if data is None:
         return None
-    raw = data.read_bytes()
-    return cache_dir() / f"genai-prices-{_FORMAT}-{len(raw)}-{zlib.crc32(raw):08x}.json"
+    # Its size and modification time, not a checksum: reading 1.6 MB on every
+    # start would cost more than the rest of the lookup. A new release or an
+    # edit changes the time (pip writes each file it installs anew).
+    stat = data.stat()
+    return cache_dir() / f"genai-prices-{_FORMAT}-{stat.st_size}-{stat.st_mtime_ns}.json"
 
 
 def _clause(clause: Any) -> Any:
