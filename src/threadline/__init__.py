@@ -6,6 +6,9 @@ the ledger), :mod:`threadline.counting`, :mod:`threadline.tools`,
 :mod:`threadline.drivers`, :mod:`threadline.stores`,
 :mod:`threadline.serialization` and :mod:`threadline.testing`. See README.md
 and docs/ for the guide.
+
+Each name here is imported on first use (PEP 562), so ``import threadline``
+alone loads none of the modules behind them.
 """
 
 import typing
