@@ -277,7 +277,7 @@ def _close(model: _Turn | None, next_index: int | None, turns: list[_Turn]) -> N
         raise InvalidRequestError(
             f"tool call(s) {', '.join(map(repr, missing))} have no result before {where}; "
             "Gemini needs every call of a turn answered in the user turn after it "
-            "(RequestSettings.repair_interrupted_tool_calls fills in the missing ones)"
+            "(request.with_repair_interrupted_tool_calls() fills in the missing ones)"
         )
 
 
