@@ -216,10 +216,19 @@ class GeminiDriver(HTTPDriver):
 
     # Errors are raised past their except blocks: no __context__ may keep the raw body.
 
-    def _decode(self, content: bytes | str, request_id: str | None, *, what: str) -> object:
+    def _decode(
+        self,
+        content: bytes | str,
+        request_id: str | None,
+        *,
+        what: str,
+        content_type: str | None = None,
+    ) -> object:
         payload = loads_or_not(content)
         if payload is NOT_JSON:
-            raise self._errors.not_json(what, content, request_id=request_id)
+            raise self._errors.not_json(
+                what, content, content_type=content_type, request_id=request_id
+            )
         if isinstance(payload, dict) and payload.get("error") is not None:
             raise self._errors.from_payload(payload, request_id=request_id)
         return payload
@@ -239,7 +248,10 @@ class GeminiDriver(HTTPDriver):
         self, response: httpx.Response, content: bytes, call: ProviderCall
     ) -> ProviderResponse:
         request_id = request_id_of(response.headers)
-        payload = self._decode(content, request_id, what="the response body")
+        content_type = response.headers.get("content-type", "")
+        payload = self._decode(
+            content, request_id, what="the response body", content_type=content_type
+        )
         failure: ProviderError
         try:
             return parse_response(
@@ -284,7 +296,10 @@ class GeminiDriver(HTTPDriver):
         url = self._url(call.model.name, "countTokens")
         response = await self._send(self._http.request(url, body, stream=False))
         request_id = request_id_of(response.headers)
-        payload = self._decode(response.content, request_id, what="the response body")
+        content_type = response.headers.get("content-type", "")
+        payload = self._decode(
+            response.content, request_id, what="the response body", content_type=content_type
+        )
         tokens = payload.get("totalTokens", 0) if isinstance(payload, dict) else None
         if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
             raise self._errors.malformed(
