@@ -499,3 +499,30 @@ def test_a_tool_call_with_arguments_that_are_not_an_object_is_sent_as_an_empty_o
         driver()._request(call(Message.user("go"), broken, Message.tool("c1", "x")), stream=False)
     )
     assert body["contents"][1]["parts"][0]["functionCall"]["args"] == {}
+
+
+async def test_a_traced_run_names_gcp_gemini_as_its_provider_and_carries_the_usage(
+    respx_mock: respx.MockRouter,
+) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from threadline import telemetry as threadline_telemetry
+
+    provider = TracerProvider()
+    memory = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    threadline_telemetry.set_tracer_provider(provider)
+    respx_mock.post(URL).mock(return_value=httpx.Response(200, json=fixture("thinking")))
+    try:
+        async with Client(driver(), default_model=MODEL) as client:
+            await client.request().with_prompt("prime?").run()
+    finally:
+        threadline_telemetry.set_tracer_provider(None)
+        provider.shutdown()
+    (chat,) = [s for s in memory.get_finished_spans() if s.name == f"chat {MODEL.name}"]
+    assert chat.attributes is not None
+    assert chat.attributes["gen_ai.provider.name"] == "gcp.gemini"  # the GenAI convention's
+    assert chat.attributes["gen_ai.usage.input_tokens"] == 17
+    assert chat.attributes["gen_ai.usage.output_tokens"] == 58
