@@ -76,24 +76,58 @@ class EncodedContents:
     notes: tuple[str, ...] = ()
 
 
-@attrs.define
 class _Part:
-    """One part on its way out: its JSON, and what the signature rule needs of it."""
+    """One part on its way out: its JSON, and what the signature rule needs of it.
 
-    json: bytes
-    call: bool = False
-    signed: bool = False
-    sends_id: bool = False
-    # A function call the model sent without a signature, first of its step: left so.
-    unsigned_as_received: bool = False
+    Plain slotted classes, not attrs: a long history makes one per message
+    per request, and their construction is most of what encoding it costs.
+    """
+
+    __slots__ = ("call", "json", "sends_id", "signed", "unsigned_as_received")
+
+    def __init__(
+        self,
+        json: bytes,
+        *,
+        call: bool = False,
+        signed: bool = False,
+        sends_id: bool = False,
+        unsigned_as_received: bool = False,
+    ) -> None:
+        self.json = json
+        self.call = call
+        self.signed = signed
+        self.sends_id = sends_id
+        # A function call the model sent without a signature, first of its step: left so.
+        self.unsigned_as_received = unsigned_as_received
 
 
-@attrs.define
 class _Turn:
-    role: str
-    parts: list[_Part]
-    calls: dict[str, tuple[str, bool]] = attrs.Factory(dict)  # id -> (name, id sent)
-    answers: dict[str, _Part] = attrs.Factory(dict)  # call id -> its functionResponse
+    """One content on its way out: its role, its parts, the calls it made (model) or the
+    answers it holds (user), by call id."""
+
+    __slots__ = ("answers", "calls", "parts", "role")
+
+    def __init__(self, role: str, parts: list[_Part]) -> None:
+        self.role = role
+        self.parts = parts
+        # Made on the first write: most turns of a long history have neither.
+        self.calls: dict[str, tuple[str, bool]] = _NO_CALLS  # id -> (name, id sent)
+        self.answers: dict[str, _Part] = _NO_ANSWERS
+
+    def add_call(self, call_id: str, name: str, sends_id: bool) -> None:
+        if self.calls is _NO_CALLS:
+            self.calls = {}
+        self.calls[call_id] = (name, sends_id)
+
+    def add_answer(self, call_id: str, part: _Part) -> None:
+        if self.answers is _NO_ANSWERS:
+            self.answers = {}
+        self.answers[call_id] = part
+
+
+_NO_CALLS: Final[dict[str, tuple[str, bool]]] = {}
+_NO_ANSWERS: Final[dict[str, _Part]] = {}
 
 
 # --- single parts ------------------------------------------------------------
@@ -290,8 +324,8 @@ def _add(turns: list[_Turn], role: str, parts: list[_Part], index: int) -> _Turn
     if last is not None and last.role == role:
         last.parts.extend(parts)
         return last
-    if role == "model":
-        _close(_last_model(turns), index, turns)
+    if role == "model" and len(turns) > 1 and turns[-2].calls:
+        _close(turns[-2], index, turns)
     turn = _Turn(role, parts)
     turns.append(turn)
     return turn
@@ -337,22 +371,25 @@ def _turns(
         if index == turn_start:
             current = len(turns)
         role = message.role
-        if role is Role.SYSTEM:
+        if role is Role.USER or (
+            role is Role.ASSISTANT and not message.tool_calls and index not in sent
+        ):
+            # Most of a long history: one cached encoding, no calls to pair.
+            encoded = cache.get(message) if cache is not None else encode_message_parts(message)
+            if encoded:
+                _add(turns, "user" if role is Role.USER else "model", [_Part(encoded)], index)
+        elif role is Role.SYSTEM:
             system.extend(_user_parts(message))
         elif role is Role.TOOL:
             call_id, part = _tool_answer(message, index, turns)
-            _add(turns, "user", [], index).answers[call_id] = part
-        elif role is Role.ASSISTANT:
+            _add(turns, "user", [], index).add_answer(call_id, part)
+        else:
             parts = _model_parts(message, index, sent.get(index), cache, notes)
             if parts:
                 calls = [part for part in parts if part.call]
                 turn = _add(turns, "model", parts, index)
                 for call, part in zip(message.tool_calls, calls, strict=True):
-                    turn.calls[call.id] = (call.name, part.sends_id)
-        else:
-            encoded = cache.get(message) if cache is not None else encode_message_parts(message)
-            if encoded:
-                _add(turns, "user", [_Part(encoded)], index)
+                    turn.add_call(call.id, call.name, part.sends_id)
     if turn_start >= len(messages):
         current = len(turns)
     _close(_last_model(turns), None, turns)

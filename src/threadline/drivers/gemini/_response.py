@@ -232,6 +232,7 @@ class StreamAssembler:
         self._provider = provider
         self._parts: list[dict[str, Any]] = []
         self._calls: list[ToolCall] = []
+        self._open: dict[str, Any] | None = None
         self._reason: str | None = None
         self._usage = Usage()
         self._model: str | None = None
@@ -245,10 +246,14 @@ class StreamAssembler:
             PromptBlocked: the prompt was blocked.
             MalformedResponse: a chunk in the wrong shape.
         """
-        body = json_object(payload, "a stream chunk")
+        body = payload if type(payload) is dict else json_object(payload, "a stream chunk")
         self.started = True
-        self._model = optional_str(body, "modelVersion", "a stream chunk") or self._model
-        self._response_id = optional_str(body, "responseId", "a stream chunk") or self._response_id
+        if "modelVersion" in body:
+            self._model = optional_str(body, "modelVersion", "a stream chunk") or self._model
+        if "responseId" in body:
+            self._response_id = (
+                optional_str(body, "responseId", "a stream chunk") or self._response_id
+            )
         usage = body.get("usageMetadata")
         if usage is not None:
             self._usage = parse_usage(usage)  # cumulative: the last one holds
@@ -256,12 +261,26 @@ class StreamAssembler:
         if candidate is None:
             _blocked(body)
             return []
-        reason = optional_str(candidate, "finishReason", "a stream chunk's candidate")
-        self._reason = reason or self._reason
+        if "finishReason" in candidate:
+            reason = optional_str(candidate, "finishReason", "a stream chunk's candidate")
+            self._reason = reason or self._reason
         chunks: list[StreamChunk] = []
         for part in _parts(candidate, "a stream chunk's candidate"):
-            chunks.extend(self._part(part))
+            text = part.get("text")
+            if type(text) is str and len(part) == 1:
+                chunks.extend(self._text(text))  # a plain piece of text: most of a stream
+            else:
+                chunks.extend(self._part(part))
         return chunks
+
+    def _text(self, text: str) -> list[StreamChunk]:
+        last = self._parts[-1] if self._parts else None
+        if last is not None and last is self._open and last.get("thought") is not True:
+            last["text"] += text
+        else:
+            self._open = {"text": text}
+            self._parts.append(self._open)
+        return [TextChunk(text=text)] if text else []
 
     def _part(self, part: dict[str, Any]) -> list[StreamChunk]:
         last = self._parts[-1] if self._parts else None
@@ -270,6 +289,8 @@ class StreamAssembler:
             last["text"] += part["text"]
         else:
             self._parts.append(dict(part))
+        # The part a plain piece of text may still be joined to.
+        self._open = self._parts[-1] if _joins(self._parts[-1], {"text": ""}) else None
         if "functionCall" in part:
             call = _tool_call(part, "a stream chunk's functionCall part")
             self._calls.append(call)
