@@ -526,3 +526,14 @@ async def test_a_traced_run_names_gcp_gemini_as_its_provider_and_carries_the_usa
     assert chat.attributes["gen_ai.provider.name"] == "gcp.gemini"  # the GenAI convention's
     assert chat.attributes["gen_ai.usage.input_tokens"] == 17
     assert chat.attributes["gen_ai.usage.output_tokens"] == 58
+
+
+async def test_a_retry_after_header_wins_over_the_retry_delay_in_the_body(
+    respx_mock: respx.MockRouter,
+) -> None:
+    limited = httpx.Response(429, json=fixture("error_rate_limit"), headers={"retry-after": "2"})
+    respx_mock.post(URL).mock(side_effect=[limited, httpx.Response(200, json=fixture("plain"))])
+    clock = FakeClock()
+    async with driver(clock=clock) as gemini:
+        await gemini.complete(call())
+    assert clock.waits == [2.0]
