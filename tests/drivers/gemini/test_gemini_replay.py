@@ -159,6 +159,9 @@ async def test_another_models_signature_is_never_sent_and_the_run_records_it(
     assert model[0]["thoughtSignature"] == DUMMY_SIGNATURE  # the current step needs one
     assert "thoughtSignature" not in model[1]
     assert [d.provider for d in result.rounds[0].reasoning_dropped] == ["gemini:gemini-2.5-pro"]
+    # The ledger records the placeholder the driver put in.
+    [note] = result.rounds[0].replay_notes
+    assert DUMMY_SIGNATURE in note
 
 
 # --- the rules, part by part ---------------------------------------------------
@@ -330,3 +333,19 @@ def test_a_stored_turn_is_not_changed_by_sending_it() -> None:
     call_id = turn.tool_calls[0].id
     encoded(Message.user("go"), turn, Message.tool(call_id, "x"))
     assert turn.reasoning == before
+
+
+async def test_a_stream_reports_the_placeholder_it_sent_too(respx_mock: respx.MockRouter) -> None:
+    from gemini_wire import STREAM_URL, sse_response
+
+    from threadline.drivers import ResponseDone
+
+    respx_mock.post(STREAM_URL).mock(return_value=sse_response(fixture("stream_plain")))
+    written = Message.assistant("", tool_calls=[ToolCall(id="c1", name="f")])
+    sent = ProviderCall(
+        model=MODEL, messages=(Message.user("go"), written, Message.tool("c1", "done"))
+    )
+    async with GeminiDriver(base_url=BASE, api_key=KEY) as gemini, gemini.stream(sent) as chunks:
+        done = [chunk async for chunk in chunks if isinstance(chunk, ResponseDone)]
+    [note] = done[0].response.replay_notes
+    assert DUMMY_SIGNATURE in note

@@ -61,6 +61,11 @@ def driver(**kwargs: object) -> GeminiDriver:
     return GeminiDriver(base_url=BASE, api_key=KEY, **kwargs)  # type: ignore[arg-type]
 
 
+def built(gemini: GeminiDriver, sent: ProviderCall, *, stream: bool) -> httpx.Request:
+    request, _ = gemini._request(sent, stream=stream)
+    return request
+
+
 async def drain(gemini: GeminiDriver, sent: ProviderCall) -> None:
     async with gemini.stream(sent) as chunks:
         async for _ in chunks:
@@ -96,13 +101,13 @@ def test_the_key_and_root_come_from_the_environment(monkeypatch: pytest.MonkeyPa
     assert "api_key=<set>" in repr(fallback)
     assert "proxy.example/v1beta" in repr(fallback)
     monkeypatch.setenv("GEMINI_API_KEY", "gemini-key-0123456789")
-    request = GeminiDriver()._request(call(), stream=False)
+    request = built(GeminiDriver(), call(), stream=False)
     assert request.headers["x-goog-api-key"] == "gemini-key-0123456789"  # GEMINI_ first
     assert str(request.url) == (
         "https://proxy.example/v1beta/models/gemini-3-flash-preview:generateContent"
     )
     monkeypatch.delenv("GEMINI_BASE_URL")
-    default = GeminiDriver()._request(call(), stream=True)
+    default = built(GeminiDriver(), call(), stream=True)
     assert str(default.url) == (
         "https://generativelanguage.googleapis.com/v1beta/models/"
         "gemini-3-flash-preview:streamGenerateContent?alt=sse"
@@ -110,7 +115,8 @@ def test_the_key_and_root_come_from_the_environment(monkeypatch: pytest.MonkeyPa
 
 
 def test_every_field_goes_where_gemini_reads_it() -> None:
-    request = driver(thinking=ThinkingConfig(level="low"))._request(
+    request = built(
+        driver(thinking=ThinkingConfig(level="low")),
         call(
             Message.system("Be brief."),
             Message.user("Weather in Paris?"),
@@ -151,22 +157,20 @@ def test_every_field_goes_where_gemini_reads_it() -> None:
     [("auto", {"mode": "AUTO"}), ("none", {"mode": "NONE"}), ("required", {"mode": "ANY"})],
 )
 def test_tool_choice_maps_to_function_calling_modes(choice: str, config: object) -> None:
-    body = sent_body(
-        driver()._request(call(tools=(get_weather,), tool_choice=choice), stream=False)
-    )
+    body = sent_body(built(driver(), call(tools=(get_weather,), tool_choice=choice), stream=False))
     assert body["toolConfig"] == {"functionCallingConfig": config}
 
 
 def test_a_forced_tool_not_sent_and_a_bad_thinking_config_are_refused() -> None:
     with pytest.raises(InvalidRequestError, match="tool_choice 'nope'"):
-        driver()._request(call(tools=(get_weather,), tool_choice="nope"), stream=False)
+        built(driver(), call(tools=(get_weather,), tool_choice="nope"), stream=False)
     with pytest.raises(InvalidRequestError, match="budget or a level"):
         ThinkingConfig(budget=100, level="low")
     with pytest.raises(InvalidRequestError, match="level"):
         ThinkingConfig(level="huge")  # type: ignore[arg-type]
     with pytest.raises(InvalidRequestError, match="thinking"):
         GeminiDriver(base_url=BASE, thinking={"level": "low"})  # type: ignore[arg-type]
-    budget = sent_body(driver(thinking=ThinkingConfig(budget=0))._request(call(), stream=False))
+    budget = sent_body(built(driver(thinking=ThinkingConfig(budget=0)), call(), stream=False))
     assert budget["generationConfig"]["thinkingConfig"] == {
         "includeThoughts": True,
         "thinkingBudget": 0,
@@ -183,7 +187,7 @@ def test_images_go_inline_or_by_uri() -> None:
             ImagePart(url="https://example.com/cat.jpg"),
         ]
     )
-    body = sent_body(driver()._request(call(image), stream=False))
+    body = sent_body(built(driver(), call(image), stream=False))
     assert body["contents"][0]["parts"] == [
         {"text": "what is this?"},
         {"inlineData": {"mimeType": "image/png", "data": "iVBORw0KGgo="}},
@@ -496,7 +500,7 @@ async def test_a_run_records_gemini_usage(respx_mock: respx.MockRouter) -> None:
 def test_a_tool_call_with_arguments_that_are_not_an_object_is_sent_as_an_empty_one() -> None:
     broken = Message.assistant("", tool_calls=[ToolCall(id="c1", name="f", arguments='{"cut')])
     body = sent_body(
-        driver()._request(call(Message.user("go"), broken, Message.tool("c1", "x")), stream=False)
+        built(driver(), call(Message.user("go"), broken, Message.tool("c1", "x")), stream=False)
     )
     assert body["contents"][1]["parts"][0]["functionCall"]["args"] == {}
 

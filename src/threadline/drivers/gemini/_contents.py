@@ -69,7 +69,9 @@ _SIGNATURE: Final = "thoughtSignature"
 
 @attrs.frozen(kw_only=True)
 class EncodedContents:
-    """The ``systemInstruction`` parts, the ``contents`` array, and what was changed, noted."""
+    """The ``systemInstruction`` parts, the ``contents`` array, and what the driver
+    changed to make them sendable (a placeholder signature, a stale one left off, an
+    opening user turn), one note each; reasoning another model made is only logged."""
 
     system: tuple[bytes, ...]
     contents: bytes
@@ -409,7 +411,10 @@ def encode_contents(
     """
     if cache is not None and not cache.serves(messages):
         cache = None
-    sent, notes = replayed(messages, label=label, rules=GEMINI_REPLAY)
+    sent, foreign = replayed(messages, label=label, rules=GEMINI_REPLAY)
+    for note in foreign:
+        logger.info("%s", note)
+    notes: list[str] = []  # what this driver changed to make the transcript sendable
     system, turns, current = _turns(messages, sent, cache, notes)
     if not turns:
         raise InvalidRequestError(

@@ -12,6 +12,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Final, Unpack
 from urllib.parse import quote
 
+import attrs
 import httpx
 
 from threadline._errors import (
@@ -186,12 +187,16 @@ class GeminiDriver(HTTPDriver):
 
     # --- sending -------------------------------------------------------------
 
-    def _request(self, call: ProviderCall, *, stream: bool) -> httpx.Request:
+    def _request(
+        self, call: ProviderCall, *, stream: bool
+    ) -> tuple[httpx.Request, tuple[str, ...]]:
+        """The request, and what was changed to make the transcript sendable."""
         encoded = encode_request(
             call, label=self._label(call), thinking=self._thinking, cache=self._message_json
         )
         method = "streamGenerateContent?alt=sse" if stream else "generateContent"
-        return self._http.request(self._url(call.model.name, method), encoded.body, stream=stream)
+        url = self._url(call.model.name, method)
+        return self._http.request(url, encoded.body, stream=stream), encoded.notes
 
     async def _send(self, request: httpx.Request, *, stream: bool = False) -> httpx.Response:
         """``request`` sent with retries; a refused key is an authentication error.
@@ -276,8 +281,9 @@ class GeminiDriver(HTTPDriver):
             BadRequestError: the prompt was blocked (``promptFeedback.blockReason``).
             ProviderError: the mapped failure, after retries where they apply.
         """
-        response = await self._send(self._request(call, stream=False))
-        return self._parse(response, response.content, call)
+        request, notes = self._request(call, stream=False)
+        response = await self._send(request)
+        return _noted(self._parse(response, response.content, call), notes)
 
     async def count_tokens(self, call: ProviderCall) -> int:
         """The input tokens of ``call`` as Gemini counts them (``:countTokens``).
@@ -317,8 +323,9 @@ class GeminiDriver(HTTPDriver):
             ProviderError: on entry, the mapped failure; while iterating, an error
                 chunk, a blocked prompt, a broken connection, or a malformed chunk.
         """
-        response = await self._send(self._request(call, stream=True), stream=True)
-        chunks = self._chunks(response, call)
+        request, notes = self._request(call, stream=True)
+        response = await self._send(request, stream=True)
+        chunks = self._chunks(response, call, notes)
         try:
             yield chunks
         finally:
@@ -328,14 +335,14 @@ class GeminiDriver(HTTPDriver):
                 await response.aclose()
 
     async def _chunks(
-        self, response: httpx.Response, call: ProviderCall
+        self, response: httpx.Response, call: ProviderCall, notes: tuple[str, ...]
     ) -> AsyncGenerator[StreamChunk, None]:
         request_id = request_id_of(response.headers)
         progress = StreamProgress(response.headers.get("content-type", ""), response.status_code)
         if progress.content_type.startswith("application/json"):
             # A server that answered in one piece.
             content = await read_body(response, self._errors, progress)
-            for chunk in chunks_of(self._parse(response, content, call)):
+            for chunk in chunks_of(_noted(self._parse(response, content, call), notes)):
                 yield chunk
             return
         assembler = StreamAssembler(requested_model=call.model.name, provider=self._label(call))
@@ -347,7 +354,8 @@ class GeminiDriver(HTTPDriver):
                 for chunk in assembler.add(payload):
                     yield chunk
             if assembler.complete:
-                yield ResponseDone(response=assembler.finish(request_id=request_id))
+                done = assembler.finish(request_id=request_id)
+                yield ResponseDone(response=_noted(done, notes))
             else:
                 failure = self._errors.stream_ended(
                     progress, "no chunk carried a finishReason", request_id=request_id
@@ -362,6 +370,11 @@ class GeminiDriver(HTTPDriver):
             await finish_reading(events, drain=assembler.complete)
         if failure is not None:
             raise failure
+
+
+def _noted(response: ProviderResponse, notes: tuple[str, ...]) -> ProviderResponse:
+    """``response`` carrying what the driver changed to send its call (for the round's record)."""
+    return attrs.evolve(response, replay_notes=notes) if notes else response
 
 
 class GeminiTokenCounter:
