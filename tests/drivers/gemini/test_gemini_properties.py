@@ -209,17 +209,29 @@ def test_an_uncut_history_sends_every_signature_this_model_made(history: list[Me
     check_order(contents)
 
 
+def without_results_of_a_call(history: list[Message]) -> list[Message]:
+    """``history`` as a crash mid-tool leaves it: the last call made has no result."""
+    made = [m for m in history if m.role.value == "assistant" and m.tool_calls]
+    if not made:
+        return history
+    lost = made[-1].tool_calls[-1].id
+    return [m for m in history if m.tool_call_id != lost]
+
+
 @pytest.mark.anyio
 @settings(
     max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(histories(), st.integers(100, 700))
+@given(histories(), st.integers(100, 700), st.booleans())
 async def test_what_a_budgeted_run_sends_obeys_the_rules(
-    history: list[Message], budget: int
+    history: list[Message], budget: int, interrupted: bool
 ) -> None:
-    # The real engine cuts (drop_oldest_units, the default, under a small window).
+    # The real engine cuts (drop_oldest_units, the default, under a small window), and
+    # repairs a history whose results an interruption lost.
     if history[-1].role.value != "user":
         history = [*history, Message.user("the prompt")]
+    if interrupted:
+        history = without_results_of_a_call(history)
     bodies: list[Any] = []
 
     def answer(request: httpx.Request) -> httpx.Response:
@@ -240,6 +252,7 @@ async def test_what_a_budgeted_run_sends_obeys_the_rules(
                 .with_prompt(history[-1].text)
                 .with_max_context_tokens(budget + 64)
                 .with_max_output_tokens(64)
+                .with_repair_interrupted_tool_calls()
             )
             try:
                 await request.run()
