@@ -257,30 +257,42 @@ class StreamAssembler:
         usage = body.get("usageMetadata")
         if usage is not None:
             self._usage = parse_usage(usage)  # cumulative: the last one holds
-        candidate = _candidate(body, "a stream chunk")
-        if candidate is None:
-            _blocked(body)
-            return []
+        candidates = body.get("candidates")
+        if type(candidates) is list and candidates and type(candidates[0]) is dict:
+            candidate = candidates[0]  # the usual shape, checked without the helpers
+        else:
+            found = _candidate(body, "a stream chunk")
+            if found is None:
+                _blocked(body)
+                return []
+            candidate = found
         if "finishReason" in candidate:
             reason = optional_str(candidate, "finishReason", "a stream chunk's candidate")
             self._reason = reason or self._reason
+        content = candidate.get("content")
+        parts = content.get("parts") if type(content) is dict else None
+        if type(parts) is not list:
+            parts = _parts(candidate, "a stream chunk's candidate")
         chunks: list[StreamChunk] = []
-        for part in _parts(candidate, "a stream chunk's candidate"):
+        for part in parts:
+            if type(part) is not dict:
+                json_object(part, "a stream chunk's part")
             text = part.get("text")
             if type(text) is str and len(part) == 1:
-                chunks.extend(self._text(text))  # a plain piece of text: most of a stream
+                self._text(text)  # a plain piece of text: most of a stream
+                if text:
+                    chunks.append(TextChunk(text=text))
             else:
                 chunks.extend(self._part(part))
         return chunks
 
-    def _text(self, text: str) -> list[StreamChunk]:
+    def _text(self, text: str) -> None:
         last = self._parts[-1] if self._parts else None
         if last is not None and last is self._open and last.get("thought") is not True:
             last["text"] += text
         else:
             self._open = {"text": text}
             self._parts.append(self._open)
-        return [TextChunk(text=text)] if text else []
 
     def _part(self, part: dict[str, Any]) -> list[StreamChunk]:
         last = self._parts[-1] if self._parts else None
