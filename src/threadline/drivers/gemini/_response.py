@@ -248,12 +248,11 @@ class StreamAssembler:
         """
         body = payload if type(payload) is dict else json_object(payload, "a stream chunk")
         self.started = True
-        if "modelVersion" in body:
-            self._model = optional_str(body, "modelVersion", "a stream chunk") or self._model
-        if "responseId" in body:
-            self._response_id = (
-                optional_str(body, "responseId", "a stream chunk") or self._response_id
-            )
+        # Every chunk repeats the model and the response id: read them once.
+        if self._model is None and "modelVersion" in body:
+            self._model = optional_str(body, "modelVersion", "a stream chunk")
+        if self._response_id is None and "responseId" in body:
+            self._response_id = optional_str(body, "responseId", "a stream chunk")
         usage = body.get("usageMetadata")
         if usage is not None:
             self._usage = parse_usage(usage)  # cumulative: the last one holds
