@@ -110,7 +110,7 @@ class _Turn:
 
     __slots__ = ("answers", "calls", "parts", "role")
 
-    def __init__(self, role: str, parts: list[_Part]) -> None:
+    def __init__(self, role: str, parts: list[_Part | bytes]) -> None:
         self.role = role
         self.parts = parts
         # Made on the first write: most turns of a long history have neither.
@@ -321,7 +321,7 @@ def _last_model(turns: list[_Turn]) -> _Turn | None:
     return next((turn for turn in reversed(turns) if turn.role == "model"), None)
 
 
-def _add(turns: list[_Turn], role: str, parts: list[_Part], index: int) -> _Turn:
+def _add(turns: list[_Turn], role: str, parts: list[_Part | bytes], index: int) -> _Turn:
     last = turns[-1] if turns else None
     if last is not None and last.role == role:
         last.parts.extend(parts)
@@ -350,7 +350,7 @@ def _sign_current_turn(turns: list[_Turn], start: int, notes: list[str]) -> None
     """The placeholder on each current step whose first call has no signature of its own."""
     for position in range(start, len(turns)):
         turn = turns[position]
-        first = next((part for part in turn.parts if part.call), None)
+        first = next((p for p in turn.parts if type(p) is _Part and p.call), None)
         if turn.role != "model" or first is None or first.signed or first.unsigned_as_received:
             continue
         first.json = first.json[:-1] + b',"thoughtSignature":"' + DUMMY_SIGNATURE.encode() + b'"}'
@@ -376,10 +376,16 @@ def _turns(
         if role is Role.USER or (
             role is Role.ASSISTANT and not message.tool_calls and index not in sent
         ):
-            # Most of a long history: one cached encoding, no calls to pair.
+            # Most of a long history: one cached encoding, no calls to pair, kept as bytes.
             encoded = cache.get(message) if cache is not None else encode_message_parts(message)
             if encoded:
-                _add(turns, "user" if role is Role.USER else "model", [_Part(encoded)], index)
+                wire_role = "user" if role is Role.USER else "model"
+                if turns and turns[-1].role == wire_role:
+                    turns[-1].parts.append(encoded)
+                elif wire_role == "user" or len(turns) < 2 or not turns[-2].calls:
+                    turns.append(_Turn(wire_role, [encoded]))
+                else:
+                    _add(turns, wire_role, [encoded], index)  # checks the calls before
         elif role is Role.SYSTEM:
             system.extend(_user_parts(message))
         elif role is Role.TOOL:
@@ -389,7 +395,7 @@ def _turns(
             parts = _model_parts(message, index, sent.get(index), cache, notes)
             if parts:
                 calls = [part for part in parts if part.call]
-                turn = _add(turns, "model", parts, index)
+                turn = _add(turns, "model", list(parts), index)
                 for call, part in zip(message.tool_calls, calls, strict=True):
                     turn.add_call(call.id, call.name, part.sends_id)
     if turn_start >= len(messages):
@@ -421,7 +427,7 @@ def encode_contents(
             "the call has no user or model content to send (Gemini needs at least one turn)"
         )
     if turns[0].role == "model":
-        turns.insert(0, _Turn("user", [_Part(_text(OPENING_TEXT))]))
+        turns.insert(0, _Turn("user", [_text(OPENING_TEXT)]))
         current += 1
         notes.append("the transcript began with the model's turn; a short user turn was put first")
     _sign_current_turn(turns, current, notes)
@@ -430,14 +436,21 @@ def encode_contents(
     return EncodedContents(system=tuple(system), contents=_array(turns), notes=tuple(notes))
 
 
+_HEADS: Final = {role: b'{"role":"' + role.encode() + b'","parts":[' for role in ("user", "model")}
+
+
 def _array(turns: list[_Turn]) -> bytes:
     out: list[bytes] = []
     for position, turn in enumerate(turns):
-        parts = [part.json for part in turn.parts if part.json]
-        if turn.answers:
-            calls = turns[position - 1].calls
-            parts = [turn.answers[call_id].json for call_id in calls] + parts
-        if parts:
-            role = turn.role.encode()
-            out.append(b'{"role":"' + role + b'","parts":[' + b",".join(parts) + b"]}")
+        parts = turn.parts
+        if len(parts) == 1 and type(parts[0]) is bytes and not turn.answers:
+            joined = parts[0]  # a plain message's turn: most of a long history
+        else:
+            pieces = [p if isinstance(p, bytes) else p.json for p in parts]
+            if turn.answers:
+                calls = turns[position - 1].calls
+                pieces = [turn.answers[call_id].json for call_id in calls] + pieces
+            joined = b",".join(piece for piece in pieces if piece)
+        if joined:
+            out.append(_HEADS[turn.role] + joined + b"]}")
     return b"[" + b",".join(out) + b"]"
