@@ -20,7 +20,9 @@ httpx and, for reference, the official ``anthropic`` client
 (``benchmarks/_bench_anthropic.py``), and for ``OpenAIResponsesDriver`` on the
 Responses API (under ``/responses-api``; a 200-delta event stream), against raw
 httpx and the official ``openai`` client's ``responses``
-(``benchmarks/_bench_responses.py``).
+(``benchmarks/_bench_responses.py``), and for ``GeminiDriver`` on
+``generateContent`` (under ``/gemini``; a 200-chunk stream), against raw httpx
+(``benchmarks/_bench_gemini.py``).
 
 Cases and targets (time ratio to raw httpx):
 
@@ -82,6 +84,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import _bench_anthropic
+import _bench_gemini
 import _bench_responses
 import anyio
 import httpx
@@ -101,7 +104,7 @@ MODEL_NAME = "bench-model"
 API_KEY = "bench-key"
 STREAM_CHUNKS = 200
 HISTORY_MESSAGES = 1000
-PROTOCOLS = ("openai", "anthropic", "openai-responses")
+PROTOCOLS = ("openai", "anthropic", "openai-responses", "gemini")
 CASES = ("small", "history", "stream")
 SHOW_TIMES = False
 
@@ -213,6 +216,8 @@ class _CannedServer(asyncio.Protocol):
             api = "anthropic" if b"/anthropic/" in path else "openai"
             if b"/responses-api/" in path:
                 api = "responses"
+            if b"/gemini/" in path:
+                api = "gemini"
             answer = self._answers[(path.startswith(b"/stream/"), api)]
             assert self._transport is not None
             # One write per piece: a stream goes out one event per write, as model
@@ -244,6 +249,12 @@ async def _serve() -> None:
         (True, "openai"): [stream_head, *_stream_events()],
         (True, "anthropic"): [stream_head, *_bench_anthropic.stream_events(STREAM_CHUNKS)],
         (True, "responses"): [stream_head, *_bench_responses.stream_events(STREAM_CHUNKS)],
+        (False, "gemini"): [
+            _http_response(
+                _bench_gemini.response_body("Hello from the mock server."), b"application/json"
+            )
+        ],
+        (True, "gemini"): [stream_head, *_bench_gemini.stream_events(STREAM_CHUNKS)],
     }
     loop = asyncio.get_running_loop()
     server = await loop.create_server(lambda: _CannedServer(answers), "127.0.0.1", 0, backlog=1024)
@@ -586,6 +597,8 @@ async def _bench(port: int, options: argparse.Namespace) -> bool:
         met &= await _anthropic(port, history, prompt, options)
     if "openai-responses" in options.protocol:
         met &= await _responses(port, history, prompt, options)
+    if "gemini" in options.protocol:
+        met &= await _bench_gemini.bench(port, history, prompt, options, _family, _Family)
     return met
 
 

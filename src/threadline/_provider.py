@@ -79,6 +79,10 @@ class ProviderResponse:
     model: str
     """The model name the provider says answered."""
     request_id: str | None = None
+    replay_notes: tuple[str, ...] = ()
+    """What the driver did to the stored replay state to send this call, one line
+    each (a placeholder signature where the provider demands one, a stale signature
+    left off); the round's record keeps them (``RoundRecord.replay_notes``)."""
 
     @property
     def text(self) -> str:

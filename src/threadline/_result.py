@@ -55,6 +55,10 @@ class RoundRecord:
     reasoning_dropped: tuple[DroppedReasoning, ...] = ()
     """Reasoning replay state left out of this round's call because another
     provider or model produced it (the messages themselves were sent)."""
+    replay_notes: tuple[str, ...] = ()
+    """What the driver did to stored replay state to send this round's call
+    (``ProviderResponse.replay_notes``): a placeholder signature it put where the
+    provider demands one, a signature it left off a part that was changed."""
     tool_calls_repaired: tuple[ToolCallRepair, ...] = ()
     """The first round's: what the request's repair of interrupted tool calls
     changed in the history before anything was sent

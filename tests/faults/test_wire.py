@@ -25,6 +25,7 @@ from threadline import (
 )
 from threadline.drivers import (
     AnthropicDriver,
+    GeminiDriver,
     OpenAIChatDriver,
     OpenAIResponsesDriver,
     RetryPolicy,
@@ -87,6 +88,19 @@ def responses_events(*texts: str) -> list[bytes]:
     ]
 
 
+def gemini_events(*texts: str) -> list[bytes]:
+    def chunk(parts: list[dict[str, Any]], finish: str | None = None) -> bytes:
+        candidate: dict[str, Any] = {"content": {"role": "model", "parts": parts}, "index": 0}
+        if finish:
+            candidate["finishReason"] = finish
+        return sse_event({"candidates": [candidate], "modelVersion": "fault-model"})
+
+    usage = {"promptTokenCount": 3, "candidatesTokenCount": 2, "totalTokenCount": 5}
+    last = chunk([{"text": "", "thoughtSignature": "c2lnbmF0dXJl"}], "STOP")
+    last = last.replace(b"}\n\n", b',"usageMetadata":' + json.dumps(usage).encode() + b"}\n\n", 1)
+    return [*(chunk([{"text": text}]) for text in texts), last]
+
+
 @dataclass(frozen=True)
 class Wire:
     """One HTTP driver and the events its protocol streams."""
@@ -116,6 +130,12 @@ WIRES = {
         lambda url: OpenAIResponsesDriver(url, api_key=KEY, retry_policy=NO_RETRY),
         responses_events,
         2,
+    ),
+    "gemini": Wire(
+        "gemini",
+        lambda url: GeminiDriver(base_url=url, api_key=KEY, retry_policy=NO_RETRY),
+        gemini_events,
+        0,
     ),
 }
 

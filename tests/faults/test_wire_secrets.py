@@ -10,6 +10,7 @@ import pytest
 from threadline import Client, Message, Model, ProviderError, ThreadlineError
 from threadline.drivers import (
     AnthropicDriver,
+    GeminiDriver,
     OpenAIChatDriver,
     OpenAIResponsesDriver,
     RetryPolicy,
@@ -72,6 +73,7 @@ def drivers(url: str) -> dict[str, object]:
         "openai-responses": OpenAIResponsesDriver(
             url, api_key=KEY, retry_policy=RetryPolicy(max_retries=0)
         ),
+        "gemini": GeminiDriver(base_url=url, api_key=KEY, retry_policy=RetryPolicy(max_retries=0)),
     }
 
 
@@ -93,7 +95,7 @@ async def failure(driver: object, mode: str) -> ProviderError:
 
 
 @pytest.mark.parametrize("mode", ["run", "stream"])
-@pytest.mark.parametrize("driver_name", ["openai", "anthropic", "openai-responses"])
+@pytest.mark.parametrize("driver_name", ["openai", "anthropic", "openai-responses", "gemini"])
 @pytest.mark.parametrize("echo", sorted(ECHOES))
 async def test_no_copy_of_an_echoed_key_is_reachable_from_the_error(
     server: FaultServer,

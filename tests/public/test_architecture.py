@@ -135,6 +135,7 @@ MAY_IMPORT_PRIVATE_MODULES = frozenset(
     {
         "cli/test_anthropic_cli.py",
         "cli/test_cli_counting.py",
+        "cli/test_gemini_cli.py",
         "cli/test_responses_cli.py",
         "conversation/test_conversation_window.py",
         "conversation/test_transcript_storage.py",
@@ -145,6 +146,8 @@ MAY_IMPORT_PRIVATE_MODULES = frozenset(
         "counting/test_counting_lengths.py",
         "counting/test_counting_resolution.py",
         "drivers/anthropic/test_anthropic_request.py",
+        "drivers/gemini/test_gemini_properties.py",
+        "drivers/gemini/test_gemini_replay.py",
         "drivers/http/test_http_errors.py",
         "drivers/http/test_http_retry.py",
         "drivers/http/test_sse.py",

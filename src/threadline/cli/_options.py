@@ -154,7 +154,7 @@ def _chat_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     where.add_argument(
         "--provider",
-        choices=("openai", "openai-responses", "anthropic", "local"),
+        choices=("openai", "openai-responses", "anthropic", "gemini", "local"),
         help="choose the provider outright (default: $THREADLINE_PROVIDER, see below)",
     )
     _add_budget_options(chat)

@@ -333,6 +333,7 @@ class Run:
             tool_calls=len(response.message.tool_calls),
             context_retry=current.context_retry,
             reasoning_dropped=current.reasoning_dropped,
+            replay_notes=response.replay_notes,
             tool_calls_repaired=self.plan.tool_call_repairs if current.number == 1 else (),
         )
         self.rounds.append(record)

@@ -40,7 +40,12 @@ __all__ = ["InstrumentedDriver", "TracedRun", "TracedTools", "traced"]
 
 # The GenAI convention's names for the providers threadline's drivers speak to;
 # another driver's own name is used as it is (a custom value is allowed).
-_PROVIDER_NAMES = {"openai-chat": "openai", "openai-responses": "openai", "anthropic": "anthropic"}
+_PROVIDER_NAMES = {
+    "openai-chat": "openai",
+    "openai-responses": "openai",
+    "anthropic": "anthropic",
+    "gemini": "gcp.gemini",
+}
 
 
 def traced(

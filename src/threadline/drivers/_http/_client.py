@@ -35,7 +35,12 @@ import attrs
 import httpx
 
 from threadline._errors import InvalidRequestError
-from threadline.drivers._http._errors import ErrorMapper, context_length_details, parse_error_body
+from threadline.drivers._http._errors import (
+    ErrorMapper,
+    context_length_details,
+    parse_error_body,
+    retry_info_seconds,
+)
 from threadline.drivers._http._sse import StreamProgress
 
 __all__ = [
@@ -420,7 +425,10 @@ async def send_with_retries(
         ):
             retry += 1
             wait = policy.delay(
-                retry, headers=response.headers, now=clock.now(), random_value=random_value()
+                retry,
+                headers=_asked(response.headers, body),
+                now=clock.now(),
+                random_value=random_value(),
             )
             _log_retry(request, retry, policy, wait, f"status {status}", request_id)
             await clock.sleep(wait)
@@ -432,6 +440,15 @@ async def send_with_retries(
             reason=response.reason_phrase,
             headers=response.headers,
         )
+
+
+def _asked(headers: Mapping[str, str], body: str) -> Mapping[str, str]:
+    """The headers a wait is read from: the response's, or, when they name none, the
+    ``RetryInfo.retryDelay`` of a google.rpc error body (Gemini's) as a ``retry-after``."""
+    if "retry-after" in headers or "retry-after-ms" in headers:
+        return headers
+    seconds = retry_info_seconds(body)
+    return headers if seconds is None else {"retry-after": str(seconds)}
 
 
 def _log_retry(
