@@ -73,9 +73,7 @@ def _check_any_of(value: Any, branches: Sequence[Any], path: str, noun: str) -> 
     # branch's own complaint is the useful one; among objects, the branch whose
     # constants (a choice's tag) the value matches.
     fitting = [
-        found
-        for branch, found in zip(branches, failures, strict=True)
-        if _type_fits(value, branch)
+        found for branch, found in zip(branches, failures, strict=True) if _type_fits(value, branch)
     ]
     if len(fitting) > 1:
         tagged = [
@@ -87,9 +85,7 @@ def _check_any_of(value: Any, branches: Sequence[Any], path: str, noun: str) -> 
     if len(fitting) == 1:
         return fitting[0]
     wanted = " or ".join(_describe_schema(branch) for branch in branches)
-    return [
-        (path, f"{_subject(path, noun)} must be {wanted}, got {describe(value, as_json=True)}")
-    ]
+    return [(path, f"{_subject(path, noun)} must be {wanted}, got {describe(value, as_json=True)}")]
 
 
 def _tags_match(value: Any, branch: Mapping[str, Any]) -> bool:

@@ -26,7 +26,6 @@ from typing import Any, Final
 
 import attrs
 
-from threadline._errors import InvalidRequestError
 from threadline.serialization._json import json_equal
 from threadline.tools._check import problems
 from threadline.tools._schema import choice_schema, is_object_class, object_schema, schema_for
@@ -116,7 +115,7 @@ class OutputSpec:
         decoded = without_optional_nulls(decoded, self.schema.schema)
         found = problems(decoded, self.schema.schema, noun="field")
         if found:
-            where, sentence = found[0]
+            where = found[0][0]
             raise OutputProblem("; ".join(s for _, s in found), self._path(where))
         value = decoded[WRAPPER_KEY] if self.wrapped else decoded
         return self._built(value)
@@ -135,7 +134,7 @@ class OutputSpec:
             value = {key: item for key, item in value.items() if key != CHOICE_TAG}
         try:
             return argument_converter().structure(value, hint)
-        except Exception as exc:  # noqa: BLE001 - whatever the type's own checks raise refuses it
+        except Exception as exc:
             raise OutputProblem(f"{type(exc).__name__}: {exc}") from None
 
 
