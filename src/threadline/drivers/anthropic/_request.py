@@ -32,6 +32,7 @@ from threadline._messages import ImagePart, Message, Role, TextPart, ToolCall
 from threadline._provider import ProviderCall
 from threadline._replay import ReplayRules, ReplayScope, replayed
 from threadline.drivers._http._wire import JSONCache, encode_body
+from threadline.tools._output import OutputSchema
 from threadline.tools._tools import Tool
 
 __all__ = [
@@ -375,12 +376,22 @@ def _fields(
         if value is not None:
             fields[field] = value
     # seed, presence_penalty and frequency_penalty have no Anthropic equivalent.
+    if call.output is not None:
+        fields["output_config"] = {"format": _output_format(call.output)}
     extra = dict(call.extra_body)
     chosen = extra.pop("thinking", thinking)
     if chosen is not None:
         fields["thinking"] = _thinking_json(chosen, max_tokens)
     fields.update(extra)
     return fields
+
+
+def _output_format(output: OutputSchema) -> dict[str, Any]:
+    """The native structured-output format: the schema under strict rules where it
+    follows them (every property listed as required, optional ones nullable, no
+    ``default``), else as it is."""
+    schema = output.schema if output.strict_schema is None else output.strict_schema
+    return {"type": "json_schema", "schema": dict(schema)}
 
 
 def _assemble(head: dict[str, Any], system: list[bytes], messages: bytes) -> bytes:
