@@ -228,9 +228,26 @@ def _fields_of(cls: type, where: str) -> list[_Field]:
         ]
     required = cls.__required_keys__  # type: ignore[attr-defined]
     return [
-        _Field(name, name, _unwrapped(hint), attrs.NOTHING if name in required else _OPTIONAL)
+        _Field(
+            name,
+            name,
+            _unwrapped(hint),
+            attrs.NOTHING if _required(hint, name, required) else _OPTIONAL,
+        )
         for name, hint in hints.items()
     ]
+
+
+def _required(hint: Any, name: str, required: frozenset[str]) -> bool:
+    """Whether a TypedDict key is required: its ``Required``/``NotRequired`` wrapper says
+    so where it has one (``__required_keys__`` misses them under postponed annotations
+    before Python 3.13), else the class's totality."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.NotRequired, typing_extensions.NotRequired):
+        return False
+    if origin in (typing.Required, typing_extensions.Required):
+        return True
+    return name in required
 
 
 _OPTIONAL = object()
