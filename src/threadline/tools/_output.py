@@ -26,6 +26,7 @@ from typing import Any, Final
 
 import attrs
 
+from threadline._errors import InvalidRequestError
 from threadline.serialization._json import json_equal
 from threadline.tools._check import problems
 from threadline.tools._schema import choice_schema, is_object_class, object_schema, schema_for
@@ -38,6 +39,7 @@ __all__ = [
     "OutputProblem",
     "OutputSchema",
     "OutputSpec",
+    "SchemaOutput",
     "output_spec",
     "strict_schema",
 ]
@@ -138,6 +140,18 @@ class OutputSpec:
             raise OutputProblem(f"{type(exc).__name__}: {exc}") from None
 
 
+@attrs.frozen
+class SchemaOutput:
+    """An output type given as a JSON schema (the command line's ``--schema FILE``):
+    the answer's value is the decoded JSON that passed it, built into nothing.
+
+    ``text`` is the schema's JSON text, so the value is hashable as a type is.
+    """
+
+    name: str
+    text: str
+
+
 def output_spec(hint: Any) -> OutputSpec:
     """The spec of ``output_type=hint``, made once per type.
 
@@ -156,6 +170,8 @@ def _cached_spec(hint: Any) -> OutputSpec:
 
 
 def _spec(hint: Any) -> OutputSpec:
+    if isinstance(hint, SchemaOutput):
+        return _schema_output_spec(hint)
     where = f"output_type {_type_name(hint)}"
     members = _class_members(hint)
     choices: dict[str, Any] = {}
@@ -178,6 +194,25 @@ def _spec(hint: Any) -> OutputSpec:
         wrapped=wrapped,
         choices=choices,
     )
+
+
+def _schema_output_spec(given: SchemaOutput) -> OutputSpec:
+    try:
+        inner = json.loads(given.text)
+    except ValueError as exc:
+        raise InvalidRequestError(f"the JSON schema {given.name!r} is not JSON ({exc})") from None
+    if not isinstance(inner, dict):
+        raise InvalidRequestError(f"the JSON schema {given.name!r} is not a JSON object")
+    wrapped = inner.get("type") != "object"
+    schema = object_schema({WRAPPER_KEY: inner}, [WRAPPER_KEY]) if wrapped else inner
+    name = _NAME_CHARACTERS.sub("_", given.name)[:64] or "answer"
+    output = OutputSchema(
+        name=name,
+        schema=schema,
+        strict_schema=strict_schema(schema),
+        description=str(inner.get("description", "")),
+    )
+    return OutputSpec(hint=Any, schema=output, wrapped=wrapped)
 
 
 def _class_members(hint: Any) -> tuple[type, ...] | None:
