@@ -352,8 +352,9 @@ class Conversation:
                 came before this turn began (nothing was sent); after it
                 answered when the write came while the model worked, with the
                 answer in ``unsaved_result``. Either way the turn is not added.
-            ProviderError, HandlerError, MaxRoundsExceededError,
-            OutputValidationError: as ``Request.run``.
+            ProviderError, HandlerError, MaxRoundsExceededError: as ``Request.run``.
+            OutputValidationError: the answer failed the turn's output type (the
+                turn is not added).
         """
         async with self._lock.held():
             turn = self._prepare(prompt, output_type)
