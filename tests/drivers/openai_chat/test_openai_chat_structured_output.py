@@ -163,15 +163,18 @@ async def test_a_streamed_refusal_is_read_as_one(respx_mock: respx.MockRouter) -
         {"model": "gpt-test", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
     ]
     body = b"".join(f"data: {json.dumps(e)}\n\n".encode() for e in events) + b"data: [DONE]\n\n"
-    respx_mock.post(URL).mock(
-        return_value=httpx.Response(200, content=body, headers={"content-type": "text/event-stream"})
-    )
-    async with OpenAIChatDriver(BASE, api_key="sk-test", max_retries=0) as chat:
-        request = Client(chat, default_model=MODEL).request().with_prompt("x")
-        with pytest.raises(OutputValidationError, match="refused") as caught:
+    stream_headers = {"content-type": "text/event-stream"}
+    respx_mock.post(URL).mock(return_value=httpx.Response(200, content=body, headers=stream_headers))
+
+    async def drain() -> None:
+        async with OpenAIChatDriver(BASE, api_key="sk-test", max_retries=0) as chat:
+            request = Client(chat, default_model=MODEL).request().with_prompt("x")
             async with request.with_output_type(Forecast).stream() as stream:
                 async for _ in stream:
                     pass
+
+    with pytest.raises(OutputValidationError, match="refused") as caught:
+        await drain()
     assert caught.value.text == "I can't do that."
 
 
