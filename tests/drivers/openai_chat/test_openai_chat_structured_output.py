@@ -164,7 +164,8 @@ async def test_a_streamed_refusal_is_read_as_one(respx_mock: respx.MockRouter) -
     ]
     body = b"".join(f"data: {json.dumps(e)}\n\n".encode() for e in events) + b"data: [DONE]\n\n"
     stream_headers = {"content-type": "text/event-stream"}
-    respx_mock.post(URL).mock(return_value=httpx.Response(200, content=body, headers=stream_headers))
+    reply = httpx.Response(200, content=body, headers=stream_headers)
+    respx_mock.post(URL).mock(return_value=reply)
 
     async def drain() -> None:
         async with OpenAIChatDriver(BASE, api_key="sk-test", max_retries=0) as chat:
