@@ -126,9 +126,7 @@ async def test_responses_incomplete_answer_raises_without_a_repair(
 
 
 async def test_anthropic_sends_the_native_output_format(respx_mock: respx.MockRouter) -> None:
-    result, route = await anthropic_run(
-        respx_mock, Shelf, anthropic_reply('{"books": ["Dune"]}')
-    )
+    result, route = await anthropic_run(respx_mock, Shelf, anthropic_reply('{"books": ["Dune"]}'))
     assert result.output == Shelf(books=["Dune"])
     body = json.loads(route.calls.last.request.content)
     assert body["output_config"] == {
