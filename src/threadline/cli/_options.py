@@ -188,7 +188,7 @@ def _add_answer_options(chat: argparse.ArgumentParser) -> None:
         metavar="FILE|MODULE:NAME",
         help="answer as JSON of this schema (a JSON schema file, or a Python type such as "
         "shop.models:Order), constrained where the provider can and validated; prints the "
-        "validated JSON",
+        "validated JSON (default: none, a text answer)",
     )
 
 
