@@ -161,3 +161,18 @@ async def test_anthropic_invalid_answer_is_repaired_with_the_error(
     assert result.output == Shelf(books=[])
     repair = json.loads(route.calls[1].request.content)["messages"][-1]
     assert "must be an array" in json.dumps(repair)
+
+
+async def test_anthropic_keeps_an_output_config_given_in_extra_body(
+    respx_mock: respx.MockRouter,
+) -> None:
+    route = respx_mock.post(f"{ANTHROPIC}/v1/messages").mock(
+        return_value=httpx.Response(200, json=anthropic_reply('{"books": []}'))
+    )
+    async with AnthropicDriver(base_url=ANTHROPIC, api_key="sk-ant-test", max_retries=0) as driver:
+        request = Client(driver, default_model=MODEL).request().with_prompt("books?")
+        request.with_extra_body({"output_config": {"effort": "low"}})
+        await request.with_output_type(Shelf).run()
+    config = json.loads(route.calls.last.request.content)["output_config"]
+    assert config["effort"] == "low"
+    assert config["format"]["type"] == "json_schema"

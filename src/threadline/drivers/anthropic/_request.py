@@ -376,9 +376,13 @@ def _fields(
         if value is not None:
             fields[field] = value
     # seed, presence_penalty and frequency_penalty have no Anthropic equivalent.
-    if call.output is not None:
-        fields["output_config"] = {"format": _output_format(call.output)}
     extra = dict(call.extra_body)
+    if call.output is not None:
+        # An output_config of extra_body's (an effort) keeps its keys; the format joins them.
+        given = extra.pop("output_config", None)
+        config = dict(given) if isinstance(given, dict) else {}
+        config.setdefault("format", _output_format(call.output))
+        fields["output_config"] = config
     chosen = extra.pop("thinking", thinking)
     if chosen is not None:
         fields["thinking"] = _thinking_json(chosen, max_tokens)
