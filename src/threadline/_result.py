@@ -194,6 +194,8 @@ class RunResult(Generic[OutputT]):
                 f"; {interrupted} interrupted tool call(s) repaired, "
                 f"{len(repaired) - interrupted} orphan result(s) dropped"
             )
+        if self.output_repairs:
+            line += f"; {self.output_repairs} repair round(s) for an answer that failed its type"
         if self.reasoning_dropped:
             line += (
                 f"; reasoning of {len(self.reasoning_dropped)} message(s) left out "

@@ -149,6 +149,9 @@ async def test_an_answer_a_validator_refuses_gets_one_repair_round_with_the_erro
     result = await client_of(driver).request().with_prompt("bill").with_output_type(Invoice).run()
     assert result.output.items[0].price == 3.5
     assert result.output_repairs == 1
+    assert result.limiting_summary().endswith(
+        "; 1 repair round(s) for an answer that failed its type"
+    )
     first, second = result.rounds
     assert first.output_error is not None
     assert "'price' must be >= 0" in first.output_error
