@@ -142,6 +142,9 @@ def test_conversations_list_show_export_import_and_delete(db: Path, tmp_path: Pa
     assert listing.code == 0
     assert listing.out.startswith("talk\t2 messages\tupdated 2")
 
+    # No action lists, as `llm logs` does.
+    assert invoke("conversations", "--db", str(db)).out == listing.out
+
     shown = invoke("conversations", "--db", str(db), "show", "talk")
     assert shown.out.splitlines() == ["user> How are you?", "assistant> Fine, thanks."]
 

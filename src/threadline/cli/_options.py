@@ -238,12 +238,14 @@ def _conversations_parser(commands: argparse._SubParsersAction[argparse.Argument
     conversations = commands.add_parser(
         "conversations",
         help="list, show, export, import or delete saved conversations",
-        description="Manage the saved conversations. list, show and export only read: they "
-        "never create a database and work on a read-only one.",
+        description="Manage the saved conversations; with no action, list them. list, show and "
+        "export only read: they never create a database and work on a read-only one.",
         formatter_class=_Formatter,
     )
     _add_db(conversations)
-    actions = conversations.add_subparsers(dest="action", required=True, metavar="ACTION")
+    # No action lists, as `llm logs` does: the first thing a user wants to see.
+    actions = conversations.add_subparsers(dest="action", metavar="[ACTION]")
+    conversations.set_defaults(action="list")
     listing = actions.add_parser("list", help="every saved conversation, latest first")
     _add_db(listing)
     show = actions.add_parser("show", help="a conversation's messages")
