@@ -16,6 +16,7 @@ Everything threadline raises on purpose derives from one root, so
     │   └── StoreClosedError           the store was closed with ``aclose()``
     ├── TokenizerDataError         the embedded vocabulary is missing or damaged
     ├── ToolArgumentsError         (also a ValueError) a tool call's arguments are not valid JSON
+    ├── OutputValidationError      (also a ValueError) a structured answer failed its type
     └── ProviderError              the provider failed; carries status, body, request id
         ├── AuthenticationError        401 / 403
         ├── RateLimitError             429
@@ -44,6 +45,7 @@ __all__ = [
     "HandlerError",
     "InvalidRequestError",
     "MaxRoundsExceededError",
+    "OutputValidationError",
     "ProviderError",
     "ProviderResponseError",
     "ProviderUnavailableError",
@@ -101,6 +103,28 @@ class MaxRoundsExceededError(ThreadlineError):
             "raise the bound with Request.with_max_rounds(n)"
         )
         self.max_rounds = max_rounds
+
+
+class OutputValidationError(ThreadlineError, ValueError):
+    """The model's final answer did not validate as the request's ``output_type``,
+    after every repair round (``output_retries``) was spent, or it was refused or
+    cut off.
+
+    ``text`` is the raw answer, ``path`` where in it the first problem sits
+    (``"$.items[2].price"``; ``"$"`` for the whole answer), ``reason`` what is
+    wrong there, and ``attempts`` how many answers were tried. Nothing of the
+    failed turn is added to a conversation.
+    """
+
+    def __init__(self, reason: str, *, text: str, path: str = "$", attempts: int = 1) -> None:
+        super().__init__(
+            f"the answer is not a valid value of the output type after {attempts} "
+            f"attempt(s): {path}: {reason}"
+        )
+        self.reason = reason
+        self.text = text
+        self.path = path
+        self.attempts = attempts
 
 
 class ConversationFormatError(ThreadlineError, ValueError):

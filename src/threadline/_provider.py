@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Protocol, TypeAlias, runtime_checkable
+from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 
 import attrs
 
@@ -18,11 +18,13 @@ from threadline._messages import Message, Usage
 from threadline._models import Model
 from threadline._replay import ANY_REPLAY, ReplayRules
 from threadline.counting._protocol import ExactCounter, ReplayProjection, TokenCounter
+from threadline.tools._output import OutputSchema
 from threadline.tools._tools import Tool
 
 __all__ = [
     "Driver",
     "FinishReason",
+    "OutputConstraint",
     "ProviderCall",
     "ProviderResponse",
     "ReasoningChunk",
@@ -35,7 +37,14 @@ __all__ = [
 ]
 
 FinishReason: TypeAlias = str
-"""``"stop"``, ``"length"``, ``"tool_calls"``, ``"content_filter"``, or what the provider said."""
+"""``"stop"``, ``"length"``, ``"tool_calls"``, ``"content_filter"``, ``"refusal"``, or what
+the provider said."""
+
+OutputConstraint: TypeAlias = Literal["schema", "grammar", "prompt"]
+"""How a driver holds a structured answer to its schema: ``"schema"`` the provider
+enforces the JSON schema it is sent, ``"grammar"`` the driver samples under a grammar
+made from it, ``"prompt"`` nothing does (the run asks in the system message and
+validates)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -66,6 +75,9 @@ class ProviderCall:
     cache_key: str | None = None
     """A stable key for the prompt prefix this call shares with earlier ones (a
     conversation's), for providers that route their prompt cache by one."""
+    output: OutputSchema | None = None
+    """The JSON schema the answer must follow (``output_type``), for the driver to send
+    or enforce as its ``output_constraint`` says; ``None``: a text answer."""
 
 
 @attrs.frozen(kw_only=True)
@@ -220,6 +232,16 @@ class Driver(Protocol):
         counted exactly and the estimate decides.
         """
         return None
+
+    def output_constraint(self, model: Model) -> OutputConstraint:
+        """How this driver holds a structured answer from ``model`` to its schema.
+
+        A driver that sends ``ProviderCall.output`` to a provider which enforces
+        it says ``"schema"``; one that samples under a grammar ``"grammar"``.
+        Default: ``"prompt"``, the driver ignores ``output``, and the run puts
+        the schema in the system message and validates the answer.
+        """
+        return "prompt"
 
     async def load(self) -> None:
         """Load now what the first call would otherwise load (a local model's weights).

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Generic, cast
 
 import attrs
+from typing_extensions import TypeVar
 
 from threadline._messages import Message, Usage
 from threadline._provider import ProviderResponse
@@ -13,7 +14,13 @@ if TYPE_CHECKING:
     from threadline.limiting._budget import Budget
     from threadline.limiting._ledger import DroppedReasoning, LimitingRecord, ToolCallRepair
 
-__all__ = ["RoundRecord", "RunResult"]
+__all__ = ["OutputT", "RoundRecord", "RunResult"]
+
+OutputT = TypeVar("OutputT", default=str)
+"""The type of ``RunResult.output``: the request's ``output_type``, else ``str``."""
+
+_TEXT: Any = object()
+"""``RunResult``'s output of a run without an ``output_type``: its text."""
 
 
 @attrs.frozen(kw_only=True)
@@ -63,6 +70,9 @@ class RoundRecord:
     """The first round's: what the request's repair of interrupted tool calls
     changed in the history before anything was sent
     (``RequestSettings.repair_interrupted_tool_calls``)."""
+    output_error: str | None = None
+    """For a run with an ``output_type``: why this round's final answer failed it
+    (``"$.total: field 'total' is required"``), when it did and a repair round followed."""
 
     @property
     def decided_input_tokens(self) -> int:
@@ -90,12 +100,15 @@ class RoundRecord:
 
 
 @attrs.frozen(kw_only=True)
-class RunResult:
+class RunResult(Generic[OutputT]):
     """The outcome of ``Request.run()``.
 
     ``messages`` is the whole transcript as it stands after the run, each
     message with its origin; limiting may have removed seed messages from it,
     so use :meth:`new_messages` (never a slice offset) for what to persist.
+    :attr:`output` is the validated value of the request's ``output_type``
+    (``RunResult[Invoice]``), or the text when it has none; :attr:`text` is
+    always the raw text of the final answer.
     """
 
     response: ProviderResponse
@@ -105,11 +118,25 @@ class RunResult:
     turn_messages: tuple[Message, ...]
     """This run's own messages (origin ``TURN``) in order, even ones a later
     round's limiting left out."""
+    _output: Any = attrs.field(default=_TEXT, alias="output", repr=False)
+
+    @property
+    def output(self) -> OutputT:
+        """The final answer as a value of the request's ``output_type``, validated;
+        without one, the answer's text."""
+        if self._output is _TEXT:
+            return cast("OutputT", self.response.text)
+        return cast("OutputT", self._output)
 
     @property
     def text(self) -> str:
-        """The final reply's text."""
+        """The final reply's text (the raw JSON of a structured answer)."""
         return self.response.text
+
+    @property
+    def output_repairs(self) -> int:
+        """How many repair rounds the structured answer took (0: it was valid at once)."""
+        return sum(record.output_error is not None for record in self.rounds)
 
     @property
     def usage(self) -> Usage:
@@ -171,6 +198,8 @@ class RunResult:
                 f"; {interrupted} interrupted tool call(s) repaired, "
                 f"{len(repaired) - interrupted} orphan result(s) dropped"
             )
+        if self.output_repairs:
+            line += f"; {self.output_repairs} repair round(s) for an answer that failed its type"
         if self.reasoning_dropped:
             line += (
                 f"; reasoning of {len(self.reasoning_dropped)} message(s) left out "

@@ -34,6 +34,7 @@ from threadline.cli._errors import USER_FACING_ERRORS, CliError, describe
 from threadline.cli._interactive import interactive
 from threadline.cli._io import IO
 from threadline.cli._options import LOCAL_REPEAT_PENALTY
+from threadline.cli._schema import output_type_of
 from threadline.cli._session import ChatSession
 from threadline.cli._setup import NO_LOCAL_MODEL, db_path, open_store, provider_url
 from threadline.counting import TokenCalibration
@@ -157,6 +158,7 @@ async def chat(args: argparse.Namespace, io: IO, factory: DriverFactory) -> int:
     url: str | None = None
     try:
         async with contextlib.AsyncExitStack() as stack:
+            output_type = None if args.schema is None else output_type_of(args.schema)
             store: ConversationStore | None = None
             reading = args.no_save and (args.conversation or args.resume_last)
             if not args.no_save or (reading and db_path(args).exists()):
@@ -186,6 +188,7 @@ async def chat(args: argparse.Namespace, io: IO, factory: DriverFactory) -> int:
                 io=io,
                 args=args,
                 saving=not args.no_save,
+                output_type=output_type,
             )
             if session.window() is None:
                 io.note(_unknown_window(session))

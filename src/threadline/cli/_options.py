@@ -164,7 +164,7 @@ def _chat_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="N",
         help="send at least the last N messages as history (default: 0, all of it)",
     )
-    chat.add_argument("--system", metavar="TEXT", help="the system instructions (default: none)")
+    _add_answer_options(chat)
     _add_sampling_options(chat)
     _add_db(chat)
     chat.add_argument(
@@ -178,6 +178,17 @@ def _chat_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         const="-",
         metavar="PROMPT",
         help="answer one prompt (or standard input with --once -) and exit",
+    )
+
+
+def _add_answer_options(chat: argparse.ArgumentParser) -> None:
+    chat.add_argument("--system", metavar="TEXT", help="the system instructions (default: none)")
+    chat.add_argument(
+        "--schema",
+        metavar="FILE|MODULE:NAME",
+        help="answer as JSON of this schema (a JSON schema file, or a Python type such as "
+        "shop.models:Order), constrained where the provider can and validated; prints the "
+        "validated JSON (default: none, a text answer)",
     )
 
 

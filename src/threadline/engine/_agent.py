@@ -47,7 +47,8 @@ class Agent:
     makes: its one-shot :meth:`run` and :meth:`stream`, and every turn of
     every conversation built on it, loaded ones included. Limiting handlers
     set here reach them all. An agent does not change once built; many
-    conversations can share one.
+    conversations can share one. ``output_type=T`` makes every answer a
+    validated ``T`` in ``RunResult.output`` (docs/structured-output.md).
 
     ``model`` unset uses the client's ``default_model``. Tools are ``Tool``
     objects or typed functions; every tool needs a function, since the agent
@@ -146,7 +147,7 @@ class Agent:
             )
         return settings_counter(self._settings, self._client.defaults, model)
 
-    def request(self) -> Request:
+    def request(self) -> Request[Any]:
         """A new request with the agent's setup applied, ready for history and a prompt."""
         request = (
             self._client.request()
@@ -158,7 +159,7 @@ class Agent:
             request.with_model(self._model)
         return request
 
-    async def run(self, prompt: str | Message) -> RunResult:
+    async def run(self, prompt: str | Message) -> RunResult[Any]:
         """One request with the agent's setup and no memory: nothing before ``prompt``
         is sent, and nothing is kept for next time (use a ``Conversation`` for that).
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import attrs
 
 from threadline._errors import InvalidRequestError, TranscriptIntegrityError
-from threadline._messages import Message
+from threadline._messages import Message, Role
 from threadline._models import Model
 from threadline._provider import Driver, ProviderCall
 from threadline._settings import RequestSettings
@@ -32,6 +32,7 @@ from threadline.limiting._incremental import CheckedHistory
 from threadline.limiting._ledger import ToolCallRepair
 from threadline.limiting._repair import repair_tool_units
 from threadline.limiting._units import check_integrity
+from threadline.tools._output import OutputSpec, output_spec
 from threadline.tools._tools import Tool, Toolset, tool
 
 if TYPE_CHECKING:
@@ -83,6 +84,21 @@ class RunPlan:
     """The history a conversation vouches for, where it stands in ``transcript``."""
     tool_call_repairs: tuple[ToolCallRepair, ...] = ()
     """What the request's repair of interrupted tool calls changed in its history."""
+    output: OutputSpec | None = None
+    """The request's ``output_type``, described; ``None``: a text answer."""
+    output_retries: int = 0
+    """Repair rounds a final answer that fails ``output`` gets."""
+    output_instruction: str | None = None
+    """What each call adds to its system message, when the driver cannot constrain the
+    answer to ``output`` (its ``output_constraint`` is ``"prompt"``)."""
+
+    @property
+    def counted_tools(self) -> tuple[Tool, ...]:
+        """What every count of a round prices as tools: the tools sent, and the output
+        schema (sent as a field or a system note, priced as a tool declaration is)."""
+        if self.output is None:
+            return self.toolset.tools
+        return (*self.toolset.tools, self.output.schema.counted_tool())
 
     def deadline(self, *, streaming: bool) -> CallDeadline:
         """The time limits of one provider call; the first-token one holds for streams."""
@@ -98,7 +114,19 @@ class RunPlan:
         choice = self.call_template.tool_choice
         if round_number > 1 and choice not in _UNFORCED:
             choice = "auto"
+        if self.output_instruction is not None:
+            messages = with_instruction(messages, self.output_instruction)
         return attrs.evolve(self.call_template, messages=messages, tool_choice=choice)
+
+
+def with_instruction(messages: tuple[Message, ...], instruction: str) -> tuple[Message, ...]:
+    """``messages`` with ``instruction`` closing the system message (a new one first when
+    there is none); only the call carries it, never the transcript."""
+    if messages and messages[0].role is Role.SYSTEM:
+        first = messages[0]
+        joined = f"{first.text}\n\n{instruction}" if first.text else instruction
+        return (Message.system(joined, origin=first.origin), *messages[1:])
+    return (Message.system(instruction), *messages)
 
 
 _Built: TypeAlias = tuple[
@@ -180,6 +208,10 @@ def plan_run(
     transcript, prompt_index, checked_history, repairs = built
     resolution = settings_budget(settings, model)
     counter = settings_counter(settings, defaults, model)
+    output = None if settings.output_type is None else output_spec(settings.output_type)
+    instruction = None
+    if output is not None and defaults.driver.output_constraint(model) == "prompt":
+        instruction = output.schema.instruction()
     template = ProviderCall(
         model=model,
         messages=(),
@@ -189,6 +221,7 @@ def plan_run(
         sampling=settings.sampling(),
         extra_body=dict(settings.extra_body),
         cache_key=cache_key,
+        output=None if output is None else output.schema,
     )
     return RunPlan(
         driver=defaults.driver,
@@ -212,6 +245,9 @@ def plan_run(
         tool_timeout=settings.tool_timeout,
         checked_history=checked_history,
         tool_call_repairs=repairs,
+        output=output,
+        output_retries=settings.output_retries,
+        output_instruction=instruction,
     )
 
 

@@ -19,12 +19,14 @@ import logging
 import math
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
+from typing import Any
 
 import attrs
 
 from threadline._errors import (
     ContextLengthExceededError,
     MaxRoundsExceededError,
+    OutputValidationError,
     ProviderResponseError,
 )
 from threadline._events import (
@@ -56,6 +58,7 @@ from threadline.limiting._budget import Budget
 from threadline.limiting._engine import apply_limits
 from threadline.limiting._ledger import DroppedReasoning, LimitingOutcome, LimitingRecord
 from threadline.limiting._units import split_units
+from threadline.tools._output import OutputProblem
 from threadline.tools._tools import invoke_concurrently
 
 __all__ = ["Run"]
@@ -64,6 +67,15 @@ logger = logging.getLogger("threadline.request")
 
 _CONTEXT_RETRY_MARGIN = 0.95
 """A tightened budget aims this far under what the provider said would fit."""
+
+_NOT_REPAIRED = {
+    "length": "the answer was cut off at the output limit (raise max_output_tokens)",
+    "content_filter": "the provider stopped the answer (content filter or refusal)",
+    "refusal": "the model refused to answer",
+}
+"""Finish reasons whose failed answer raises at once: asking again would end the same way."""
+
+_NO_OUTPUT: Any = object()
 
 
 @attrs.define(kw_only=True)
@@ -89,6 +101,10 @@ class _Round:
     response: ProviderResponse | None = None
     runnable: bool = False
     reasoning_dropped: tuple[DroppedReasoning, ...] = ()
+    output: Any = _NO_OUTPUT
+    """The final answer's value, when the run has an ``output_type`` and it validated."""
+    output_error: str | None = None
+    """Why the final answer failed the ``output_type``, when a repair round follows."""
 
 
 class Run:
@@ -128,16 +144,42 @@ class Run:
                 async with aclosing(self._run_tools(current)) as tools:
                     async for event in tools:
                         yield event
+                self._check_output(current)
                 yield RoundDone(record=self._record(current))
-                if not current.runnable:
+                if current.output_error is not None:
+                    self._append(_repair_prompt(current.output_error))
+                elif not current.runnable:
                     # No tool calls, or a call to a tool the caller runs itself:
                     # the run ends and hands the transcript back.
                     assert current.response is not None
-                    result = self._result(current.response)
+                    result = self._result(current.response, current.output)
                     self.observer.finished(result)
                     yield FinalResult(result=result)
                     return
             raise MaxRoundsExceededError(self.plan.max_rounds)
+
+    # -- structured output --------------------------------------------------------------
+
+    def _check_output(self, current: _Round) -> None:
+        """Validate a final answer against the ``output_type``: its value, or the error
+        a repair round sends back, or ``OutputValidationError`` when none is left."""
+        output, response = self.plan.output, current.response
+        if output is None or response is None or current.runnable:
+            return
+        if response.message.tool_calls:
+            return  # calls the caller runs: the run hands them back, nothing to validate
+        try:
+            current.output = output.parse(response.text)
+        except OutputProblem as problem:
+            repairs = sum(record.output_error is not None for record in self.rounds)
+            cause = _NOT_REPAIRED.get(response.finish_reason)
+            if cause is not None or repairs >= self.plan.output_retries:
+                reason = problem.reason if cause is None else f"{cause}; {problem.reason}"
+                raise OutputValidationError(
+                    reason, text=response.text, path=problem.path, attempts=repairs + 1
+                ) from None
+            current.output_error = str(problem)
+            logger.info("the answer failed the output type (%s); asking again", problem)
 
     # -- limiting and sending -----------------------------------------------------------
 
@@ -147,7 +189,7 @@ class Run:
         plan = self.plan
         if plan.calibration is None:
             return plan.counter
-        return plan.calibration.estimate(plan.model.name, plan.counter, handed, plan.toolset.tools)
+        return plan.calibration.estimate(plan.model.name, plan.counter, handed, plan.counted_tools)
 
     def _exact_always(self) -> bool:
         """Whether the exact counter decides however far the estimate is from the budget.
@@ -171,7 +213,7 @@ class Run:
         counter = self._counter(handed.messages)
         outcome = await apply_limits(
             handed.messages,
-            tools=self.plan.toolset.tools,
+            tools=self.plan.counted_tools,
             counter=counter,
             budget=self.budget,
             pre=self.plan.pre,
@@ -191,7 +233,7 @@ class Run:
         current.sent = outcome.messages
         current.estimated = record.tokens_after
         current.exact = record.exact_tokens_sent
-        tools = self.plan.toolset.tools
+        tools = self.plan.counted_tools
         if record.counted_by == "estimate":
             current.raw_estimate, current.calibrated = record.tokens_after, None
         else:
@@ -335,18 +377,37 @@ class Run:
             reasoning_dropped=current.reasoning_dropped,
             replay_notes=response.replay_notes,
             tool_calls_repaired=self.plan.tool_call_repairs if current.number == 1 else (),
+            output_error=current.output_error,
         )
         self.rounds.append(record)
         return record
 
-    def _result(self, response: ProviderResponse) -> RunResult:
+    def _result(self, response: ProviderResponse, output: Any) -> RunResult[Any]:
+        if output is _NO_OUTPUT:
+            return RunResult(
+                response=response,
+                messages=self.transcript,
+                rounds=tuple(self.rounds),
+                budget=self.budget,
+                turn_messages=tuple(self.turn_messages),
+            )
         return RunResult(
             response=response,
             messages=self.transcript,
             rounds=tuple(self.rounds),
             budget=self.budget,
             turn_messages=tuple(self.turn_messages),
+            output=output,
         )
+
+
+def _repair_prompt(error: str) -> Message:
+    """The user message of a repair round: what was wrong, and to answer again."""
+    return Message.user(
+        f"Your answer does not match the required JSON schema: {error}. "
+        "Answer again with only the corrected JSON value.",
+        origin=Origin.TURN,
+    )
 
 
 def _event_of(chunk: StreamChunk, current: _Round) -> StreamEvent | None:

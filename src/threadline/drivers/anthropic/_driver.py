@@ -16,6 +16,7 @@ from threadline._errors import ProviderError
 from threadline._messages import Message
 from threadline._models import Model
 from threadline._provider import (
+    OutputConstraint,
     ProviderCall,
     ProviderResponse,
     ResponseDone,
@@ -169,6 +170,11 @@ class AnthropicDriver(HTTPDriver):
     def exact_token_counter(self, model: Model) -> AnthropicTokenCounter:
         """An exact counter for ``model`` backed by ``/v1/messages/count_tokens``."""
         return AnthropicTokenCounter(self, model)
+
+    def output_constraint(self, model: Model) -> OutputConstraint:
+        """``"schema"``: the answer is constrained by the Messages API's native
+        structured output (``output_config.format``, a JSON schema)."""
+        return "schema"
 
     def replay_projection(self, model: Model) -> ReplayProjection:
         """Reasoning is counted as it is sent: :meth:`replay_rules` price what they send.

@@ -32,6 +32,7 @@ from threadline._messages import ImagePart, Message, Role, TextPart, ToolCall
 from threadline._provider import ProviderCall
 from threadline._replay import ReplayRules, ReplayScope, replayed
 from threadline.drivers._http._wire import JSONCache, encode_body
+from threadline.tools._output import OutputSchema
 from threadline.tools._tools import Tool
 
 __all__ = [
@@ -376,11 +377,25 @@ def _fields(
             fields[field] = value
     # seed, presence_penalty and frequency_penalty have no Anthropic equivalent.
     extra = dict(call.extra_body)
+    if call.output is not None:
+        # An output_config of extra_body's (an effort) keeps its keys; the format joins them.
+        given = extra.pop("output_config", None)
+        config = dict(given) if isinstance(given, dict) else {}
+        config.setdefault("format", _output_format(call.output))
+        fields["output_config"] = config
     chosen = extra.pop("thinking", thinking)
     if chosen is not None:
         fields["thinking"] = _thinking_json(chosen, max_tokens)
     fields.update(extra)
     return fields
+
+
+def _output_format(output: OutputSchema) -> dict[str, Any]:
+    """The native structured-output format: the schema under strict rules where it
+    follows them (every property listed as required, optional ones nullable, no
+    ``default``), else as it is."""
+    schema = output.schema if output.strict_schema is None else output.strict_schema
+    return {"type": "json_schema", "schema": dict(schema)}
 
 
 def _assemble(head: dict[str, Any], system: list[bytes], messages: bytes) -> bytes:

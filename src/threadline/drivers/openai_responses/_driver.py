@@ -17,6 +17,7 @@ from threadline._errors import BadRequestError, ProviderError
 from threadline._messages import Message
 from threadline._models import Model
 from threadline._provider import (
+    OutputConstraint,
     ProviderCall,
     ProviderResponse,
     ResponseDone,
@@ -160,6 +161,10 @@ class OpenAIResponsesDriver(HTTPDriver):
     def exact_token_counter(self, model: Model) -> ResponsesTokenCounter:
         """An exact counter for ``model`` backed by ``/responses/input_tokens``."""
         return ResponsesTokenCounter(self, model)
+
+    def output_constraint(self, model: Model) -> OutputConstraint:
+        """``"schema"``: the answer is constrained by ``text.format`` (a JSON schema)."""
+        return "schema"
 
     def replay_projection(self, model: Model) -> ReplayProjection:
         """Replayed reasoning is counted as nothing by the estimate.

@@ -33,6 +33,7 @@ from threadline._messages import ImagePart, Message, Role, TextPart
 from threadline._provider import ProviderCall
 from threadline._replay import ReplayRules, replayed
 from threadline.drivers._http._wire import JSONCache, encode_body
+from threadline.tools._output import OutputSchema
 from threadline.tools._tools import Tool
 
 __all__ = [
@@ -244,8 +245,21 @@ def _fields(
         fields["top_p"] = sampling.top_p
     if reasoning:
         fields["reasoning"] = dict(reasoning)
+    if call.output is not None:
+        fields["text"] = {"format": _text_format(call.output)}
     fields.update(call.extra_body)
     return fields
+
+
+def _text_format(output: OutputSchema) -> dict[str, Any]:
+    """``text.format`` for a structured answer: strict where the schema allows it."""
+    strict = output.strict_schema
+    described: dict[str, Any] = {"type": "json_schema", "name": output.name}
+    if output.description:
+        described["description"] = output.description
+    described["schema"] = dict(output.schema if strict is None else strict)
+    described["strict"] = strict is not None
+    return described
 
 
 def _assemble(head: dict[str, Any], instructions: str | None, items: bytes) -> bytes:
