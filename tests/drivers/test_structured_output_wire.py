@@ -1,4 +1,4 @@
-"""Structured output on the Responses and Anthropic wires: the field each sends the
+"""Structured output on the Responses, Anthropic and Gemini wires: the field each sends the
 schema in, and the refused or cut-off answer each reads back as one."""
 
 from __future__ import annotations
@@ -13,12 +13,14 @@ import respx
 
 from threadline import Client, Model
 from threadline.drivers import AnthropicDriver, OpenAIResponsesDriver
+from threadline.drivers.gemini import GeminiDriver
 from threadline.tools import OutputValidationError
 
 pytestmark = pytest.mark.anyio
 
 RESPONSES = "https://responses.example/v1"
 ANTHROPIC = "https://anthropic.example"
+GEMINI = "https://gemini.example/v1beta"
 MODEL = Model("model-test", context_size=8192, max_output_tokens=1024)
 
 
@@ -176,3 +178,60 @@ async def test_anthropic_keeps_an_output_config_given_in_extra_body(
     config = json.loads(route.calls.last.request.content)["output_config"]
     assert config["effort"] == "low"
     assert config["format"]["type"] == "json_schema"
+
+
+def gemini_reply(text: str, finish: str = "STOP") -> dict[str, Any]:
+    return {
+        "candidates": [
+            {"content": {"role": "model", "parts": [{"text": text}]}, "finishReason": finish}
+        ],
+        "usageMetadata": {"promptTokenCount": 5, "candidatesTokenCount": 3},
+    }
+
+
+async def gemini_run(
+    respx_mock: respx.MockRouter, output_type: Any, *replies: dict[str, Any]
+) -> tuple[Any, respx.Route]:
+    route = respx_mock.post(f"{GEMINI}/models/model-test:generateContent").mock(
+        side_effect=[httpx.Response(200, json=reply) for reply in replies]
+    )
+    async with GeminiDriver(base_url=GEMINI, api_key="gm-test", max_retries=0) as driver:
+        request = Client(driver, default_model=MODEL).request().with_prompt("forecast?")
+        return await request.with_output_type(output_type).run(), route
+
+
+async def test_gemini_sends_the_schema_as_response_json_schema(
+    respx_mock: respx.MockRouter,
+) -> None:
+    result, route = await gemini_run(respx_mock, Shelf, gemini_reply('{"books": ["Dune"]}'))
+    assert result.output == Shelf(books=["Dune"])
+    body = json.loads(route.calls.last.request.content)
+    config = body["generationConfig"]
+    assert config["responseMimeType"] == "application/json"
+    assert config["responseJsonSchema"]["required"] == ["books"]
+    assert config["responseJsonSchema"]["properties"]["books"]["type"] == "array"
+    assert "systemInstruction" not in body  # the API holds the answer to it: no note
+
+
+async def test_gemini_without_output_type_asks_for_no_json(respx_mock: respx.MockRouter) -> None:
+    route = respx_mock.post(f"{GEMINI}/models/model-test:generateContent").mock(
+        return_value=httpx.Response(200, json=gemini_reply("hello"))
+    )
+    async with GeminiDriver(base_url=GEMINI, api_key="gm-test", max_retries=0) as driver:
+        await Client(driver, default_model=MODEL).request().with_prompt("hi").run()
+    config = json.loads(route.calls.last.request.content).get("generationConfig", {})
+    assert "responseMimeType" not in config
+    assert "responseJsonSchema" not in config
+
+
+@pytest.mark.parametrize(
+    ("finish", "reason"), [("MAX_TOKENS", "cut off"), ("SAFETY", "content filter")]
+)
+async def test_gemini_cut_or_filtered_answer_raises_without_a_repair(
+    respx_mock: respx.MockRouter, finish: str, reason: str
+) -> None:
+    cut = gemini_reply('{"books": ["Du', finish=finish)
+    with pytest.raises(OutputValidationError, match=reason) as caught:
+        await gemini_run(respx_mock, Shelf, cut, cut)
+    assert caught.value.text == '{"books": ["Du'
+    assert respx_mock.calls.call_count == 1

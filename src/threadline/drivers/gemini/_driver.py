@@ -23,6 +23,7 @@ from threadline._errors import (
 from threadline._messages import Message, Reasoning, has_provider_reasoning
 from threadline._models import Model
 from threadline._provider import (
+    OutputConstraint,
     ProviderCall,
     ProviderResponse,
     ResponseDone,
@@ -172,6 +173,10 @@ class GeminiDriver(HTTPDriver):
     def replay_rules(self, model: Model) -> ReplayRules:
         """This model's stored parts go back every turn; another model's never do."""
         return GEMINI_REPLAY
+
+    def output_constraint(self, model: Model) -> OutputConstraint:
+        """``"schema"``: ``responseMimeType`` + ``responseJsonSchema`` constrain the answer."""
+        return "schema"
 
     def _label(self, call: ProviderCall) -> str:
         return f"{_NAME}:{call.model.name}"

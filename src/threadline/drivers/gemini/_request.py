@@ -109,9 +109,12 @@ def _tool_config(choice: str, tools: tuple[Tool, ...]) -> dict[str, Any]:
 
 
 def _output_config(call: ProviderCall) -> dict[str, Any]:
-    """The structured-output fields of ``generationConfig`` (``responseMimeType``,
-    ``responseJsonSchema``): issue 31 fills this in; until then a call asks for none."""
-    return {}
+    """The structured-output fields of ``generationConfig``: a JSON answer constrained
+    by ``responseJsonSchema`` (full JSON Schema, unlike the older OpenAPI-subset
+    ``responseSchema``), so the schema goes as the tools room wrote it."""
+    if call.output is None:
+        return {}
+    return {"responseMimeType": "application/json", "responseJsonSchema": dict(call.output.schema)}
 
 
 def _generation_config(
