@@ -177,7 +177,7 @@ class Run:
             pre=self.plan.pre,
             post=self.plan.post,
             round=current.number,
-            prompt_index=self.prompt_index,
+            prompt_index=handed.position(self.prompt_index),
             exact_counter=self.plan.exact_counter,
             exact_margin=self.plan.exact_margin,
             exact_always=self._exact_always(),

@@ -17,11 +17,18 @@ so that reasoning comes back in a form that can be replayed.
   dropped together. Reasoning another provider or model produced is left out,
   and the request says so in its ``left_out`` notes; so is reasoning with no
   item after it to belong to (:func:`_replayed`).
+- ``compaction`` items are kept the same way (``_response``) and are a
+  boundary: only the items from the latest one this model made are sent, its
+  own message's state from that item on. The messages before it are not
+  sent (system messages still make ``instructions``). A message with no text
+  and no tool call sends its compaction items alone, never a reasoning item
+  with nothing after it.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import logging
 from collections.abc import Sequence
 from typing import Any, Final
@@ -31,7 +38,7 @@ import attrs
 from threadline._errors import InvalidRequestError
 from threadline._messages import ImagePart, Message, Role, TextPart
 from threadline._provider import ProviderCall
-from threadline._replay import ReplayRules, replayed
+from threadline._replay import ReplayRules, block_types, replayed, window_start
 from threadline.drivers._http._wire import JSONCache, encode_body
 from threadline.tools._tools import Tool
 
@@ -133,10 +140,17 @@ def new_message_cache() -> JSONCache:
     return JSONCache(encode_message_items)
 
 
-REASONING_REPLAY: Final = ReplayRules({"reasoning"})
-"""What this driver sends back: its own reasoning items, before the item they came
-with, every turn (the API itself ignores those of turns before the last user
-message). Checked by the shared replay check, whoever calls the driver."""
+COMPACTION: Final = "compaction"
+"""The item type that carries everything before it (``/responses/compact``, or
+server-side compaction with ``context_management``)."""
+
+REASONING_REPLAY: Final = ReplayRules({"reasoning", COMPACTION}, boundary={COMPACTION})
+"""What this driver sends back: its own reasoning and compaction items, before the
+item they came with, every turn (the API itself ignores reasoning of turns before
+the last user message); the latest compaction item opens what is sent. Checked by
+the shared replay check, whoever calls the driver."""
+
+_DECODER = json.JSONDecoder()
 
 
 @functools.lru_cache(maxsize=4096)
@@ -147,31 +161,78 @@ def _spliced(raw: bytes) -> bytes:
     return text[1:-1].strip() if text[:1] == b"[" else text
 
 
-def _replayed(messages: Sequence[Message], label: str, left_out: list[str]) -> dict[int, bytes]:
-    """The reasoning items each assistant message sends before its own items.
+def _skip_space(text: str, position: int) -> int:
+    while position < len(text) and text[position] in " \t\r\n":
+        position += 1
+    return position
+
+
+@functools.lru_cache(maxsize=1024)
+def _items_of(raw: bytes) -> tuple[tuple[str | None, bytes], ...]:
+    """The items of checked state, each with its type and its bytes exactly as stored."""
+    text = raw.decode("utf-8").strip()
+    if text[:1] != "[":
+        return ((block_types(json.loads(text))[0], text.encode("utf-8")),)
+    items: list[tuple[str | None, bytes]] = []
+    position = _skip_space(text, 1)
+    while text[position] != "]":
+        item, end = _DECODER.raw_decode(text, position)
+        items.append((block_types(item)[0], text[position:end].encode("utf-8")))
+        position = _skip_space(text, end)
+        if text[position] == ",":
+            position = _skip_space(text, position + 1)
+    return tuple(items)
+
+
+def _trimmed(raw: bytes, *, opens: bool, alone: bool) -> tuple[bytes, bool]:
+    """The items of ``raw`` a message sends, and whether reasoning was left out.
+
+    ``opens``: the message opens the window, so its state goes from its last
+    compaction item on; ``alone``: it has no text and no call, so only its
+    compaction items go (a reasoning item must precede something).
+    """
+    items = _items_of(raw)
+    if opens:
+        last = max(at for at, (kind, _) in enumerate(items) if kind == COMPACTION)
+        items = items[last:]
+    kept = [piece for kind, piece in items if not alone or kind == COMPACTION]
+    return b",".join(kept), len(kept) < len(items)
+
+
+def _replayed(
+    messages: Sequence[Message], label: str, left_out: list[str]
+) -> tuple[dict[int, bytes], int]:
+    """The items each assistant message sends before its own, and where the sent
+    window opens (:func:`~threadline._replay.window_start`).
 
     The shared check (:func:`~threadline._replay.replayed`) refuses state that
-    is not reasoning items and leaves out another provider's or model's; a
-    message with no text and no tool call sends none either, since the API
-    refuses a reasoning item without a following item. Whatever is not sent
-    is noted in ``left_out``.
+    is not reasoning or compaction items and leaves out another provider's or
+    model's; a message with no text and no tool call sends its compaction items
+    only, since the API refuses a reasoning item without a following item.
+    Whatever is not sent is noted in ``left_out``.
 
     Raises:
-        InvalidRequestError: this model's state that is not reasoning items.
+        InvalidRequestError: this model's state that is not reasoning or compaction items.
     """
     sent, foreign = replayed(messages, label=label, rules=REASONING_REPLAY)
     left_out.extend(foreign)
+    window = window_start(sent, REASONING_REPLAY)
     items: dict[int, bytes] = {}
     for index, raw in sent.items():
+        if index < window:
+            continue
         message = messages[index]
-        if message.text or message.tool_calls:
-            items[index] = _spliced(raw)
+        alone = not (message.text or message.tool_calls)
+        if index == window and window or alone:
+            items[index], reasoning_cut = _trimmed(raw, opens=index == window, alone=alone)
         else:
+            items[index], reasoning_cut = _spliced(raw), False
+        if alone and reasoning_cut:
             left_out.append(
                 f"message {index}: its reasoning was not sent: the message has no text and no "
                 "tool call for the reasoning item to precede"
             )
-    return items
+    return items, window
 
 
 # --- the transcript ----------------------------------------------------------
@@ -186,14 +247,18 @@ def _encode_input(
     system: list[str] = []
     left_out: list[str] = []
     items: list[bytes] = []
-    replays = _replayed(messages, label, left_out)
+    replays, window = _replayed(messages, label, left_out)
     for index, message in enumerate(messages):
         if message.role is Role.SYSTEM:
             if message.text:
                 system.append(message.text)
             continue
-        if (reasoning := replays.get(index)) is not None:
+        if index < window:
+            continue  # the compaction item that opens the window carries it
+        if reasoning := replays.get(index):
             items.append(reasoning)
+            if not (message.text or message.tool_calls):
+                continue  # its opaque items stand alone: no empty message after them
         encoded = cache.get(message) if cache is not None else encode_message_items(message)
         if encoded:
             items.append(encoded)
