@@ -211,9 +211,7 @@ class ReplayGuard:
         found = self._originals.get
         return tuple(map(found, map(id, messages), messages))
 
-    def _handed(
-        self, message: Message, index: int, scoped: bool
-    ) -> tuple[Message, Replay, bool]:
+    def _handed(self, message: Message, index: int, scoped: bool) -> tuple[Message, Replay, bool]:
         """What is handed over for ``message``, what became of its state, and whether
         that state opens the sent window."""
         reasoning = message.reasoning

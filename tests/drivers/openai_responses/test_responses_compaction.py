@@ -125,7 +125,10 @@ async def test_items_before_the_compaction_item_in_its_own_answer_are_not_sent()
         async with driver() as d:
             messages = (Message.user("q"), latest, Message.user("q2"))
             await d.complete(ProviderCall(model=MODEL, messages=messages))
-    assert [item.get("id") for item in sent(route)[:2]] == ["cmp_1", "rs_2"]
+            # The same when the window opens at the very first message.
+            await d.complete(ProviderCall(model=MODEL, messages=messages[1:]))
+    assert [item.get("id") for item in sent(route, 0)[:2]] == ["cmp_1", "rs_2"]
+    assert [item.get("id") for item in sent(route, 1)[:2]] == ["cmp_1", "rs_2"]
 
 
 async def test_a_compaction_only_message_sends_the_item_alone() -> None:

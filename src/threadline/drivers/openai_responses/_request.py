@@ -223,8 +223,9 @@ def _replayed(
             continue
         message = messages[index]
         alone = not (message.text or message.tool_calls)
-        if index == window and window or alone:
-            items[index], reasoning_cut = _trimmed(raw, opens=index == window, alone=alone)
+        opens = index == window and REASONING_REPLAY.opens_window(raw)
+        if opens or alone:
+            items[index], reasoning_cut = _trimmed(raw, opens=opens, alone=alone)
         else:
             items[index], reasoning_cut = _spliced(raw), False
         if alone and reasoning_cut:
