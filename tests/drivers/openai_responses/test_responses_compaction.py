@@ -17,6 +17,7 @@ import pytest
 import respx
 
 from threadline import Agent, Client, Conversation, Message, Model, Reasoning, tool
+from threadline.counting import BuiltinTokenCounter
 from threadline.drivers import OpenAIResponsesDriver, ProviderCall, RetryPolicy
 
 pytestmark = pytest.mark.anyio
@@ -243,3 +244,33 @@ async def test_a_conversation_sends_from_its_latest_compaction_item_and_keeps_al
     ]
     # The conversation keeps every turn.
     assert [m.text for m in chat.messages if m.role.value == "user"] == ["q1", "q2", "q3", "q4"]
+
+
+async def test_replayed_reasoning_and_compaction_items_are_counted_as_sent() -> None:
+    big = {**REASONING, "encrypted_content": "gAAAAB" + "x9Q/" * 500}
+    history = [Message.user("q1"), carrying(COMPACTION, big, words="answer")]
+    counter = BuiltinTokenCounter()
+
+    def reply(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json=answer(text("ok")))
+
+    transport = httpx.MockTransport(reply)
+    async with httpx.AsyncClient(transport=transport) as http:
+        d = OpenAIResponsesDriver(BASE, http_client=http)
+        client = Client(d, default_model=MODEL, token_counter=counter)
+        result = await client.request().with_messages(history).with_prompt("q2").run()
+    estimated = result.rounds[0].estimated_input_tokens
+    plain = [Message.assistant("answer"), Message.user("q2")]
+    # What is sent: the items' string values, the encrypted content above all.
+    assert estimated == counter.with_projection(d.replay_projection(MODEL)).count(
+        [history[1], Message.user("q2")]
+    )
+    assert estimated > counter.count(plain) + 500
+    # Another model's items are not sent, so not counted.
+    foreign = carrying(COMPACTION, big, words="answer", provider="openai-responses:other")
+    assert d.replay_projection(MODEL).replayed_reasoning(foreign.reasoning)  # type: ignore[arg-type]
+    async with httpx.AsyncClient(transport=transport) as http:
+        d = OpenAIResponsesDriver(BASE, http_client=http)
+        client = Client(d, default_model=MODEL, token_counter=counter)
+        other = await client.request().with_messages([history[0], foreign]).with_prompt("q2").run()
+    assert other.rounds[0].estimated_input_tokens < counter.count(plain) + 30

@@ -25,7 +25,6 @@ from threadline._provider import (
 )
 from threadline._replay import ReplayRules
 from threadline._validate import fail
-from threadline.counting._projection import NO_REPLAY
 from threadline.counting._protocol import ReplayProjection, TokenCounter
 from threadline.drivers._http import (
     ConnectionOptions,
@@ -162,15 +161,17 @@ class OpenAIResponsesDriver(HTTPDriver):
         return ResponsesTokenCounter(self, model)
 
     def replay_projection(self, model: Model) -> ReplayProjection:
-        """Replayed reasoning is counted as nothing by the estimate.
+        """Replayed reasoning and compaction items are counted as sent: :meth:`replay_rules`
+        price the string values of the items they send.
 
-        What is sent is encrypted: its length says little of what the model
-        reads, and the API drops reasoning of turns before the last user
-        message. The exact counter (``/responses/input_tokens``) counts it as
-        the API does, near the budget's edge, and the run's context-length
-        retry covers the rest.
+        That is their ``encrypted_content`` and summary texts, as o200k tokens.
+        Encrypted content is base64, which tokenizes to more tokens than the
+        reasoning it holds, and the API drops reasoning of turns before the last
+        user message; so the estimate errs large, the safe side for a budget.
+        The exact counter (``/responses/input_tokens``) counts them as the API
+        does, near the budget's edge.
         """
-        return NO_REPLAY
+        return REASONING_REPLAY
 
     def replay_rules(self, model: Model) -> ReplayRules:
         """This driver's own reasoning items go back, every turn
