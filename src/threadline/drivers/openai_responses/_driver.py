@@ -7,6 +7,7 @@ What the driver does with the protocol is described in
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Final, Literal, Unpack
@@ -46,7 +47,9 @@ from threadline.drivers._http._sse import StreamProgress, aiter_sse
 from threadline.drivers._http._wire import NOT_JSON, MalformedResponse, loads_or_not
 from threadline.drivers.openai_responses._request import (
     REASONING_REPLAY,
+    EncodedRequest,
     encode_count_request,
+    encode_input,
     encode_request,
     new_message_cache,
 )
@@ -55,9 +58,12 @@ from threadline.drivers.openai_responses._response import (
     StreamAssembler,
     parse_response,
 )
+from threadline.drivers.openai_responses._state import ServerState
 from threadline.tools._tools import Tool
 
 __all__ = ["DEFAULT_BASE_URL", "OpenAIResponsesDriver", "ResponsesTokenCounter"]
+
+logger = logging.getLogger("threadline.drivers.openai_responses")
 
 DEFAULT_BASE_URL: Final = OPENAI_BASE_URL
 _NAME: Final = "openai-responses"
@@ -66,10 +72,12 @@ _SUMMARIES: Final = ("auto", "concise", "detailed")
 _MISSING_ITEM = re.compile(r"item with id '[^']*' not found", re.IGNORECASE)
 _MISSING_ITEM_NOTE: Final = (
     " — the request named an item by id alone, which only a server that stored it"
-    " (store: true) can find; this driver sends store: false and replays reasoning"
-    " items whole, with their encrypted_content, so the item must have come from"
-    " elsewhere (a transcript edited by hand, or reasoning saved without it)"
+    " (store: true) can find; this driver replays reasoning items whole, with their"
+    " encrypted_content, and sends store: false unless server_state=True, so the item"
+    " must have come from elsewhere (a transcript edited by hand, reasoning saved"
+    " without its encrypted_content, or a stored response the server has dropped)"
 )
+_MISSING_RESPONSE = re.compile(r"previous response with id '[^']*' not found", re.IGNORECASE)
 
 
 class OpenAIResponsesDriver(HTTPDriver):
@@ -102,6 +110,14 @@ class OpenAIResponsesDriver(HTTPDriver):
             only be named by id, which a stateless call cannot do.
         send_cache_key: send a call's ``cache_key`` as ``prompt_cache_key``.
             ``None`` sends it to OpenAI's own API only.
+        server_state: keep the conversation on the server too: every call is
+            sent with ``store: true``, and a call whose history is exactly
+            what the server holds for the last reply (nothing cut, edited or
+            replaced since) sends ``previous_response_id`` and only the new
+            items. Any other call is sent whole, and a log record of
+            ``threadline.drivers.openai_responses`` says why. A stored response
+            the server no longer has is forgotten and the call sent whole.
+            Off by default: stateless calls keep nothing on the server.
 
     Raises:
         InvalidRequestError: an argument of the wrong kind, named.
@@ -125,6 +141,7 @@ class OpenAIResponsesDriver(HTTPDriver):
         reasoning_summary: Literal["auto", "concise", "detailed"] | None = None,
         encrypted_reasoning: bool = True,
         send_cache_key: bool | None = None,
+        server_state: bool = False,
         **options: Unpack[ConnectionOptions],
     ) -> None:
         if reasoning_effort is not None and reasoning_effort not in _EFFORTS:
@@ -134,6 +151,7 @@ class OpenAIResponsesDriver(HTTPDriver):
         reasoning = {"effort": reasoning_effort, "summary": reasoning_summary}
         self._reasoning = {key: value for key, value in reasoning.items() if value is not None}
         self._encrypted = check_bool("encrypted_reasoning", encrypted_reasoning)
+        self._state = ServerState() if check_bool("server_state", server_state) else None
         connection = connection_of(
             "OpenAIResponsesDriver", connection, base_url=base_url, api_key=api_key, options=options
         )
@@ -184,16 +202,37 @@ class OpenAIResponsesDriver(HTTPDriver):
 
     # --- sending -------------------------------------------------------------
 
-    def _request(self, call: ProviderCall, *, stream: bool) -> httpx.Request:
-        encoded = encode_request(
+    def _encode(
+        self, call: ProviderCall, *, stream: bool, continued: bool = True
+    ) -> EncodedRequest:
+        return encode_request(
             with_cache_key(call, self._send_cache_key),
             stream=stream,
             label=self._label(call),
             reasoning=self._reasoning,
             cache=self._message_json,
             encrypted=self._encrypted,
+            store=self._state is not None,
+            server_state=self._state if continued else None,
         )
-        return self._http.request(self._url, encoded.body, stream=stream)
+
+    async def _send_call(self, call: ProviderCall, *, stream: bool) -> httpx.Response:
+        """``call`` sent; in server-state mode, sent whole again when the response it
+        continues is no longer on the server."""
+        encoded = self._encode(call, stream=stream)
+        request = self._http.request(self._url, encoded.body, stream=stream)
+        lost = encoded.previous_response_id
+        if lost is None or self._state is None:
+            return await self._send(request, stream=stream)
+        try:
+            return await self._send(request, stream=stream)
+        except BadRequestError as exc:
+            if not _MISSING_RESPONSE.search(exc.message):
+                raise
+        self._state.forget(lost)
+        logger.info("sent whole, without previous_response_id: the server no longer has %s", lost)
+        whole = self._encode(call, stream=stream, continued=False).body
+        return await self._send(self._http.request(self._url, whole, stream=stream), stream=stream)
 
     async def _send(self, request: httpx.Request, *, stream: bool = False) -> httpx.Response:
         """``request`` sent with retries; a missing stored item's refusal explained."""
@@ -211,6 +250,16 @@ class OpenAIResponsesDriver(HTTPDriver):
                 provider=exc.provider,
             )
         raise failure  # past the except block: see _decode
+
+    def _remember(self, call: ProviderCall, reply: Message, response_id: object) -> None:
+        """In server-state mode, note that ``response_id`` holds ``call``'s history and
+        ``reply``, as the next call will encode them."""
+        if self._state is None or not isinstance(response_id, str) or not response_id:
+            return
+        messages = (*call.messages, reply)
+        encoded = encode_input(messages, self._label(call), self._message_json)
+        start = encoded.reply[0] if encoded.reply is not None else len(encoded.items)
+        self._state.remember(encoded.items, start, response_id)
 
     # Errors are raised past their except blocks: no __context__ may keep the raw body.
 
@@ -242,7 +291,7 @@ class OpenAIResponsesDriver(HTTPDriver):
         payload = self._decode(content, request_id, content_type=content_type)
         failure: ProviderError
         try:
-            return parse_response(
+            parsed = parse_response(
                 payload,
                 requested_model=call.model.name,
                 provider=self._label(call),
@@ -252,6 +301,10 @@ class OpenAIResponsesDriver(HTTPDriver):
             failure = self._errors.malformed(str(exc), request_id=request_id)
         except ResponseFailed as exc:
             failure = self._failed(exc, request_id)
+        else:
+            assert isinstance(payload, dict)  # parse_response took it as a response object
+            self._remember(call, parsed.message, payload.get("id"))
+            return parsed
         raise failure
 
     async def complete(self, call: ProviderCall) -> ProviderResponse:
@@ -263,7 +316,7 @@ class OpenAIResponsesDriver(HTTPDriver):
             ProviderError: the mapped failure, after retries where they apply;
                 a response whose status is ``failed`` is mapped from its error.
         """
-        response = await self._send(self._request(call, stream=False))
+        response = await self._send_call(call, stream=False)
         return self._parse(response, response.content, call)
 
     async def count_tokens(self, call: ProviderCall) -> int:
@@ -297,7 +350,7 @@ class OpenAIResponsesDriver(HTTPDriver):
                 refusal is ``ContextLengthExceededError``), a broken
                 connection, or a malformed event (``ProviderResponseError``).
         """
-        response = await self._send(self._request(call, stream=True), stream=True)
+        response = await self._send_call(call, stream=True)
         chunks = self._chunks(response, call)
         try:
             yield chunks
@@ -331,7 +384,9 @@ class OpenAIResponsesDriver(HTTPDriver):
                 if assembler.finished:
                     break
             if assembler.finished:
-                yield ResponseDone(response=assembler.finish(request_id=request_id))
+                done = assembler.finish(request_id=request_id)
+                self._remember(call, done.message, assembler.response_id)
+                yield ResponseDone(response=done)
             else:
                 failure = self._errors.stream_ended(
                     progress, "no response.completed", request_id=request_id

@@ -40,13 +40,16 @@ from threadline._messages import ImagePart, Message, Role, TextPart
 from threadline._provider import ProviderCall
 from threadline._replay import ReplayRules, block_types, replayed, window_start
 from threadline.drivers._http._wire import JSONCache, encode_body
+from threadline.drivers.openai_responses._state import Continuation, ServerState
 from threadline.tools._tools import Tool
 
 __all__ = [
     "COUNT_FIELDS",
     "REASONING_REPLAY",
+    "EncodedInput",
     "EncodedRequest",
     "encode_count_request",
+    "encode_input",
     "encode_message_items",
     "encode_request",
     "new_message_cache",
@@ -73,10 +76,31 @@ COUNT_FIELDS: Final = frozenset(
 
 @attrs.frozen(kw_only=True)
 class EncodedRequest:
-    """A body ready to send, and the reasoning it left out (``message i: why``)."""
+    """A body ready to send, and the reasoning it left out (``message i: why``).
+
+    ``previous_response_id`` is the stored response the body continues
+    (server-state mode), ``None`` when it holds the whole transcript.
+    """
 
     body: bytes
     left_out: tuple[str, ...] = ()
+    previous_response_id: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class EncodedInput:
+    """A transcript as ``instructions`` and ``input`` items.
+
+    ``items`` are the input items in order, a message's items joined in one
+    element; ``reply`` is where the last assistant message's elements are
+    (``(start, end)``), ``None`` when there is none; ``left_out`` the notes
+    on reasoning not sent.
+    """
+
+    instructions: str | None
+    items: list[bytes]
+    reply: tuple[int, int] | None
+    left_out: list[str]
 
 
 # --- items -------------------------------------------------------------------
@@ -239,15 +263,18 @@ def _replayed(
 # --- the transcript ----------------------------------------------------------
 
 
-def _encode_input(
-    messages: Sequence[Message], label: str, cache: JSONCache | None
-) -> tuple[str | None, bytes, list[str]]:
-    """The instructions, the JSON array of input items, and the reasoning left out."""
+def encode_input(messages: Sequence[Message], label: str, cache: JSONCache | None) -> EncodedInput:
+    """The instructions and input items of ``messages``, sent to ``label``.
+
+    Raises:
+        InvalidRequestError: refused replay state.
+    """
     if cache is not None and not cache.serves(messages):
         cache = None
     system: list[str] = []
     left_out: list[str] = []
     items: list[bytes] = []
+    reply: tuple[int, int] | None = None
     replays, window = _replayed(messages, label, left_out)
     for index, message in enumerate(messages):
         if message.role is Role.SYSTEM:
@@ -256,15 +283,18 @@ def _encode_input(
             continue
         if index < window:
             continue  # the compaction item that opens the window carries it
+        start = len(items)
         if reasoning := replays.get(index):
             items.append(reasoning)
-            if not (message.text or message.tool_calls):
-                continue  # its opaque items stand alone: no empty message after them
-        encoded = cache.get(message) if cache is not None else encode_message_items(message)
-        if encoded:
-            items.append(encoded)
+        if not (reasoning and not (message.text or message.tool_calls)):
+            # A message's opaque items may stand alone: no empty message after them.
+            encoded = cache.get(message) if cache is not None else encode_message_items(message)
+            if encoded:
+                items.append(encoded)
+        if message.role is Role.ASSISTANT:
+            reply = (start, len(items))
     instructions = "\n\n".join(system) if system else None
-    return instructions, b"[" + b",".join(items) + b"]", left_out
+    return EncodedInput(instructions=instructions, items=items, reply=reply, left_out=left_out)
 
 
 # --- fields ------------------------------------------------------------------
@@ -314,11 +344,11 @@ def _fields(
     return fields
 
 
-def _assemble(head: dict[str, Any], instructions: str | None, items: bytes) -> bytes:
+def _assemble(head: dict[str, Any], instructions: str | None, items: Sequence[bytes]) -> bytes:
     if instructions is not None:
         head = {**head, "instructions": instructions}
     # "input" goes last: the head's closing brace is replaced by it.
-    return encode_body(head)[:-1] + b',"input":' + items + b"}"
+    return encode_body(head)[:-1] + b',"input":[' + b",".join(items) + b"]}"
 
 
 def encode_request(
@@ -329,19 +359,23 @@ def encode_request(
     reasoning: dict[str, str] | None = None,
     cache: JSONCache | None = None,
     encrypted: bool = True,
+    store: bool = False,
+    server_state: ServerState | None = None,
 ) -> EncodedRequest:
     """The body of ``POST /responses`` for ``call``.
 
     ``label`` (``"openai-responses:<model>"``) decides whose reasoning is
     replayed; ``reasoning`` is the driver's ``{"effort", "summary"}``, which
     a call's ``extra_body={"reasoning": ...}`` replaces; ``encrypted`` asks for
-    ``reasoning.encrypted_content``. ``stream`` is final.
+    ``reasoning.encrypted_content``. ``stream`` is final. ``store`` asks the
+    server to keep the response; with ``server_state`` the body continues the
+    stored response that holds its history, when one does (see ``_state``).
 
     Raises:
         InvalidRequestError: refused replay state, an unknown forced tool, a
             value JSON cannot carry.
     """
-    instructions, items, left_out = _encode_input(call.messages, label, cache)
+    encoded = encode_input(call.messages, label, cache)
     head: dict[str, Any] = {"model": call.model.name}
     head.update(_fields(call, reasoning=reasoning, encrypted=encrypted))
     head.pop("input", None)
@@ -349,9 +383,26 @@ def encode_request(
         head["stream"] = True
     else:
         head.pop("stream", None)
-    for note in left_out:
+    items: Sequence[bytes] = encoded.items
+    notes = encoded.left_out
+    continuation = Continuation()
+    if store:
+        head["store"] = True
+    if server_state is not None:
+        head.pop("previous_response_id", None)
+        continuation = server_state.continuation(items, encoded.reply)
+        if continuation.previous_response_id is not None:
+            head["previous_response_id"] = continuation.previous_response_id
+            items = items[continuation.start :]
+        if continuation.note is not None:
+            notes = [*notes, continuation.note]
+    for note in notes:
         logger.info("%s", note)
-    return EncodedRequest(body=_assemble(head, instructions, items), left_out=tuple(left_out))
+    return EncodedRequest(
+        body=_assemble(head, encoded.instructions, items),
+        left_out=tuple(notes),
+        previous_response_id=continuation.previous_response_id,
+    )
 
 
 def encode_count_request(
@@ -362,9 +413,9 @@ def encode_count_request(
     cache: JSONCache | None = None,
 ) -> bytes:
     """The body of ``POST /responses/input_tokens``: the request's prompt fields only."""
-    instructions, items, _ = _encode_input(call.messages, label, cache)
+    encoded = encode_input(call.messages, label, cache)
     head: dict[str, Any] = {"model": call.model.name}
     fields = _fields(call, reasoning=reasoning)
     head.update({name: value for name, value in fields.items() if name in COUNT_FIELDS})
     head.pop("input", None)
-    return _assemble(head, instructions, items)
+    return _assemble(head, encoded.instructions, encoded.items)

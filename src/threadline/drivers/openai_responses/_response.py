@@ -277,6 +277,8 @@ class StreamAssembler:
         self._final: dict[str, Any] | None = None
         self._model: str | None = None
         self.finished = False
+        self.response_id: str | None = None
+        """The response's ``id``, once an event named it."""
 
     def add(self, payload: object) -> list[StreamChunk]:
         """Take one event's JSON; return the chunks it carries.
@@ -327,6 +329,7 @@ class StreamAssembler:
         response = event.get("response")
         if isinstance(response, dict):
             self._model = optional_str(response, "model", "response.created") or self._model
+            self.response_id = optional_str(response, "id", "response.created") or self.response_id
 
     def _added(self, event: Mapping[str, Any]) -> list[StreamChunk]:
         item = json_object(event.get("item"), f"{event.get('type')}.item")
@@ -399,6 +402,7 @@ class StreamAssembler:
         if kind == "response.failed" or response.get("status") == "failed":
             raise ResponseFailed(response.get("error"))
         self._final = response
+        self.response_id = optional_str(response, "id", kind) or self.response_id
         self.finished = True
 
     def finish(self, *, request_id: str | None) -> ProviderResponse:
