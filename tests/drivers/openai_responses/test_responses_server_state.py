@@ -225,3 +225,23 @@ async def test_other_refusals_are_not_retried() -> None:
 def test_server_state_must_be_a_bool() -> None:
     with pytest.raises(Exception, match="server_state"):
         OpenAIResponsesDriver(BASE, server_state="yes")  # type: ignore[arg-type]
+
+
+async def test_a_server_that_refuses_previous_response_id_says_what_to_do() -> None:
+    refusal = {"error": {"message": "llama.cpp does not support 'previous_response_id'."}}
+    with respx.mock() as mock:
+        mock.post(URL).mock(
+            side_effect=[
+                httpx.Response(200, json=answer(1, text("one"))),
+                httpx.Response(400, json=refusal),
+            ]
+        )
+        async with httpx.AsyncClient() as http:
+            d = driver(http, server_state=True)
+            history: tuple[Message, ...] = (Message.user("q1"),)
+            reply = await d.complete(ProviderCall(model=MODEL, messages=history))
+            then = (*history, reply.message, Message.user("x"))
+            with pytest.raises(BadRequestError, match="server_state=False") as refused:
+                await d.complete(ProviderCall(model=MODEL, messages=then))
+    assert refused.value.status == 400
+    assert refused.value.__context__ is None  # raised past the except block

@@ -77,6 +77,10 @@ _MISSING_ITEM_NOTE: Final = (
     " must have come from elsewhere (a transcript edited by hand, reasoning saved"
     " without its encrypted_content, or a stored response the server has dropped)"
 )
+_NO_STATE_NOTE: Final = (
+    " — OpenAIResponsesDriver(server_state=True) sent previous_response_id, which a server"
+    " that keeps no state (llama.cpp's, for one) refuses: use server_state=False there"
+)
 _MISSING_RESPONSE = re.compile(r"previous response with id '[^']*' not found", re.IGNORECASE)
 
 
@@ -224,11 +228,22 @@ class OpenAIResponsesDriver(HTTPDriver):
         lost = encoded.previous_response_id
         if lost is None or self._state is None:
             return await self._send(request, stream=stream)
+        refused: BadRequestError | None = None
         try:
             return await self._send(request, stream=stream)
         except BadRequestError as exc:
             if not _MISSING_RESPONSE.search(exc.message):
-                raise
+                if "previous_response_id" not in exc.message:
+                    raise
+                refused = BadRequestError(
+                    exc.message + _NO_STATE_NOTE,
+                    status=exc.status,
+                    body=exc.body,
+                    request_id=exc.request_id,
+                    provider=exc.provider,
+                )
+        if refused is not None:
+            raise refused  # past the except block: see _decode
         self._state.forget(lost)
         logger.info("sent whole, without previous_response_id: the server no longer has %s", lost)
         whole = self._encode(call, stream=stream, continued=False).body
