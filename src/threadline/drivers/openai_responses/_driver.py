@@ -10,7 +10,7 @@ import contextlib
 import logging
 import re
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from typing import Final, Literal, Unpack
+from typing import Final, Literal, Unpack, cast
 
 import httpx
 
@@ -43,7 +43,7 @@ from threadline.drivers._http._openai import (
     sends_cache_key,
     with_cache_key,
 )
-from threadline.drivers._http._sse import StreamProgress, aiter_sse
+from threadline.drivers._http._sse import SSEDecoder, StreamProgress
 from threadline.drivers._http._wire import NOT_JSON, MalformedResponse, loads_or_not
 from threadline.drivers.openai_responses._request import (
     REASONING_REPLAY,
@@ -387,17 +387,36 @@ class OpenAIResponsesDriver(HTTPDriver):
                 yield chunk
             return
         assembler = StreamAssembler(requested_model=call.model.name, provider=self._label(call))
-        events = aiter_sse(response.aiter_bytes(), progress)
+        # The body's reads are decoded here, not through aiter_sse: a stream is
+        # hundreds of small events, and each async step per event costs.
+        # httpx's aiter_bytes is an async generator, closed by finish_reading.
+        reads = cast("AsyncGenerator[bytes, None]", response.aiter_bytes())
+        decoder = SSEDecoder(progress)
         failure: ProviderError | None = None
+        ended = False  # "[DONE]", or the response's last event
         try:
-            async for event in events:
-                if event.data == "[DONE]":
+            async for read in reads:
+                for event in decoder.feed(read):
+                    ended = event.data == "[DONE]" or assembler.finished
+                    if ended:
+                        break
+                    payload = loads_or_not(event.data)
+                    if (
+                        type(payload) is not dict
+                        or "error" in payload
+                        or payload.get("type") == "error"
+                    ):
+                        payload = self._decode(event.data, request_id)  # the careful way
+                    for chunk in assembler.add(payload):
+                        yield chunk
+                if ended or assembler.finished:
                     break
-                payload = self._decode(event.data, request_id)
-                for chunk in assembler.add(payload):
-                    yield chunk
-                if assembler.finished:
-                    break
+            else:
+                for event in decoder.flush():
+                    if event.data == "[DONE]" or assembler.finished:
+                        break
+                    for chunk in assembler.add(self._decode(event.data, request_id)):
+                        yield chunk
             if assembler.finished:
                 done = assembler.finish(request_id=request_id)
                 self._remember(call, done.message, assembler.response_id)
@@ -413,7 +432,7 @@ class OpenAIResponsesDriver(HTTPDriver):
         except httpx.TransportError as exc:
             failure = self._errors.from_transport(exc, progress=progress)
         finally:
-            await finish_reading(events, drain=assembler.finished)
+            await finish_reading(reads, drain=assembler.finished)
         if failure is not None:
             raise failure
 
