@@ -219,7 +219,7 @@ class Run:
             pre=self.plan.pre,
             post=self.plan.post,
             round=current.number,
-            prompt_index=self.prompt_index,
+            prompt_index=handed.position(self.prompt_index),
             exact_counter=self.plan.exact_counter,
             exact_margin=self.plan.exact_margin,
             exact_always=self._exact_always(),
@@ -276,11 +276,17 @@ class Run:
             return
         with deadline.bound():
             async with driver.stream(call) as chunks:
+                # Entered per event only when there are limits to lift: once per token.
+                handing_over = deadline.handed_over() if deadline.limited else None
                 async for chunk in chunks:
                     deadline.first_token()
                     event = _event_of(chunk, current)
-                    if event is not None:
-                        async with deadline.handed_over():
+                    if event is None:
+                        continue
+                    if handing_over is None:
+                        yield event
+                    else:
+                        async with handing_over:
                             yield event
         if current.response is None:
             raise ProviderResponseError(

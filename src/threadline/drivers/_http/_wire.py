@@ -178,10 +178,23 @@ def loads_or_not(content: bytes | str) -> object:
     ``doc``, and as the ``__context__`` of an error raised while handling it,
     it would keep whatever secret a server echoed there.
     """
+    if type(content) is str:
+        # One streamed event's data is decoded per token: the decoder's own entry
+        # point first, which json.loads reaches after two whitespace scans.
+        try:
+            value, end = _RAW_DECODE(content)
+        except ValueError:
+            pass  # leading whitespace, or not JSON: json.loads decides below
+        else:
+            if end == len(content):
+                return value
     try:
         return json.loads(content)
     except ValueError:  # JSONDecodeError, or bytes that are not UTF-8
         return NOT_JSON
+
+
+_RAW_DECODE = json.JSONDecoder().raw_decode
 
 
 def json_kind(value: object) -> str:

@@ -1,13 +1,24 @@
 """The Responses answer: a whole response object or a stream of events, to threadline.
 
 Pure translation, no I/O. Output items become one assistant message:
-``message`` items its text, ``function_call`` items its tool calls, and
-``reasoning`` items its ``Reasoning``: ``provider_reasoning`` is the item's
-JSON as received (every field kept, compact JSON), or a JSON list of them
-when the answer held several, ``text`` the summary a person may read (or,
-from servers that send no summary, the reasoning text), ``provider`` the
-driver and model. Other item types (built-in tools) are not threadline's to
-keep.
+``message`` items its text, ``function_call`` items its tool calls, and the
+opaque items, ``reasoning`` and ``compaction``, its ``Reasoning``:
+``provider_reasoning`` is the item's JSON as received (every field kept,
+compact JSON), or a JSON list of them in output order when the answer held
+several, ``text`` the reasoning summary a person may read (or, from servers
+that send no summary, the reasoning text; a compaction item shows nothing),
+``provider`` the driver and model. Other item types (built-in tools) are not
+threadline's to keep.
+
+The representation of a compaction item, for whoever builds on it: a
+``{"type": "compaction", "id": ..., "encrypted_content": ...}`` object kept
+exactly as received, in the ``provider_reasoning`` of the assistant message
+of the answer that returned it (beside that answer's reasoning items, in
+output order), tagged ``"openai-responses:<model>"``. An answer of
+``/responses/compact`` fits the same shape: an assistant message with no
+text and no tool call whose state is the compaction item. When sending,
+the latest compaction item this model made opens the window (see
+``_request``); the store keeps everything.
 
 A stream is ``response.created``; per output item ``output_item.added``,
 its deltas (``output_text``, ``function_call_arguments``,
@@ -148,13 +159,21 @@ def _tool_call(item: Mapping[str, Any], where: str) -> ToolCall:
 
 
 def _reasoning(items: list[dict[str, Any]], texts: list[str], provider: str) -> Reasoning | None:
+    """The ``Reasoning`` of an answer's opaque items (reasoning and compaction, in
+    output order) and its reasoning summaries."""
     if not items:
         return None
     shown = "\n\n".join(t for t in texts if t)
-    if not all(isinstance(item.get("encrypted_content"), str) for item in items):
+    if not all(
+        isinstance(item.get("encrypted_content"), str)
+        for item in items
+        if item.get("type") == "reasoning"
+    ):
         # Without its encrypted content an item can only be named by id, which a
         # stateless call cannot do (the API answers 404): kept for display only.
-        return Reasoning(text=shown, provider=provider) if shown else None
+        items = [item for item in items if item.get("type") != "reasoning"]
+        if not items:
+            return Reasoning(text=shown, provider=provider) if shown else None
     if len(items) == 1:
         raw = encode_body(items[0])
     else:
@@ -186,6 +205,8 @@ def build_response(
         elif kind == "reasoning":
             reasoning.append(item)
             summaries.append(_summary_text(item, where))
+        elif kind == "compaction":
+            reasoning.append(item)  # opaque, like reasoning; a boundary when sent back
     usage = body.get("usage")
     return ProviderResponse(
         message=Message.assistant(
@@ -256,6 +277,8 @@ class StreamAssembler:
         self._final: dict[str, Any] | None = None
         self._model: str | None = None
         self.finished = False
+        self.response_id: str | None = None
+        """The response's ``id``, once an event named it."""
 
     def add(self, payload: object) -> list[StreamChunk]:
         """Take one event's JSON; return the chunks it carries.
@@ -306,6 +329,7 @@ class StreamAssembler:
         response = event.get("response")
         if isinstance(response, dict):
             self._model = optional_str(response, "model", "response.created") or self._model
+            self.response_id = optional_str(response, "id", "response.created") or self.response_id
 
     def _added(self, event: Mapping[str, Any]) -> list[StreamChunk]:
         item = json_object(event.get("item"), f"{event.get('type')}.item")
@@ -378,6 +402,7 @@ class StreamAssembler:
         if kind == "response.failed" or response.get("status") == "failed":
             raise ResponseFailed(response.get("error"))
         self._final = response
+        self.response_id = optional_str(response, "id", kind) or self.response_id
         self.finished = True
 
     def finish(self, *, request_id: str | None) -> ProviderResponse:
