@@ -127,6 +127,15 @@ async def test_responses_incomplete_answer_raises_without_a_repair(
     assert respx_mock.calls.call_count == 1
 
 
+async def test_responses_refusal_raises_without_a_repair(respx_mock: respx.MockRouter) -> None:
+    refused = responses_reply("")
+    refused["output"][0]["content"] = [{"type": "refusal", "refusal": "I can't help with that."}]
+    with pytest.raises(OutputValidationError, match="refus") as caught:
+        await responses_run(respx_mock, Shelf, refused, refused)
+    assert caught.value.text == "I can't help with that."
+    assert respx_mock.calls.call_count == 1
+
+
 async def test_anthropic_sends_the_native_output_format(respx_mock: respx.MockRouter) -> None:
     result, route = await anthropic_run(respx_mock, Shelf, anthropic_reply('{"books": ["Dune"]}'))
     assert result.output == Shelf(books=["Dune"])

@@ -129,6 +129,19 @@ def _message_text(item: Mapping[str, Any], where: str) -> str:
     return "".join(texts)
 
 
+def _refused(output: list[Any]) -> bool:
+    """True when the answer's messages hold a ``refusal`` part and no ``output_text``:
+    the model declined, which a structured request must not take for a bad answer."""
+    kinds = {
+        part.get("type")
+        for item in output
+        if type(item) is dict and item.get("type") == "message"
+        for part in (item.get("content") if type(item.get("content")) is list else ())
+        if type(part) is dict
+    }
+    return "refusal" in kinds and "output_text" not in kinds
+
+
 def _summary_text(item: Mapping[str, Any], where: str) -> str:
     """The summary's text; else the reasoning text a server sent instead (llama.cpp's)."""
     for field in ("summary", "content"):
@@ -215,7 +228,7 @@ def build_response(
             reasoning=_reasoning(reasoning, summaries, provider),
             origin=Origin.TURN,
         ),
-        finish_reason=_finish_reason(body, bool(calls)),
+        finish_reason="refusal" if _refused(output) else _finish_reason(body, bool(calls)),
         usage=Usage() if usage is None else parse_usage(usage),
         model=optional_str(body, "model", "the response") or requested_model,
         request_id=request_id,
