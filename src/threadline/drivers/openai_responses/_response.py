@@ -132,13 +132,13 @@ def _message_text(item: Mapping[str, Any], where: str) -> str:
 def _refused(output: list[Any]) -> bool:
     """True when the answer's messages hold a ``refusal`` part and no ``output_text``:
     the model declined, which a structured request must not take for a bad answer."""
-    kinds = {
-        part.get("type")
-        for item in output
-        if type(item) is dict and item.get("type") == "message"
-        for part in (item.get("content") if type(item.get("content")) is list else ())
-        if type(part) is dict
-    }
+    kinds: set[object] = set()
+    for item in output:
+        content = (
+            item.get("content") if type(item) is dict and item.get("type") == "message" else None
+        )
+        if type(content) is list:
+            kinds.update(part.get("type") for part in content if type(part) is dict)
     return "refusal" in kinds and "output_text" not in kinds
 
 
