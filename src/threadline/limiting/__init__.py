@@ -3,7 +3,9 @@
 A request over its prompt budget runs its handlers on a copy of the
 transcript; ``drop_oldest_units`` (the default) drops whole units oldest
 first, ``cache_stable_units`` cuts a block at once so the prompt's prefix
-stays cached, and ``summarize_oldest`` replaces the oldest with a summary. A
+stays cached, ``summarize_oldest`` replaces the oldest with a summary, and
+``clear_tool_results`` / ``clear_thinking`` keep every turn but send old tool
+output and old reasoning cleared. A
 handler of your own gets a :class:`TokenLimitEvent` and can do everything the
 built-ins do: list the units (``event.units()``), drop some with a reason
 the ledger records (``event.drop_units(units, reason=...)``), recount
@@ -21,9 +23,18 @@ from threadline.limiting._cache_stable import (
     CacheStableUnits,
     cache_stable_units,
 )
+from threadline.limiting._clearing import (
+    DEFAULT_CLEARED_PLACEHOLDER,
+    ClearingHandler,
+    clear_thinking,
+    clear_tool_results,
+)
 from threadline.limiting._drop_oldest import drop_oldest_units
 from threadline.limiting._event import TokenLimitEvent, TokenLimitHandler
 from threadline.limiting._ledger import (
+    ClearedMessage,
+    CompactionOutcome,
+    CompactionStatus,
     DroppedReasoning,
     DroppedUnit,
     HandlerRun,
@@ -47,6 +58,7 @@ from threadline.limiting._units import (
 )
 
 __all__ = [
+    "DEFAULT_CLEARED_PLACEHOLDER",
     "DEFAULT_LOW_WATER",
     "DEFAULT_SUMMARY_INSTRUCTIONS",
     "SUMMARY_ACKNOWLEDGEMENT",
@@ -55,6 +67,10 @@ __all__ = [
     "BudgetReport",
     "BudgetResolution",
     "CacheStableUnits",
+    "ClearedMessage",
+    "ClearingHandler",
+    "CompactionOutcome",
+    "CompactionStatus",
     "DroppedReasoning",
     "DroppedUnit",
     "HandlerRun",
@@ -71,6 +87,8 @@ __all__ = [
     "Units",
     "cache_stable_units",
     "check_integrity",
+    "clear_thinking",
+    "clear_tool_results",
     "drop_oldest_units",
     "split_units",
     "summarize_oldest",
