@@ -14,8 +14,9 @@ the budget a handler clears a *batch*, oldest first, down to a low-water mark
 very same messages again (it remembers them) and nothing more, until the
 budget is reached again. The prompt's prefix then changes only once per batch.
 
-Compose one as Pre with a cutting handler as Post, for when clearing is not
-enough::
+When clearing cannot bring the transcript down to the mark (the turns' own
+text is most of it), a handler clears nothing new: compose one as Pre with a
+cutting handler as Post, which then cuts a block of whole turns::
 
     conv = Conversation(
         agent,
@@ -127,12 +128,18 @@ class ClearingHandler:
                 chosen.append(candidate)
                 total -= candidate.cost
         if total > event.budget_tokens:
+            batch: list[_Candidate] = []
             for candidate in candidates:
                 if total <= target:
                     break
                 if candidate.key not in memory:
-                    chosen.append(candidate)
+                    batch.append(candidate)
                     total -= candidate.cost
+            # A batch that cannot reach the mark would leave the transcript just
+            # under the budget, and the next turns would clear one result each,
+            # changing the prefix every turn: the Post handler's cut does better.
+            if total <= target:
+                chosen += batch
         for candidate in chosen:
             assert candidate.replacement is not None  # only those that shrink are candidates
             memory[candidate.key] = None
