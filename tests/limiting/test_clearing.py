@@ -86,7 +86,8 @@ async def test_old_results_are_sent_as_a_note_naming_the_tool_and_its_tokens() -
     sent = results(outcome.messages)
     cleared = [text for text in sent if text.startswith("[tool result cleared")]
     assert sent[-3:] == results(messages)[-3:]  # the newest three as they were
-    assert cleared and all("read_file returned 205 tokens" in text for text in cleared)
+    assert cleared
+    assert all("read_file returned 205 tokens" in text for text in cleared)
     assert outcome.record.tokens_after <= 2_000 * 0.6
     check_integrity(outcome.messages)
     # Every other message is the very one given: only the results' content changed.
@@ -106,7 +107,12 @@ async def test_the_ledger_lists_what_was_cleared_not_dropped() -> None:
     assert record.dropped == []
     assert [c.call_id for c in record.cleared] == [f"c{t}" for t in range(len(record.cleared))]
     first = record.cleared[0]
-    assert (first.index, first.what, first.tool, first.tokens) == (3, "tool result", "read_file", 205)
+    assert (first.index, first.what, first.tool, first.tokens) == (
+        3,
+        "tool result",
+        "read_file",
+        205,
+    )
     assert record.handlers[0].cleared_messages == len(record.cleared)
     assert f"cleared {len(record.cleared)} messages" in record.summary()
 
@@ -232,7 +238,8 @@ def test_event_clear_refuses_a_pinned_message_or_a_changed_shape() -> None:
     with pytest.raises(InvalidRequestError, match="reason"):
         event.clear(3, Message.tool("c0", "x", name="read_file"), reason=" ", tokens=1)
     event.clear(3, Message.tool("c0", "x", name="read_file"), reason="why", tokens=200)
-    assert event.messages[3].text == "x" and messages[3] is result
+    assert event.messages[3].text == "x"
+    assert messages[3] is result
 
 
 async def test_the_engine_refuses_a_cleared_message_moved_elsewhere() -> None:

@@ -66,9 +66,7 @@ def tool_heavy(draw: st.DrawFn) -> list[Message]:
     return messages
 
 
-def limited(
-    messages: Sequence[Message], budget: int, pre: object, post: object
-) -> LimitingOutcome:
+def limited(messages: Sequence[Message], budget: int, pre: object, post: object) -> LimitingOutcome:
     async def step() -> LimitingOutcome:
         return await apply_limits(
             messages,

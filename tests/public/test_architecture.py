@@ -156,6 +156,8 @@ MAY_IMPORT_PRIVATE_MODULES = frozenset(
         "engine/test_request_settings.py",
         "limiting/test_budget.py",
         "limiting/test_cache_stable.py",
+        "limiting/test_clearing.py",
+        "limiting/test_clearing_properties.py",
         "limiting/test_limiting.py",
         "limiting/test_limiting_bookkeeping.py",
         "limiting/test_limiting_event.py",
