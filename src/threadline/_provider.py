@@ -21,6 +21,7 @@ from threadline.counting._protocol import ExactCounter, ReplayProjection, TokenC
 from threadline.tools._tools import Tool
 
 __all__ = [
+    "CacheDiagnosis",
     "Driver",
     "FinishReason",
     "ProviderCall",
@@ -69,6 +70,29 @@ class ProviderCall:
 
 
 @attrs.frozen(kw_only=True)
+class CacheDiagnosis:
+    """The provider's own account of why its prompt cache missed, read by a driver.
+
+    Anthropic's cache diagnostics (``diagnostics.cache_miss_reason`` on a
+    message, when the request carried ``diagnostics.previous_message_id``) and
+    OpenAI's ``prompt_cache_diagnostics`` on a Responses response compare a
+    request with an earlier one and name where they diverged. ``provider``
+    names who said it; ``reason`` is the provider's word, as it gave it
+    (``"system_changed"``, ``"tools_changed"``, ``"messages_changed"``,
+    ``"cache_hit"``...); ``missed_tokens`` how many input tokens it says the
+    divergence cost (``None``: not said).
+    """
+
+    provider: str
+    reason: str
+    missed_tokens: int | None = None
+
+    def __str__(self) -> str:
+        missed = "" if self.missed_tokens is None else f", {self.missed_tokens} tokens missed"
+        return f"{self.reason} ({self.provider}{missed})"
+
+
+@attrs.frozen(kw_only=True)
 class ProviderResponse:
     """The provider's answer to one call."""
 
@@ -79,6 +103,9 @@ class ProviderResponse:
     model: str
     """The model name the provider says answered."""
     request_id: str | None = None
+    cache_diagnosis: CacheDiagnosis | None = None
+    """Why the provider's prompt cache missed, by the provider's own diagnosis, where
+    the driver reads one (see :class:`CacheDiagnosis`)."""
 
     @property
     def text(self) -> str:

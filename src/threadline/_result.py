@@ -12,6 +12,7 @@ from threadline._provider import ProviderResponse
 if TYPE_CHECKING:
     from threadline.limiting._budget import Budget
     from threadline.limiting._ledger import DroppedReasoning, LimitingRecord, ToolCallRepair
+    from threadline.limiting._prefix import CacheReport, SentPrompt
 
 __all__ = ["RoundRecord", "RunResult"]
 
@@ -59,6 +60,10 @@ class RoundRecord:
     """The first round's: what the request's repair of interrupted tool calls
     changed in the history before anything was sent
     (``RequestSettings.repair_interrupted_tool_calls``)."""
+    cache: CacheReport | None = None
+    """Why the cache missed, or that it could hit: how this round's prompt relates to
+    the round's before it (in a conversation, the previous turn's last round), the
+    share of the prompt the provider served from its cache, and its own diagnosis."""
 
     @property
     def decided_input_tokens(self) -> int:
@@ -101,6 +106,9 @@ class RunResult:
     turn_messages: tuple[Message, ...]
     """This run's own messages (origin ``TURN``) in order, even ones a later
     round's limiting left out."""
+    last_prompt: SentPrompt | None = None
+    """What the last round sent (messages and tools): a conversation compares its
+    next turn's prompt with it (``RoundRecord.cache``)."""
 
     @property
     def text(self) -> str:

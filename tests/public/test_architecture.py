@@ -156,6 +156,7 @@ MAY_IMPORT_PRIVATE_MODULES = frozenset(
         "engine/test_request_settings.py",
         "limiting/test_budget.py",
         "limiting/test_cache_stable.py",
+        "engine/test_cache_misses.py",
         "limiting/test_clearing.py",
         "limiting/test_clearing_properties.py",
         "limiting/test_limiting.py",

@@ -30,6 +30,7 @@ from threadline.engine._replay import check_transcript_reasoning
 from threadline.limiting._budget import BudgetResolution, resolve_budget
 from threadline.limiting._incremental import CheckedHistory
 from threadline.limiting._ledger import ToolCallRepair
+from threadline.limiting._prefix import SentPrompt
 from threadline.limiting._repair import repair_tool_units
 from threadline.limiting._units import check_integrity
 from threadline.tools._tools import Tool, Toolset, tool
@@ -83,6 +84,9 @@ class RunPlan:
     """The history a conversation vouches for, where it stands in ``transcript``."""
     tool_call_repairs: tuple[ToolCallRepair, ...] = ()
     """What the request's repair of interrupted tool calls changed in its history."""
+    previous_prompt: SentPrompt | None = None
+    """What the call before this run's first sent (a conversation's previous turn):
+    the first round's prompt is compared with it (``RoundRecord.cache``)."""
 
     def deadline(self, *, streaming: bool) -> CallDeadline:
         """The time limits of one provider call; the first-token one holds for streams."""

@@ -55,6 +55,7 @@ from threadline.engine._replay import ReplayGuard
 from threadline.limiting._budget import Budget
 from threadline.limiting._engine import apply_limits
 from threadline.limiting._ledger import DroppedReasoning, LimitingOutcome, LimitingRecord
+from threadline.limiting._prefix import CacheReport, SentPrompt, compare_prompts
 from threadline.limiting._units import split_units
 from threadline.tools._tools import invoke_concurrently
 
@@ -89,6 +90,7 @@ class _Round:
     response: ProviderResponse | None = None
     runnable: bool = False
     reasoning_dropped: tuple[DroppedReasoning, ...] = ()
+    cache: CacheReport | None = None
 
 
 class Run:
@@ -106,6 +108,7 @@ class Run:
         )
         self.rounds: list[RoundRecord] = []
         self.checked_history = plan.checked_history
+        self.previous: SentPrompt | None = plan.previous_prompt  # what the last call sent
         self.driver = instruments.driver
         self.tools = instruments.tools
         self.observer = instruments.observer
@@ -221,6 +224,23 @@ class Run:
                 async with aclosing(self._limit_again(current, exc)) as limited:
                     async for event in limited:
                         yield event
+        self._compare_prompt(current)
+
+    def _compare_prompt(self, current: _Round) -> None:
+        """Set ``current.cache``: how what the round sent relates to the prompt before
+        it, beside what the provider said of its cache."""
+        response = current.response
+        assert response is not None
+        tools = self.plan.toolset.tools
+        steps = [r for r in (current.limiting, current.retry_limiting) if r is not None]
+        usage = response.usage
+        current.cache = CacheReport(
+            prefix=compare_prompts(self.previous, current.sent, tools, steps),
+            input_tokens=usage.input_tokens,
+            cached_input_tokens=usage.cached_input_tokens,
+            diagnosis=response.cache_diagnosis,
+        )
+        self.previous = SentPrompt(messages=current.sent, tools=tools)
 
     async def _send(self, current: _Round) -> AsyncGenerator[StreamEvent, None]:
         driver = self.driver
@@ -334,6 +354,7 @@ class Run:
             context_retry=current.context_retry,
             reasoning_dropped=current.reasoning_dropped,
             tool_calls_repaired=self.plan.tool_call_repairs if current.number == 1 else (),
+            cache=current.cache,
         )
         self.rounds.append(record)
         return record
@@ -345,6 +366,7 @@ class Run:
             rounds=tuple(self.rounds),
             budget=self.budget,
             turn_messages=tuple(self.turn_messages),
+            last_prompt=self.previous,
         )
 
 

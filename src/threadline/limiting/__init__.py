@@ -15,6 +15,7 @@ the engine and a conversation. See docs/limiting.md and docs/handlers.md.
 """
 
 from threadline._errors import TranscriptIntegrityError
+from threadline._provider import CacheDiagnosis
 from threadline._public import publish
 from threadline._result import RoundRecord
 from threadline.limiting._budget import Budget, BudgetReport, BudgetResolution
@@ -41,6 +42,7 @@ from threadline.limiting._ledger import (
     LimitingRecord,
     ToolCallRepair,
 )
+from threadline.limiting._prefix import CacheReport, PrefixChange, PrefixReason, SentPrompt
 from threadline.limiting._summarize import (
     DEFAULT_SUMMARY_INSTRUCTIONS,
     SUMMARY_ACKNOWLEDGEMENT,
@@ -66,6 +68,8 @@ __all__ = [
     "Budget",
     "BudgetReport",
     "BudgetResolution",
+    "CacheDiagnosis",
+    "CacheReport",
     "CacheStableUnits",
     "ClearedMessage",
     "ClearingHandler",
@@ -77,7 +81,10 @@ __all__ = [
     "HandlerTraits",
     "LimitingRecord",
     "PinReason",
+    "PrefixChange",
+    "PrefixReason",
     "RoundRecord",
+    "SentPrompt",
     "TokenLimitEvent",
     "TokenLimitHandler",
     "ToolCallRepair",
