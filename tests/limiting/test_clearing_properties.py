@@ -11,8 +11,13 @@ import anyio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from threadline import Budget, Message, Origin, Role, Tool, ToolCall
-from threadline.limiting import cache_stable_units, check_integrity, clear_tool_results
+from threadline import Budget, Message, Origin, Reasoning, Role, Tool, ToolCall
+from threadline.limiting import (
+    cache_stable_units,
+    check_integrity,
+    clear_thinking,
+    clear_tool_results,
+)
 
 # The engine itself is private; its one-step entry point is what a round runs.
 from threadline.limiting._engine import apply_limits
@@ -146,3 +151,72 @@ def test_the_prefix_changes_once_per_batch_over_a_long_conversation(
         previous = (*sent, *reply)
     room = budget - int(budget * 0.6)
     assert changes <= 1 + added // room, (changes, added, room)
+
+
+@st.composite
+def reasoning_heavy(draw: st.DrawFn) -> list[Message]:
+    """Turns whose replies (and tool calls) carry reasoning of any size; then the
+    prompt, maybe with this run's own exchange, reasoning and all."""
+    serial = itertools.count()
+
+    def thought() -> Reasoning | None:
+        size = draw(st.integers(0, 200))
+        return Reasoning(text="hmm " * size) if draw(st.booleans()) else None
+
+    def call(origin: Origin) -> list[Message]:
+        i = f"c{next(serial)}"
+        return [
+            Message.assistant(
+                tool_calls=[ToolCall(id=i, name="t")], reasoning=thought(), origin=origin
+            ),
+            Message.tool(i, "ok", origin=origin),
+        ]
+
+    messages = [Message.system("be brief")]
+    for t in range(draw(st.integers(0, 10))):
+        messages.append(Message.user(f"question {t}"))
+        if draw(st.booleans()):
+            messages += call(Origin.SEED)
+        messages.append(Message.assistant(f"answer {t}", reasoning=thought()))
+    messages.append(Message.user("the prompt", origin=Origin.TURN))
+    if draw(st.booleans()):
+        messages += call(Origin.TURN)
+    return messages
+
+
+class ReasoningCounter(WordCounter):
+    def message_tokens(self, message: Message) -> int:
+        reasoning = len(message.reasoning.text.split()) if message.reasoning else 0
+        return super().message_tokens(message) + reasoning
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(messages=reasoning_heavy(), budget=st.integers(30, 2_000), keep=st.integers(0, 3))
+def test_clearing_reasoning_never_touches_this_runs_cycle_or_the_transcripts_shape(
+    messages: list[Message], budget: int, keep: int
+) -> None:
+    async def step() -> LimitingOutcome:
+        return await apply_limits(
+            messages,
+            counter=ReasoningCounter(),
+            budget=Budget(limit=budget + 10, reserve=10),
+            pre=clear_thinking(keep=keep, min_tokens=1),
+        )
+
+    outcome = anyio.run(step)
+    sent = outcome.messages
+    check_integrity(sent)
+    assert len(sent) == len(messages)
+    for before, after in zip(messages, sent, strict=True):
+        if after is before:
+            continue
+        # Only the reasoning went, only from an earlier turn's reply.
+        assert before.origin is Origin.SEED
+        assert after.reasoning is None
+        assert before.reasoning is not None
+        assert (after.role, after.content, after.tool_calls) == (
+            before.role,
+            before.content,
+            before.tool_calls,
+        )
+    assert {c.what for c in outcome.record.cleared} <= {"reasoning"}
