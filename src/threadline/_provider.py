@@ -67,6 +67,11 @@ class ProviderCall:
     cache_key: str | None = None
     """A stable key for the prompt prefix this call shares with earlier ones (a
     conversation's), for providers that route their prompt cache by one."""
+    previous_response_id: str | None = None
+    """The ``request_id`` of the response to the call before this one (the round
+    before, or a conversation's previous turn): what a provider's cache diagnosis
+    compares this call with (Anthropic's ``diagnostics.previous_message_id``).
+    Only for diagnosis; a stateless driver sends the whole transcript regardless."""
 
 
 @attrs.frozen(kw_only=True)

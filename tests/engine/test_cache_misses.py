@@ -217,3 +217,16 @@ def test_a_report_reads_for_a_person() -> None:
         "(3 of 9 messages kept)"
     )
     assert CacheReport(prefix=PrefixChange(reason="first call")).cached_share is None
+
+
+async def test_each_call_names_the_response_before_it_for_the_providers_diagnosis() -> None:
+    class Numbered(ScriptedDriver):
+        async def complete(self, call: ProviderCall) -> ProviderResponse:
+            response = await super().complete(call)
+            return attrs.evolve(response, request_id=f"resp-{len(self.calls)}")
+
+    driver = Numbered(["one", "two"])
+    conv = Conversation(agent_on(driver))
+    await conv.run("hello")
+    await conv.run("again")
+    assert [call.previous_response_id for call in driver.calls] == [None, "resp-1"]

@@ -96,13 +96,23 @@ class RunPlan:
             provider=self.driver.name,
         )
 
-    def call(self, messages: tuple[Message, ...], round_number: int) -> ProviderCall:
+    def call(
+        self,
+        messages: tuple[Message, ...],
+        round_number: int,
+        previous_response_id: str | None = None,
+    ) -> ProviderCall:
         """What round ``round_number`` sends: a forcing tool choice applies to the first
         round only, so the model can answer with the tools' results afterwards."""
         choice = self.call_template.tool_choice
         if round_number > 1 and choice not in _UNFORCED:
             choice = "auto"
-        return attrs.evolve(self.call_template, messages=messages, tool_choice=choice)
+        return attrs.evolve(
+            self.call_template,
+            messages=messages,
+            tool_choice=choice,
+            previous_response_id=previous_response_id,
+        )
 
 
 _Built: TypeAlias = tuple[

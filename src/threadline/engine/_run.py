@@ -240,13 +240,20 @@ class Run:
             cached_input_tokens=usage.cached_input_tokens,
             diagnosis=response.cache_diagnosis,
         )
-        self.previous = SentPrompt(messages=current.sent, tools=tools)
+        self.previous = SentPrompt(
+            messages=current.sent, tools=tools, response_id=response.request_id
+        )
 
     async def _send(self, current: _Round) -> AsyncGenerator[StreamEvent, None]:
         driver = self.driver
         handed = self.replay.prepare(self.transcript, self.checked_history)
         current.sent, current.reasoning_dropped = handed.messages, handed.dropped
-        call = self.plan.call(handed.messages, current.number)
+        previous = self.previous
+        call = self.plan.call(
+            handed.messages,
+            current.number,
+            previous_response_id=None if previous is None else previous.response_id,
+        )
         deadline = self.plan.deadline(streaming=self.streaming)
         if not self.streaming:
             with deadline.bound():

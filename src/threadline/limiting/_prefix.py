@@ -53,10 +53,13 @@ _CLEARED = "[tool result cleared"  # the opening of every clear_tool_results not
 
 @attrs.frozen(kw_only=True, eq=False)
 class SentPrompt:
-    """What one round sent: its messages and tools, as the very objects sent."""
+    """What one round sent: its messages and tools, as the very objects sent, and the
+    id the provider gave its response."""
 
     messages: tuple[Message, ...]
     tools: tuple[Tool, ...] = ()
+    response_id: str | None = None
+    """The provider's id of the response to it, for the next call's cache diagnosis."""
 
 
 @attrs.frozen(kw_only=True)
