@@ -252,3 +252,9 @@ async def test_the_engine_refuses_a_cleared_message_moved_elsewhere() -> None:
 
     with pytest.raises(HandlerError):
         await limit(conversation(3), 50, mover)
+
+
+def test_a_compaction_outcome_of_ones_own_is_checked() -> None:
+    event = TokenLimitEvent(conversation(1), budget_tokens=10, counter=WordCounter())
+    with pytest.raises(InvalidRequestError, match="status"):
+        event.note_compaction("weird", covered_messages=1, covered_tokens=1)  # type: ignore[arg-type]

@@ -13,10 +13,11 @@ import bisect
 import itertools
 import operator
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Literal, TypeAlias, overload
+from typing import Literal, TypeAlias, get_args, overload
 
 from threadline._errors import InvalidRequestError
 from threadline._messages import Message, Role
+from threadline._validate import fail
 from threadline.counting._protocol import TokenCounter, is_incremental
 from threadline.limiting._budget import message_costs
 from threadline.limiting._ledger import CompactionStatus
@@ -344,7 +345,12 @@ class TokenLimitEvent:
         A handler that summarizes reports each attempt, applied or not, so a
         summary that came back empty, failed or too long is seen by the user
         instead of passing silently (see :class:`~threadline.limiting.CompactionOutcome`).
+
+        Raises:
+            InvalidRequestError: ``status`` is not a ``CompactionStatus``.
         """
+        if status not in get_args(CompactionStatus):
+            fail("status", "one of " + ", ".join(map(repr, get_args(CompactionStatus))), status)
         self._compactions.append((status, covered_messages, covered_tokens, summary_tokens, detail))
 
     def __repr__(self) -> str:
