@@ -12,7 +12,9 @@ result per turn would change the prompt early on every turn, so once over
 the budget a handler clears a *batch*, oldest first, down to a low-water mark
 (60% of the budget by default), and on the turns that follow it clears the
 very same messages again (it remembers them) and nothing more, until the
-budget is reached again. The prompt's prefix then changes only once per batch.
+budget is reached again. The prompt's prefix then changes only once per batch
+(and up to twice more around a cut by the Post handler: a handler runs only
+over budget, so a window the cut left that fits unlimited is sent uncleared).
 
 When clearing cannot bring the transcript down to the mark (the turns' own
 text is most of it), a handler clears nothing new: compose one as Pre with a
