@@ -42,6 +42,7 @@ from threadline.counting._protocol import TokenCounter, is_token_counter
 from threadline.limiting._budget import message_costs
 from threadline.limiting._cache_stable import DEFAULT_LOW_WATER
 from threadline.limiting._event import TokenLimitEvent, priced
+from threadline.limiting._traits import HandlerTraits
 from threadline.limiting._units import PinReason
 
 __all__ = [
@@ -83,6 +84,10 @@ class ClearingHandler:
     conversations clears, in each, what any of them cleared.
     """
 
+    # Called every round: what it cleared before it clears again, over budget or
+    # not, so a window a cut left that fits unlimited keeps its prefix too.
+    __threadline_traits__ = HandlerTraits(runs_every_round=True)
+
     __slots__ = (
         "__qualname__",
         "_memory",
@@ -116,9 +121,9 @@ class ClearingHandler:
 
     async def __call__(self, event: TokenLimitEvent) -> None:
         counter = self.counter if self.counter is not None else event.counter
+        if not self._memory and event.estimated_tokens <= event.budget_tokens:
+            return  # nothing cleared yet, nothing to clear: the common case, for free
         costs, total, _ = priced(event, counter)
-        if total <= event.budget_tokens:
-            return
         candidates = self._candidates(event, costs, counter)
         target = math.floor(event.budget_tokens * self.low_water)
         memory = self._memory

@@ -125,7 +125,8 @@ async def apply_limits(
             changed a pinned message.
         Exception: whatever a handler raised, unchanged.
     """
-    if history is not None:
+    every_round = pre is not None and traits_of(pre).runs_every_round
+    if history is not None and not every_round:
         quick = quick_outcome(
             messages,
             tools=tools,
@@ -154,7 +155,8 @@ async def apply_limits(
             ("post", post),
         )
         for phase, handler in handlers:
-            if handler is not None and state.tokens > budget.prompt_tokens:
+            over = state.tokens > budget.prompt_tokens
+            if handler is not None and (over or (phase == "pre" and every_round)):
                 await state.run(phase, handler, budget)
     return state.outcome()
 
