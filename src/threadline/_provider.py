@@ -22,6 +22,7 @@ from threadline.tools._output import OutputSchema
 from threadline.tools._tools import Tool
 
 __all__ = [
+    "CacheDiagnosis",
     "Driver",
     "FinishReason",
     "OutputConstraint",
@@ -78,6 +79,34 @@ class ProviderCall:
     output: OutputSchema | None = None
     """The JSON schema the answer must follow (``output_type``), for the driver to send
     or enforce as its ``output_constraint`` says; ``None``: a text answer."""
+    previous_response_id: str | None = None
+    """The ``request_id`` of the response to the call before this one (the round
+    before, or a conversation's previous turn): what a provider's cache diagnosis
+    compares this call with (Anthropic's ``diagnostics.previous_message_id``).
+    Only for diagnosis; a stateless driver sends the whole transcript regardless."""
+
+
+@attrs.frozen(kw_only=True)
+class CacheDiagnosis:
+    """The provider's own account of why its prompt cache missed, read by a driver.
+
+    Anthropic's cache diagnostics (``diagnostics.cache_miss_reason`` on a
+    message, when the request carried ``diagnostics.previous_message_id``) and
+    OpenAI's ``prompt_cache_diagnostics`` on a Responses response compare a
+    request with an earlier one and name where they diverged. ``provider``
+    names who said it; ``reason`` is the provider's word, as it gave it
+    (``"system_changed"``, ``"tools_changed"``, ``"messages_changed"``,
+    ``"cache_hit"``...); ``missed_tokens`` how many input tokens it says the
+    divergence cost (``None``: not said).
+    """
+
+    provider: str
+    reason: str
+    missed_tokens: int | None = None
+
+    def __str__(self) -> str:
+        missed = "" if self.missed_tokens is None else f", {self.missed_tokens} tokens missed"
+        return f"{self.reason} ({self.provider}{missed})"
 
 
 @attrs.frozen(kw_only=True)
@@ -95,6 +124,9 @@ class ProviderResponse:
     """What the driver did to the stored replay state to send this call, one line
     each (a placeholder signature where the provider demands one, a stale signature
     left off); the round's record keeps them (``RoundRecord.replay_notes``)."""
+    cache_diagnosis: CacheDiagnosis | None = None
+    """Why the provider's prompt cache missed, by the provider's own diagnosis, where
+    the driver reads one (see :class:`CacheDiagnosis`)."""
 
     @property
     def text(self) -> str:

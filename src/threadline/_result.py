@@ -13,6 +13,7 @@ from threadline._provider import ProviderResponse
 if TYPE_CHECKING:
     from threadline.limiting._budget import Budget
     from threadline.limiting._ledger import DroppedReasoning, LimitingRecord, ToolCallRepair
+    from threadline.limiting._prefix import CacheReport, SentPrompt
 
 __all__ = ["OutputT", "RoundRecord", "RunResult"]
 
@@ -73,6 +74,10 @@ class RoundRecord:
     output_error: str | None = None
     """For a run with an ``output_type``: why this round's final answer failed it
     (``"$.total: field 'total' is required"``), when it did and a repair round followed."""
+    cache: CacheReport | None = None
+    """Why the cache missed, or that it could hit: how this round's prompt relates to
+    the round's before it (in a conversation, the previous turn's last round), the
+    share of the prompt the provider served from its cache, and its own diagnosis."""
 
     @property
     def decided_input_tokens(self) -> int:
@@ -127,6 +132,10 @@ class RunResult(Generic[OutputT]):
         if self._output is _TEXT:
             return cast("OutputT", self.response.text)
         return cast("OutputT", self._output)
+
+    last_prompt: SentPrompt | None = None
+    """What the last round sent (messages and tools): a conversation compares its
+    next turn's prompt with it (``RoundRecord.cache``)."""
 
     @property
     def text(self) -> str:

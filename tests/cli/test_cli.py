@@ -448,6 +448,13 @@ def test_budget_says_what_is_left(db: Path) -> None:
     )
 
 
+def test_budget_says_why_the_cache_missed_or_could_hit(db: Path) -> None:
+    driver = ScriptedDriver(["one", "two"])
+    run = invoke("chat", "--db", str(db), driver=driver, stdin="hi\nagain\n/budget\n/exit\n")
+    assert run.code == 0, run.err
+    assert re.search(r"round 1: cache: \d+% of the prompt; prefix kept \(1 message\)", run.err)
+
+
 # -- the chat's own conventions ----------------------------------------------------------
 
 

@@ -111,9 +111,10 @@ async def test_keep_last_turns_zero_summarizes_everything_before_the_prompt() ->
 async def test_the_prompt_and_the_live_tool_exchange_are_never_summarized() -> None:
     client, driver = summarizer("Earlier: greetings.")
     call = ToolCall(id="live", name="lookup", arguments="{}")
+    # Turns longer than their summary: a summary no shorter than what it covers is not used.
     messages = [
-        Message.user("Hello."),
-        Message.assistant("Hi."),
+        Message.user("Hello, I would like to tell you about my long day at the office."),
+        Message.assistant("Hi. I am listening; tell me about the long day at the office."),
         Message.user("Look it up."),
         Message.assistant(tool_calls=[call]),
         Message.tool("live", "found"),

@@ -61,6 +61,7 @@ from threadline.engine._agent import Agent, combined_settings
 from threadline.engine._plan import RunPlan, settings_budget, settings_counter
 from threadline.engine._replay import sent_form
 from threadline.engine._request import planned, run_plan, stream_plan, with_checked_history
+from threadline.limiting._prefix import SentPrompt
 from threadline.serialization._converter import dumps_conversation, loads_conversation
 from threadline.serialization._documents import (
     ConversationDocument,
@@ -142,6 +143,9 @@ class Conversation:
         self._window = KeptWindow()
         self._slide: Slide | None = None
         self._writer = TurnWriter(store, self._id)
+        # What the last turn's last round sent: the next turn's prompt is compared
+        # with it, to say why the provider's cache missed (RoundRecord.cache).
+        self._last_prompt: SentPrompt | None = None
 
     # -- state --------------------------------------------------------------------------
 
@@ -429,7 +433,7 @@ class Conversation:
             request.with_output_type(output_type)
         return _Turn(
             write=self._writer.begin(transcript.next_turn_id, message, transcript.pending),
-            plan=planned(request),
+            plan=attrs.evolve(planned(request), previous_prompt=self._last_prompt),
             sent=sent,
             slide_key=key,
         )
@@ -469,6 +473,7 @@ class Conversation:
         transcript.pending = pending
         transcript.append_turn(events, result.response, result.usage)
         self._window, self._slide = window, slide
+        self._last_prompt = result.last_prompt
 
     # -- rewriting ----------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ from threadline.tools._tools import ToolOutcome, Toolset
 if TYPE_CHECKING:
     from threadline._result import RunResult
     from threadline.limiting._ledger import LimitingRecord
+    from threadline.limiting._prefix import CacheReport
 
 __all__ = [
     "NOTHING",
@@ -52,6 +53,8 @@ class RoundFacts(Protocol):
     def context_retry(self) -> bool: ...
     @property
     def response(self) -> ProviderResponse | None: ...
+    @property
+    def cache(self) -> CacheReport | None: ...
 
 
 class RunObserver(Protocol):

@@ -30,6 +30,7 @@ from threadline.engine._replay import check_transcript_reasoning
 from threadline.limiting._budget import BudgetResolution, resolve_budget
 from threadline.limiting._incremental import CheckedHistory
 from threadline.limiting._ledger import ToolCallRepair
+from threadline.limiting._prefix import SentPrompt
 from threadline.limiting._repair import repair_tool_units
 from threadline.limiting._units import check_integrity
 from threadline.tools._output import OutputSpec, output_spec
@@ -100,6 +101,10 @@ class RunPlan:
             return self.toolset.tools
         return (*self.toolset.tools, self.output.schema.counted_tool())
 
+    previous_prompt: SentPrompt | None = None
+    """What the call before this run's first sent (a conversation's previous turn):
+    the first round's prompt is compared with it (``RoundRecord.cache``)."""
+
     def deadline(self, *, streaming: bool) -> CallDeadline:
         """The time limits of one provider call; the first-token one holds for streams."""
         return CallDeadline(
@@ -108,7 +113,12 @@ class RunPlan:
             provider=self.driver.name,
         )
 
-    def call(self, messages: tuple[Message, ...], round_number: int) -> ProviderCall:
+    def call(
+        self,
+        messages: tuple[Message, ...],
+        round_number: int,
+        previous_response_id: str | None = None,
+    ) -> ProviderCall:
         """What round ``round_number`` sends: a forcing tool choice applies to the first
         round only, so the model can answer with the tools' results afterwards."""
         choice = self.call_template.tool_choice
@@ -116,7 +126,12 @@ class RunPlan:
             choice = "auto"
         if self.output_instruction is not None:
             messages = with_instruction(messages, self.output_instruction)
-        return attrs.evolve(self.call_template, messages=messages, tool_choice=choice)
+        return attrs.evolve(
+            self.call_template,
+            messages=messages,
+            tool_choice=choice,
+            previous_response_id=previous_response_id,
+        )
 
 
 def with_instruction(messages: tuple[Message, ...], instruction: str) -> tuple[Message, ...]:

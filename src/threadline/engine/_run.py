@@ -57,6 +57,7 @@ from threadline.engine._replay import ReplayGuard
 from threadline.limiting._budget import Budget
 from threadline.limiting._engine import apply_limits
 from threadline.limiting._ledger import DroppedReasoning, LimitingOutcome, LimitingRecord
+from threadline.limiting._prefix import CacheReport, SentPrompt, compare_prompts
 from threadline.limiting._units import split_units
 from threadline.tools._output import OutputProblem
 from threadline.tools._tools import invoke_concurrently
@@ -105,6 +106,7 @@ class _Round:
     """The final answer's value, when the run has an ``output_type`` and it validated."""
     output_error: str | None = None
     """Why the final answer failed the ``output_type``, when a repair round follows."""
+    cache: CacheReport | None = None
 
 
 class Run:
@@ -122,6 +124,7 @@ class Run:
         )
         self.rounds: list[RoundRecord] = []
         self.checked_history = plan.checked_history
+        self.previous: SentPrompt | None = plan.previous_prompt  # what the last call sent
         self.driver = instruments.driver
         self.tools = instruments.tools
         self.observer = instruments.observer
@@ -263,12 +266,36 @@ class Run:
                 async with aclosing(self._limit_again(current, exc)) as limited:
                     async for event in limited:
                         yield event
+        self._compare_prompt(current)
+
+    def _compare_prompt(self, current: _Round) -> None:
+        """Set ``current.cache``: how what the round sent relates to the prompt before
+        it, beside what the provider said of its cache."""
+        response = current.response
+        assert response is not None
+        tools = self.plan.toolset.tools
+        steps = [r for r in (current.limiting, current.retry_limiting) if r is not None]
+        usage = response.usage
+        current.cache = CacheReport(
+            prefix=compare_prompts(self.previous, current.sent, tools, steps),
+            input_tokens=usage.input_tokens,
+            cached_input_tokens=usage.cached_input_tokens,
+            diagnosis=response.cache_diagnosis,
+        )
+        self.previous = SentPrompt(
+            messages=current.sent, tools=tools, response_id=response.request_id
+        )
 
     async def _send(self, current: _Round) -> AsyncGenerator[StreamEvent, None]:
         driver = self.driver
         handed = self.replay.prepare(self.transcript, self.checked_history)
         current.sent, current.reasoning_dropped = handed.messages, handed.dropped
-        call = self.plan.call(handed.messages, current.number)
+        previous = self.previous
+        call = self.plan.call(
+            handed.messages,
+            current.number,
+            previous_response_id=None if previous is None else previous.response_id,
+        )
         deadline = self.plan.deadline(streaming=self.streaming)
         if not self.streaming:
             with deadline.bound():
@@ -384,26 +411,22 @@ class Run:
             replay_notes=response.replay_notes,
             tool_calls_repaired=self.plan.tool_call_repairs if current.number == 1 else (),
             output_error=current.output_error,
+            cache=current.cache,
         )
         self.rounds.append(record)
         return record
 
     def _result(self, response: ProviderResponse, output: Any) -> RunResult[Any]:
-        if output is _NO_OUTPUT:
-            return RunResult(
-                response=response,
-                messages=self.transcript,
-                rounds=tuple(self.rounds),
-                budget=self.budget,
-                turn_messages=tuple(self.turn_messages),
-            )
+        # Without an output_type the result's output stays its default: the text.
+        valued = {} if output is _NO_OUTPUT else {"output": output}
         return RunResult(
             response=response,
             messages=self.transcript,
             rounds=tuple(self.rounds),
             budget=self.budget,
             turn_messages=tuple(self.turn_messages),
-            output=output,
+            last_prompt=self.previous,
+            **valued,
         )
 
 

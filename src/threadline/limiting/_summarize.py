@@ -12,6 +12,16 @@ enough::
         pre_max_tokens_reached=summarize_oldest(cheap_client, keep_last_turns=2),
         post_max_tokens_reached=drop_oldest_units(None),
     )
+
+A compaction is a transaction: the summary is written first, and only a
+usable one changes what is sent. A summarizer that fails, runs out of time,
+returns nothing, or writes a summary cut off or no shorter than what it
+covers leaves the transcript as it was, and the round's ledger says what
+happened (``LimitingRecord.compactions``): no error text, placeholder or empty
+summary ever stands in for the turns. In a conversation the summary and the
+cut are committed with the turn in one versioned write (the store keeps every
+turn; the summary heads the window), or refused with
+``ConcurrentModificationError`` when another writer got in first.
 """
 
 from __future__ import annotations
@@ -21,10 +31,14 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 
+import anyio
+import attrs
+
 from threadline._errors import InvalidRequestError
 from threadline._messages import Message, Role
 from threadline._models import Model
 from threadline.limiting._event import TokenLimitEvent, TokenLimitHandler
+from threadline.limiting._ledger import CompactionStatus
 from threadline.limiting._units import PinReason, UnitKind
 
 if TYPE_CHECKING:
@@ -168,6 +182,7 @@ def summarize_oldest(
     keep_last_turns: int = 2,
     instructions: str = DEFAULT_SUMMARY_INSTRUCTIONS,
     max_summary_tokens: int | None = None,
+    timeout: float | None = None,
 ) -> TokenLimitHandler:
     """Build a Pre handler that summarizes the oldest turns into one message.
 
@@ -184,20 +199,30 @@ def summarize_oldest(
     when it does not, so a long conversation does not pay for the same
     summary every turn.
 
-    A blank summary leaves the transcript as it was (the Post handler then
-    drops what does not fit); a failing summarizer aborts the run with its
-    error.
+    Nothing but a usable summary changes the transcript: a summarizer that
+    raises, takes longer than ``timeout`` seconds, returns a blank summary, or
+    one cut off at ``max_summary_tokens`` or no shorter than the turns it
+    covers leaves it as it was (the Post handler then drops what does not
+    fit), and the round's ledger records the outcome
+    (``LimitingRecord.compactions``, a :class:`~threadline.limiting.CompactionOutcome`).
+    Cancelling the run itself still cancels it.
 
     Raises:
-        InvalidRequestError: no model to summarize with, or a negative
-            ``keep_last_turns``.
+        InvalidRequestError: no model to summarize with, a negative
+            ``keep_last_turns``, or a ``timeout`` that is not a positive number.
     """
     client, summary_model = _summarizing_client(summarizer, model)
     if isinstance(keep_last_turns, bool) or not isinstance(keep_last_turns, int):
         raise InvalidRequestError(f"keep_last_turns must be an int, not {keep_last_turns!r}")
     if keep_last_turns < 0:
         raise InvalidRequestError(f"keep_last_turns must be 0 or more, not {keep_last_turns}")
+    if timeout is not None and (
+        isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
+    ):
+        raise InvalidRequestError(f"timeout is in seconds, more than 0, or None: not {timeout!r}")
     write_summary = _summary_writer(client, summary_model, instructions, max_summary_tokens)
+    if timeout is not None:
+        write_summary = _with_timeout(write_summary, float(timeout))
     memory = _SummaryMemory()
 
     async def handler(event: TokenLimitEvent) -> None:
@@ -254,15 +279,28 @@ def _summarizing_client(
     return client, model
 
 
+@attrs.frozen
+class _Written:
+    """What the summarizer came back with: the summary, or why there is none."""
+
+    text: str = ""
+    status: CompactionStatus = "applied"
+    detail: str = ""
+
+
+_Writer = Callable[[Sequence[Message]], Awaitable[_Written]]
+
+
 def _summary_writer(
     client: _SummarizingClient,
     model: Model | str,
     instructions: str,
     max_summary_tokens: int | None,
-) -> Callable[[Sequence[Message]], Awaitable[str]]:
-    """A function that asks ``model`` for a summary of some messages."""
+) -> _Writer:
+    """A function that asks ``model`` for a summary of some messages; what it raises
+    comes back as a ``"failed"`` outcome, a summary cut off as ``"too long"``."""
 
-    async def write_summary(material: Sequence[Message]) -> str:
+    async def write_summary(material: Sequence[Message]) -> _Written:
         request = (
             client.request()
             .with_model(model)
@@ -271,16 +309,38 @@ def _summary_writer(
         )
         if max_summary_tokens is not None:
             request.with_max_output_tokens(max_summary_tokens)
-        return (await request.run()).text.strip()
+        try:
+            result = await request.run()
+        except Exception as exc:  # any failure of the summarizer is a no-op, reported
+            return _Written(status="failed", detail=f"{type(exc).__name__}: {exc}")
+        if result.response.finish_reason == "length":
+            return _Written(
+                status="too long",
+                detail="the summary was cut off at max_summary_tokens "
+                f"({max_summary_tokens}); a cut-off summary is not used",
+            )
+        return _Written(result.text.strip())
 
     return write_summary
+
+
+def _with_timeout(write_summary: _Writer, timeout: float) -> _Writer:
+    """``write_summary`` given ``timeout`` seconds: after that, a ``"cancelled"`` outcome."""
+
+    async def bounded(material: Sequence[Message]) -> _Written:
+        with anyio.move_on_after(timeout) as scope:
+            return await write_summary(material)
+        assert scope.cancelled_caught
+        return _Written(status="cancelled", detail=f"no summary within {timeout:g} seconds")
+
+    return bounded
 
 
 async def _fold_oldest(
     event: TokenLimitEvent,
     keep_last_turns: int,
     memory: _SummaryMemory,
-    write_summary: Callable[[Sequence[Message]], Awaitable[str]],
+    write_summary: _Writer,
 ) -> None:
     """Replace the oldest turns of ``event.messages`` with one summary, reusing what is known."""
     found = _summary_range(event, keep_last_turns)
@@ -296,17 +356,55 @@ async def _fold_oldest(
         summary, end, earlier = known
         reused = _folded(messages, start, end, summary)
         if end == cut or event.counter.count(reused, event.tools) <= event.budget_tokens:
+            event.note_compaction(
+                "reused",
+                covered_messages=end - start,
+                covered_tokens=_cost(event, messages[start:end]),
+                summary_tokens=_cost(event, [summary]),
+            )
             _replace(event, start, end, summary)
             return
         material = [summary, *messages[end:cut]]
         covered = earlier + tuple(messages[end:cut])
-    text = await write_summary(material)
-    if not text:
-        logger.warning("the summarizing model returned nothing; the transcript is left as it was")
+    covered_tokens = _cost(event, messages[start:cut])
+    written = await write_summary(material)
+    outcome = (
+        written
+        if written.status != "applied" or written.text
+        else _Written(status="empty", detail="the summarizing model returned nothing")
+    )
+    summary = Message.user(f"{SUMMARY_HEADING}\n{outcome.text}")
+    summary_tokens = _cost(event, [summary]) if outcome.text else None
+    longer = summary_tokens is not None and summary_tokens >= covered_tokens
+    if outcome.status == "applied" and longer:
+        outcome = _Written(
+            status="too long",
+            detail=f"the summary ({summary_tokens} tokens) is no shorter than the "
+            f"{covered_tokens} tokens it covers",
+        )
+    event.note_compaction(
+        outcome.status,
+        covered_messages=cut - start,
+        covered_tokens=covered_tokens,
+        summary_tokens=summary_tokens,
+        detail=outcome.detail,
+    )
+    if outcome.status != "applied":
+        logger.warning(
+            "compaction by summarize_oldest did not happen (%s: %s); the transcript is left "
+            "as it was",
+            outcome.status,
+            outcome.detail,
+        )
         return
-    summary = Message.user(f"{SUMMARY_HEADING}\n{text}")
     memory.remember(covered, summary)
     _replace(event, start, cut, summary)
+
+
+def _cost(event: TokenLimitEvent, messages: Sequence[Message]) -> int:
+    """What ``messages`` cost by the event's counter, without the request's overhead."""
+    counter = event.counter
+    return counter.count(messages, ()) - counter.count([], ())
 
 
 def _folded(messages: Sequence[Message], start: int, end: int, summary: Message) -> list[Message]:
