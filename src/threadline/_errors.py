@@ -16,6 +16,7 @@ Everything threadline raises on purpose derives from one root, so
     │   └── StoreClosedError           the store was closed with ``aclose()``
     ├── TokenizerDataError         the embedded vocabulary is missing or damaged
     ├── ToolArgumentsError         (also a ValueError) a tool call's arguments are not valid JSON
+    ├── ToolError                  a tool's server could not start, or stopped during a call
     └── ProviderError              the provider failed; carries status, body, request id
         ├── AuthenticationError        401 / 403
         ├── RateLimitError             429
@@ -54,6 +55,7 @@ __all__ = [
     "ThreadlineError",
     "TokenizerDataError",
     "ToolArgumentsError",
+    "ToolError",
     "TranscriptIntegrityError",
 ]
 
@@ -173,6 +175,14 @@ class TokenizerDataError(ThreadlineError):
 
 class ToolArgumentsError(ThreadlineError, ValueError):
     """A tool call's arguments are not the JSON object the tool expects."""
+
+
+class ToolError(ThreadlineError):
+    """A tool could not run: its MCP server could not start, or stopped during a call.
+
+    Raised when a server is entered (``async with MCPServer...``); during a
+    run the same error is the cause of an error result the model reads.
+    """
 
 
 class ProviderError(ThreadlineError):

@@ -264,7 +264,8 @@ def settings_counter(
 
 def _toolset(tools: Iterable[Tool | Any], problems: list[str]) -> Toolset | None:
     try:
-        return Toolset(tuple(t if isinstance(t, Tool) else tool(t) for t in tools))
+        # Functions become tools and tool sources (MCP servers) offer their tools now.
+        return Toolset(tuple(tools))
     except (InvalidRequestError, TypeError) as exc:
         problems.append(str(exc))
         return None
