@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import anyio
@@ -25,8 +25,7 @@ import pytest
 
 from servers import free_port, require_or_skip
 from threadline import Agent, Client, Message, Model, ToolCall
-from threadline._provider import ProviderCall
-from threadline.testing import FunctionDriver
+from threadline.testing import FunctionDriver, ProviderCall
 from threadline.tools import MCPServer, ToolError, tool
 
 pytestmark = [
@@ -96,6 +95,15 @@ async def server(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
         yield made
 
 
+async def wait_until(condition: Callable[[], bool], seconds: float = 10) -> None:
+    """Wait for observable state, polling; fail after ``seconds``."""
+    with anyio.fail_after(seconds):
+        while True:
+            if condition():
+                return
+            await anyio.sleep(0.02)
+
+
 def calling(name: str, arguments: dict[str, object]) -> FunctionDriver:
     """A model that calls ``name`` once, then answers with the tool's result text."""
 
@@ -157,9 +165,7 @@ async def test_a_cancelled_run_cancels_the_call(tmp_path: Path) -> None:
         assert scope.cancelled_caught
         if sdk_major() >= 2:
             # mcp 2 sends notifications/cancelled; the server's handler is cancelled.
-            with anyio.fail_after(10):
-                while not (marks.exists() and "cancelled" in marks.read_text()):
-                    await anyio.sleep(0.05)
+            await wait_until(lambda: marks.exists() and "cancelled" in marks.read_text())
         _, after, _ = await run_one(server, "add", {"a": 2, "b": 2})
         assert "4" in after.text
 
@@ -170,10 +176,12 @@ async def test_a_server_killed_mid_call_is_an_error_then_restarted(tmp_path: Pat
         with anyio.fail_after(30):
             _, died, _ = await run_one(server, "die", {})
         assert died.text.startswith("error: ")
-        assert "ToolError" in died.text and "stopped during the call to 'die'" in died.text
+        assert "ToolError" in died.text
+        assert "stopped during the call to 'die'" in died.text
         assert "started again on the next call" in died.text
         _, after, _ = await run_one(server, "pid", {})
-        assert not after.text.startswith("error") and after.text != before.text
+        assert not after.text.startswith("error")
+        assert after.text != before.text
 
 
 async def test_list_changed_relists_the_tools_for_the_next_request(server: MCPServer) -> None:
@@ -181,9 +189,7 @@ async def test_list_changed_relists_the_tools_for_the_next_request(server: MCPSe
     late = f"late_{uuid.uuid4().hex[:8]}"
     assert late not in [t.name for t in server.current_tools()]
     await run_one(server, "grow", {"name": late})
-    with anyio.fail_after(10):
-        while late not in [t.name for t in server.current_tools()]:
-            await anyio.sleep(0.02)
+    await wait_until(lambda: late in [t.name for t in server.current_tools()])
     _, message, _ = await run_one(server, late, {})
     assert f"{late} arrived late" in message.text
 
@@ -209,7 +215,8 @@ async def test_a_budget_sized_cap_is_a_quarter_of_the_prompt_budget(tmp_path: Pa
 
 async def test_images_become_a_note_for_a_driver_without_images(server: MCPServer) -> None:
     _, message, _ = await run_one(server, "picture", {})
-    assert "image (image/png)" in message.text and "left out" in message.text
+    assert "image (image/png)" in message.text
+    assert "left out" in message.text
 
 
 async def test_the_environment_is_only_what_is_passed_plus_safe_defaults(
@@ -230,35 +237,45 @@ async def test_two_servers_with_one_tool_name_are_prefixed(tmp_path: Path) -> No
         return a + b
 
     async with stdio_server(tmp_path, name="box") as server:
-        agent = Agent(Client(calling("box_add", {"a": 1, "b": 2})), model=MODEL, tools=[add, server])
+        agent = Agent(
+            Client(calling("box_add", {"a": 1, "b": 2})), model=MODEL, tools=[add, server]
+        )
         names = [t.name for t in agent.tools]
-        assert "add" in names and "box_add" in names and "box_weather" not in names
+        assert "add" in names
+        assert "box_add" in names
+        assert "box_weather" not in names
         result = await agent.run("go")
     assert "3" in result.text
 
 
 async def test_a_server_that_cannot_start_names_the_command_and_its_stderr(tmp_path: Path) -> None:
     script = tmp_path / "broken.py"
-    script.write_text("import sys\nprint('missing configuration FOO', file=sys.stderr)\nsys.exit(3)\n")
+    script.write_text(
+        "import sys\nprint('missing configuration FOO', file=sys.stderr)\nsys.exit(3)\n"
+    )
     server = MCPServer.stdio(sys.executable, [str(script)], startup_timeout=20)
     with pytest.raises(ToolError) as caught:
         async with server:
             pass
-    assert "broken.py" in str(caught.value) and "could not start" in str(caught.value)
+    assert "broken.py" in str(caught.value)
+    assert "could not start" in str(caught.value)
     assert "missing configuration FOO" in str(caught.value)
 
 
 async def test_header_secrets_appear_in_no_repr_or_error(http_url: str) -> None:
     server = MCPServer.http(http_url + "?token=t0ken", headers={"Authorization": "Bearer s3cret"})
-    assert "s3cret" not in repr(server) and "t0ken" not in repr(server)
+    assert "s3cret" not in repr(server)
+    assert "t0ken" not in repr(server)
     async with server:
-        result, message, _ = await run_one(server, "add", {"a": 1, "b": 1})
-        assert "s3cret" not in repr(server) and "s3cret" not in repr(result)
+        result, _message, _ = await run_one(server, "add", {"a": 1, "b": 1})
+        assert "s3cret" not in repr(server)
+        assert "s3cret" not in repr(result)
     dead = MCPServer.http(f"http://127.0.0.1:{free_port()}/mcp", headers={"X-Key": "s3cret"})
     with pytest.raises(ToolError) as caught:
         async with dead:
             pass
-    assert "s3cret" not in str(caught.value) and "could not start" in str(caught.value)
+    assert "s3cret" not in str(caught.value)
+    assert "could not start" in str(caught.value)
 
 
 async def test_a_server_not_entered_is_refused_when_planned(tmp_path: Path) -> None:

@@ -32,7 +32,7 @@ from threadline.limiting._incremental import CheckedHistory
 from threadline.limiting._ledger import ToolCallRepair
 from threadline.limiting._repair import repair_tool_units
 from threadline.limiting._units import check_integrity
-from threadline.tools._tools import Tool, Toolset, tool
+from threadline.tools._tools import Tool, Toolset
 
 if TYPE_CHECKING:
     from threadline.limiting._event import TokenLimitHandler

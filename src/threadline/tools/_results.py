@@ -26,10 +26,10 @@ __all__ = [
     "describe_exception",
     "reported_error_outcome",
     "result_message",
-    "without_images",
     "result_text",
     "timed_out_outcome",
     "unknown_tool_outcome",
+    "without_images",
 ]
 
 _DETAIL_LIMIT = 2_000
@@ -66,8 +66,9 @@ class ToolResult:
     a tuple of ``TextPart`` and ``ImagePart`` is kept as parts (an image
     reaches the model where its driver takes images in tool results, else a
     note says one was left out). ``is_error`` makes the answer an error
-    result (its text starts ``error:``), as a failing tool's is. Each ``inject`` item is added to the transcript after the tool results
-    with origin ``Origin.INJECTION``: pinned until the model answers, never
+    result (its text starts ``error:``), as a failing tool's is. Each
+    ``inject`` item is added to the transcript after the tool results with
+    origin ``Origin.INJECTION``: pinned until the model answers, never
     persisted. A ``str`` becomes a user message; a ``Message`` keeps its role
     and gets the injection origin.
 

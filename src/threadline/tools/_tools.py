@@ -25,7 +25,7 @@ import anyio.to_thread
 import attrs
 
 from threadline._errors import InvalidRequestError, ToolArgumentsError
-from threadline._messages import Message, Origin, ToolCall
+from threadline._messages import ToolCall
 from threadline._validate import attrs_check, positive_seconds_or_none
 from threadline.tools._check import check
 from threadline.tools._docstrings import parse_docstring

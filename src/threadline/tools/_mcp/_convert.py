@@ -82,7 +82,10 @@ def _block(block: Mapping[str, Any]) -> tuple[str | None, ImagePart | None]:
     if kind == "resource_link":
         described = f": {block['description']}" if block.get("description") else ""
         kind_of = f" ({block['mimeType']})" if block.get("mimeType") else ""
-        return f"[resource {block.get('name', '')} at {block.get('uri', '')}{kind_of}{described}]", None
+        return (
+            f"[resource {block.get('name', '')} at {block.get('uri', '')}{kind_of}{described}]",
+            None,
+        )
     if kind == "resource":
         resource = block.get("resource") or {}
         if "text" in resource:
@@ -104,5 +107,5 @@ def _same_json(text: str, value: Any) -> bool:
         return True
     if isinstance(value, dict) and len(value) == 1:
         (inner,) = value.values()
-        return bool(inner == parsed or inner == text)
+        return bool(inner in (parsed, text))
     return False

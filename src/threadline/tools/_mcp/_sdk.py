@@ -35,9 +35,7 @@ __all__ = [
 ClientSession: TypeAlias = Any
 """``mcp.ClientSession`` (typed loosely: its signatures differ between the majors)."""
 
-Streams: TypeAlias = tuple[
-    anyio.abc.ObjectReceiveStream[Any], anyio.abc.ObjectSendStream[Any]
-]
+Streams: TypeAlias = tuple[anyio.abc.ObjectReceiveStream[Any], anyio.abc.ObjectSendStream[Any]]
 
 INSTALL_HINT = "pip install 'threadline[mcp]'"
 
@@ -67,7 +65,8 @@ def default_environment() -> dict[str, str]:
     sdk_major()
     from mcp.client.stdio import get_default_environment
 
-    return get_default_environment()
+    defaults: dict[str, str] = get_default_environment()
+    return defaults
 
 
 @asynccontextmanager

@@ -291,7 +291,8 @@ class MCPServer(ToolSource):
 
     async def _serve(self, *, task_status: anyio.abc.TaskStatus[_Live]) -> None:
         """Hold one connection open until it ends or the server is left."""
-        errlog = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")
+        # Closed when the connection is replaced or left: a call it broke quotes it.
+        errlog = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115
         lost = anyio.Event()
         live: _Live | None = None
         try:
@@ -389,7 +390,8 @@ class MCPServer(ToolSource):
         """
         live = await self._ready()
         try:
-            wire = await _until_lost(live.lost, lambda: _sdk.call_tool(live.session, name, arguments))
+            calling = functools.partial(_sdk.call_tool, live.session, name, arguments)
+            wire = await _until_lost(live.lost, calling)
         except _Lost:
             raise self._stopped(name, live) from None
         except Exception as exc:
@@ -409,7 +411,9 @@ class MCPServer(ToolSource):
     async def _ready(self) -> _Live:
         group, lock = self._group, self._lock
         if group is None or lock is None:
-            raise ToolError(f"MCP server {self._name!r} is not connected (enter it with async with)")
+            raise ToolError(
+                f"MCP server {self._name!r} is not connected (enter it with async with)"
+            )
         async with lock:
             live = self._live
             if live is None or live.lost.is_set():
@@ -429,7 +433,9 @@ class MCPServer(ToolSource):
             why = "it stopped before it answered"
         else:
             why = describe_exception(_first(cause))
-        return ToolError(f"MCP server {self._name!r} ({what}) could not start: {why}{_tail(errlog)}")
+        return ToolError(
+            f"MCP server {self._name!r} ({what}) could not start: {why}{_tail(errlog)}"
+        )
 
     def __repr__(self) -> str:
         kind = "stdio" if isinstance(self._target, _Stdio) else "http"
