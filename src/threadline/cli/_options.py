@@ -165,6 +165,14 @@ def _chat_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="send at least the last N messages as history (default: 0, all of it)",
     )
     chat.add_argument("--system", metavar="TEXT", help="the system instructions (default: none)")
+    chat.add_argument(
+        "--mcp",
+        action="append",
+        default=[],
+        metavar="COMMAND",
+        help="start an MCP server over stdio and offer its tools, e.g. --mcp 'python server.py' "
+        "(repeatable; needs pip install 'threadline[mcp]')",
+    )
     _add_sampling_options(chat)
     _add_db(chat)
     chat.add_argument(
