@@ -170,6 +170,7 @@ MAY_IMPORT_PRIVATE_MODULES = frozenset(
         "stores/test_stores_postgres.py",
         "stores/test_stores_redis.py",
         "stores/test_stores_sqlite.py",
+        "tools/test_mcp_results.py",
         "tools/test_tools_schema.py",
     }
 )
