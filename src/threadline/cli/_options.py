@@ -165,15 +165,8 @@ def _chat_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="send at least the last N messages as history (default: 0, all of it)",
     )
     chat.add_argument("--system", metavar="TEXT", help="the system instructions (default: none)")
-    chat.add_argument(
-        "--mcp",
-        action="append",
-        default=[],
-        metavar="COMMAND",
-        help="start an MCP server over stdio and offer its tools, e.g. --mcp 'python server.py' "
-        "(repeatable; needs pip install 'threadline[mcp]')",
-    )
     _add_sampling_options(chat)
+    _add_mcp_option(chat)
     _add_db(chat)
     chat.add_argument(
         "--no-save",
@@ -212,6 +205,17 @@ def _add_budget_options(chat: argparse.ArgumentParser) -> None:
         metavar="N",
         help="tokens of the window kept for the answer (default: --max-output-tokens, else "
         "4096 or a quarter of a small window); saved with the conversation",
+    )
+
+
+def _add_mcp_option(chat: argparse.ArgumentParser) -> None:
+    chat.add_argument(
+        "--mcp",
+        action="append",
+        default=[],
+        metavar="COMMAND",
+        help="start an MCP server over stdio and offer its tools, e.g. --mcp 'python server.py' "
+        "(repeatable; needs pip install 'threadline[mcp]')",
     )
 
 
