@@ -164,9 +164,8 @@ def _chat_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="N",
         help="send at least the last N messages as history (default: 0, all of it)",
     )
-    chat.add_argument("--system", metavar="TEXT", help="the system instructions (default: none)")
+    _add_instructions_and_tools(chat)
     _add_sampling_options(chat)
-    _add_mcp_option(chat)
     _add_db(chat)
     chat.add_argument(
         "--no-save",
@@ -208,7 +207,8 @@ def _add_budget_options(chat: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_mcp_option(chat: argparse.ArgumentParser) -> None:
+def _add_instructions_and_tools(chat: argparse.ArgumentParser) -> None:
+    chat.add_argument("--system", metavar="TEXT", help="the system instructions (default: none)")
     chat.add_argument(
         "--mcp",
         action="append",
