@@ -215,7 +215,7 @@ def _add_instructions_and_tools(chat: argparse.ArgumentParser) -> None:
         default=[],
         metavar="COMMAND",
         help="start an MCP server over stdio and offer its tools, e.g. --mcp 'python server.py' "
-        "(repeatable; needs pip install 'threadline[mcp]')",
+        "(repeatable; needs pip install 'threadline[mcp]'; default: no tools)",
     )
 
 
