@@ -4,6 +4,7 @@ cap and the results a tool marks as errors or gives as image parts, through a ru
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import attrs
 import pytest
@@ -51,6 +52,11 @@ def echo(name: str) -> Tool:
 
 def calling(*names: str) -> FunctionDriver:
     """A model that calls each tool in ``names``, one round each, then answers."""
+    return FunctionDriver(script(*names))
+
+
+def script(*names: str) -> Callable[[ProviderCall], Message | str]:
+    """The replies of :func:`calling`."""
 
     def reply(call: ProviderCall) -> Message | str:
         done = sum(1 for m in call.messages if m.tool_call_id is not None)
@@ -59,7 +65,7 @@ def calling(*names: str) -> FunctionDriver:
             return Message.assistant(tool_calls=[ToolCall(id=f"c{done}", name=name)])
         return "done"
 
-    return FunctionDriver(reply)
+    return reply
 
 
 def tool_messages(driver: FunctionDriver) -> list[Message]:
@@ -185,3 +191,22 @@ async def test_image_parts_become_a_note_for_a_driver_that_cannot_send_them() ->
     (message,) = tool_messages(driver)
     assert message.text.startswith("the chart:[the tool returned an image (image/png)")
     assert not any(isinstance(p, ImagePart) for p in message.content)
+
+
+async def test_image_parts_reach_a_driver_that_takes_images_in_tool_results() -> None:
+    class ImageDriver(FunctionDriver):
+        def tool_result_images(self, model: Model) -> bool:
+            return True
+
+    @tool
+    def chart() -> ToolResult:
+        """A chart."""
+        return ToolResult((TextPart(text="the chart:"), ImagePart(url="data:image/png;base64,AA")))
+
+    driver = ImageDriver(script("chart"))
+    await Agent(Client(driver), model=MODEL, tools=[chart]).run("go")
+    (message,) = tool_messages(driver)
+    assert message.content == (
+        TextPart(text="the chart:"),
+        ImagePart(url="data:image/png;base64,AA"),
+    )

@@ -170,6 +170,10 @@ class AnthropicDriver(HTTPDriver):
         """An exact counter for ``model`` backed by ``/v1/messages/count_tokens``."""
         return AnthropicTokenCounter(self, model)
 
+    def tool_result_images(self, model: Model) -> bool:
+        """``True``: a ``tool_result`` block carries image blocks beside its text."""
+        return True
+
     def replay_projection(self, model: Model) -> ReplayProjection:
         """Reasoning is counted as it is sent: :meth:`replay_rules` price what they send.
 
