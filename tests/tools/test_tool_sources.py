@@ -4,6 +4,8 @@ cap and the results a tool marks as errors or gives as image parts, through a ru
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Callable
 
 import attrs
@@ -210,3 +212,12 @@ async def test_image_parts_reach_a_driver_that_takes_images_in_tool_results() ->
         TextPart(text="the chart:"),
         ImagePart(url="data:image/png;base64,AA"),
     )
+
+
+def test_importing_threadline_imports_no_mcp() -> None:
+    code = (
+        "import sys, threadline, threadline.tools, threadline.cli\n"
+        "loaded = [m for m in sys.modules if m == 'mcp' or m.startswith('mcp.')]\n"
+        "assert not loaded, loaded\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
