@@ -54,9 +54,14 @@ def _needs_mcp() -> None:
         require_or_skip("the mcp package is not installed: pip install -e '.[mcp]'")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def http_url() -> Iterator[str]:
-    """The toolbox over Streamable HTTP, one server for the module."""
+    """The toolbox over Streamable HTTP, a server of the test's own (mcp 1.10's server
+    stops serving after some client disconnects, which would fail the tests after it)."""
+    yield from serve_http()
+
+
+def serve_http() -> Iterator[str]:
     if importlib.util.find_spec("mcp") is None:
         require_or_skip("the mcp package is not installed: pip install -e '.[mcp]'")
     port = free_port()
@@ -184,6 +189,23 @@ async def test_a_server_killed_mid_call_is_an_error_then_restarted(tmp_path: Pat
         assert after.text != before.text
 
 
+async def test_an_http_server_killed_mid_call_is_an_error_result() -> None:
+    serving = serve_http()
+    url = next(serving)
+    try:
+        async with MCPServer.http(url) as server:
+            with anyio.fail_after(60):
+                _, died, _ = await run_one(server, "die", {})
+            assert died.text.startswith("error: ")
+            assert "ToolError" in died.text
+            # The server is gone: the next call tries again and says it could not start.
+            _, again, _ = await run_one(server, "add", {"a": 1, "b": 1})
+            assert again.text.startswith("error: ")
+            assert "could not start" in again.text
+    finally:
+        serving.close()
+
+
 async def test_list_changed_relists_the_tools_for_the_next_request(server: MCPServer) -> None:
     # A name of this test's own: the HTTP server is shared by the module's tests.
     late = f"late_{uuid.uuid4().hex[:8]}"
@@ -270,11 +292,15 @@ async def test_header_secrets_appear_in_no_repr_or_error(http_url: str) -> None:
         result, _message, _ = await run_one(server, "add", {"a": 1, "b": 1})
         assert "s3cret" not in repr(server)
         assert "s3cret" not in repr(result)
-    dead = MCPServer.http(f"http://127.0.0.1:{free_port()}/mcp", headers={"X-Key": "s3cret"})
+    dead = MCPServer.http(
+        f"http://me:pw0rd@127.0.0.1:{free_port()}/mcp?token=t0ken", headers={"X-Key": "s3cret"}
+    )
     with pytest.raises(ToolError) as caught:
         async with dead:
             pass
     assert "s3cret" not in str(caught.value)
+    assert "t0ken" not in str(caught.value)
+    assert "pw0rd" not in str(caught.value)
     assert "could not start" in str(caught.value)
 
 

@@ -434,7 +434,9 @@ def _prefixed(prefix: str, name: str) -> str:
 class Toolset:
     """The tools of a request, by name.
 
-    Plain functions are made tools with :func:`tool`.
+    Plain functions are made tools with :func:`tool`; a :class:`ToolSource`
+    (an MCP server) gives its tools as it offers them now, each named with
+    its source's prefix when it has one or when its name collides.
 
     Raises:
         InvalidRequestError: two tools with one name, or a function that

@@ -62,6 +62,9 @@ class _Stdio:
         scripts = [a for a in self.args if not a.startswith("-")]
         return Path(scripts[-1] if scripts else self.command).stem
 
+    def scrub(self, text: str) -> str:
+        return text
+
 
 @attrs.frozen(kw_only=True)
 class _HTTP:
@@ -77,6 +80,17 @@ class _HTTP:
 
     def default_name(self) -> str:
         return urllib.parse.urlsplit(self.url).hostname or "mcp"
+
+    def scrub(self, text: str) -> str:
+        """``text`` (an HTTP error's message, which may quote the URL) without the URL's
+        user, password and query."""
+        parts = urllib.parse.urlsplit(self.url)
+        text = text.replace(self.url, self.describe())
+        user = parts.netloc.rpartition("@")[0]
+        for secret in (parts.query, user):
+            if secret:
+                text = text.replace(secret, "...")
+        return text
 
 
 @attrs.define(kw_only=True)
@@ -305,7 +319,8 @@ class MCPServer(ToolSource):
                     with anyio.fail_after(self._startup_timeout):
                         listed = await _until_lost(lost, lambda: self._start(session))
                     self._tools = listed
-                    live = self._live = _Live(session=session, lost=lost, errlog=errlog)
+                    kept = errlog if isinstance(self._target, _Stdio) else None
+                    live = self._live = _Live(session=session, lost=lost, errlog=kept)
                     task_status.started(live)
                     await lost.wait()
                 inner.cancel_scope.cancel()
@@ -315,7 +330,7 @@ class MCPServer(ToolSource):
             logger.info("MCP server %r: the connection ended (%s)", self._name, type(exc).__name__)
         finally:
             lost.set()
-            if live is None:
+            if live is None or live.errlog is None:
                 errlog.close()  # else kept for the error of the call it broke, closed on replacing
 
     def _open(self, errlog: IO[str]) -> Any:
@@ -353,7 +368,8 @@ class MCPServer(ToolSource):
             try:
                 async for message in source:
                     if isinstance(message, Exception) and isinstance(self._target, _HTTP):
-                        logger.info("MCP server %r: %s", self._name, describe_exception(message))
+                        detail = self._target.scrub(describe_exception(message))
+                        logger.info("MCP server %r: %s", self._name, detail)
                         break
                     await sink.send(message)
             except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream):
@@ -397,8 +413,13 @@ class MCPServer(ToolSource):
         except Exception as exc:
             if live.lost.is_set():
                 raise self._stopped(name, live) from None
+            # A tool's own failure comes as a result; an exception means the exchange broke
+            # (over HTTP, a server that went away): the next call connects afresh.
+            live.lost.set()
             raise ToolError(
-                f"MCP server {self._name!r} could not run {name!r}: {describe_exception(exc)}"
+                f"MCP server {self._name!r} could not run {name!r}: "
+                + self._target.scrub(describe_exception(exc))
+                + "; it is connected again on the next call"
             ) from None
         return result_of(wire)
 
@@ -432,9 +453,10 @@ class MCPServer(ToolSource):
         elif isinstance(cause, _Lost):
             why = "it stopped before it answered"
         else:
-            why = describe_exception(_first(cause))
+            why = self._target.scrub(describe_exception(_first(cause)))
         return ToolError(
-            f"MCP server {self._name!r} ({what}) could not start: {why}{_tail(errlog)}"
+            f"MCP server {self._name!r} ({what}) could not start: {why}"
+            + (_tail(errlog) if isinstance(self._target, _Stdio) else "")
         )
 
     def __repr__(self) -> str:
