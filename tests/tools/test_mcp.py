@@ -9,7 +9,6 @@ supported ``mcp``.
 
 from __future__ import annotations
 
-import importlib.metadata
 import importlib.util
 import json
 import subprocess
@@ -42,10 +41,6 @@ pytestmark = [
 
 TOOLBOX = Path(__file__).with_name("mcp_servers") / "toolbox.py"
 MODEL = Model("function-model", context_size=8192)
-
-
-def sdk_major() -> int:
-    return int(importlib.metadata.version("mcp").partition(".")[0])
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -168,9 +163,8 @@ async def test_a_cancelled_run_cancels_the_call(tmp_path: Path) -> None:
         with anyio.move_on_after(1.0) as scope:
             await run_one(server, "slow", {"seconds": 60})
         assert scope.cancelled_caught
-        if sdk_major() >= 2:
-            # mcp 2 sends notifications/cancelled; the server's handler is cancelled.
-            await wait_until(lambda: marks.exists() and "cancelled" in marks.read_text())
+        # The server is told (notifications/cancelled) and its tool's handler is cancelled.
+        await wait_until(lambda: marks.exists() and "cancelled" in marks.read_text())
         _, after, _ = await run_one(server, "add", {"a": 2, "b": 2})
         assert "4" in after.text
 
@@ -268,6 +262,17 @@ async def test_two_servers_with_one_tool_name_are_prefixed(tmp_path: Path) -> No
         assert "box_weather" not in names
         result = await agent.run("go")
     assert "3" in result.text
+
+
+async def test_two_servers_with_the_same_tools_are_told_apart_by_name(tmp_path: Path) -> None:
+    async with stdio_server(tmp_path, name="one") as one, stdio_server(tmp_path, name="two") as two:
+        driver = calling("two_add", {"a": 3, "b": 4})
+        result = await Agent(Client(driver), model=MODEL, tools=[one, two]).run("go")
+    offered = [t.name for t in driver.calls[0].tools]
+    assert "one_add" in offered
+    assert "two_weather" in offered
+    assert "add" not in offered
+    assert "7" in result.text
 
 
 async def test_a_server_that_cannot_start_names_the_command_and_its_stderr(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ two majors whose Python APIs differ (v2 renamed fields to snake_case, pages
 from __future__ import annotations
 
 import importlib.metadata
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import IO, Any, TypeAlias
@@ -22,14 +23,19 @@ from threadline._errors import ToolError
 __all__ = [
     "ClientSession",
     "Streams",
+    "answered_id",
+    "call_key",
     "call_tool",
+    "cancels_itself",
     "default_environment",
     "is_tools_list_changed",
     "list_tools",
     "open_http",
     "open_session",
     "open_stdio",
+    "outgoing_tool_call",
     "sdk_major",
+    "send_cancelled",
 ]
 
 ClientSession: TypeAlias = Any
@@ -154,3 +160,45 @@ async def call_tool(session: ClientSession, name: str, arguments: dict[str, Any]
 def _wire(value: Any) -> dict[str, Any]:
     dumped: dict[str, Any] = value.model_dump(mode="json", by_alias=True, exclude_none=True)
     return dumped
+
+
+# -- telling an mcp 1 server that a call was cancelled ---------------------------------
+# mcp 2 sends notifications/cancelled itself when a request's caller is cancelled; mcp 1
+# only stops waiting. For mcp 1 the connection notes the id of each tools/call request
+# as it goes out, so a cancelled call can name its request.
+
+
+def cancels_itself() -> bool:
+    """Whether the session sends ``notifications/cancelled`` for a cancelled request."""
+    return sdk_major() >= 2
+
+
+def call_key(name: str, arguments: Any) -> str:
+    """What tells one ``tools/call`` from another: the tool's name and its arguments."""
+    return json.dumps([name, arguments], sort_keys=True, default=str)
+
+
+def outgoing_tool_call(message: Any) -> tuple[Any, str] | None:
+    """``(request id, call key)`` of a ``tools/call`` request going out, else ``None``."""
+    wire = _wire(message.message)
+    if wire.get("method") != "tools/call" or "id" not in wire:
+        return None
+    params = wire.get("params") or {}
+    return wire["id"], call_key(params.get("name", ""), params.get("arguments") or {})
+
+
+def answered_id(message: Any) -> Any:
+    """The request id a response or error coming in answers, else ``None``."""
+    if isinstance(message, Exception):
+        return None
+    wire = _wire(message.message)
+    return None if "method" in wire else wire.get("id")
+
+
+async def send_cancelled(session: ClientSession, request_id: Any) -> None:
+    """``notifications/cancelled`` for the request ``request_id``."""
+    from mcp import types
+
+    params = types.CancelledNotificationParams(requestId=request_id, reason="cancelled by caller")
+    notice = types.CancelledNotification(method="notifications/cancelled", params=params)
+    await session.send_notification(types.ClientNotification(notice))

@@ -100,6 +100,8 @@ class _Live:
     session: Any
     lost: anyio.Event
     errlog: IO[str] | None
+    calls: dict[Any, str] = attrs.Factory(dict)
+    """mcp 1 only: the id and key of each ``tools/call`` request not yet answered."""
 
 
 class _Call:
@@ -309,18 +311,24 @@ class MCPServer(ToolSource):
         errlog = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115
         lost = anyio.Event()
         live: _Live | None = None
+        calls: dict[Any, str] = {}
         try:
             async with self._open(errlog) as streams, anyio.create_task_group() as inner:
                 inbound, relayed = anyio.create_memory_object_stream[Any](0)
-                inner.start_soon(self._relay, streams[0], inbound, lost)
+                inner.start_soon(self._relay, streams[0], inbound, lost, calls)
                 session_streams = (relayed, streams[1])
+                if not _sdk.cancels_itself():
+                    outgoing, onward = anyio.create_memory_object_stream[Any](0)
+                    inner.start_soon(_note_calls, onward, streams[1], calls)
+                    session_streams = (relayed, outgoing)
                 handler = functools.partial(self._on_message, lost)
                 async with relayed, _sdk.open_session(session_streams, handler) as session:
                     with anyio.fail_after(self._startup_timeout):
                         listed = await _until_lost(lost, lambda: self._start(session))
                     self._tools = listed
                     kept = errlog if isinstance(self._target, _Stdio) else None
-                    live = self._live = _Live(session=session, lost=lost, errlog=kept)
+                    live = _Live(session=session, lost=lost, errlog=kept, calls=calls)
+                    self._live = live
                     task_status.started(live)
                     await lost.wait()
                 inner.cancel_scope.cancel()
@@ -360,6 +368,7 @@ class MCPServer(ToolSource):
         source: anyio.abc.ObjectReceiveStream[Any],
         sink: anyio.abc.ObjectSendStream[Any],
         lost: anyio.Event,
+        calls: dict[Any, str],
     ) -> None:
         """Pass the transport's messages to the session; the stream's end (the
         server stopped) or a broken HTTP exchange ends the connection."""
@@ -371,6 +380,8 @@ class MCPServer(ToolSource):
                         detail = self._target.scrub(describe_exception(message))
                         logger.info("MCP server %r: %s", self._name, detail)
                         break
+                    if calls:
+                        calls.pop(_sdk.answered_id(message), None)
                     await sink.send(message)
             except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream):
                 pass
@@ -408,6 +419,9 @@ class MCPServer(ToolSource):
         try:
             calling = functools.partial(_sdk.call_tool, live.session, name, arguments)
             wire = await _until_lost(live.lost, calling)
+        except anyio.get_cancelled_exc_class():
+            await _tell_cancelled(live, name, arguments)
+            raise
         except _Lost:
             raise self._stopped(name, live) from None
         except Exception as exc:
@@ -463,6 +477,35 @@ class MCPServer(ToolSource):
         kind = "stdio" if isinstance(self._target, _Stdio) else "http"
         state = "connected" if self._group is not None else "not connected"
         return f"MCPServer.{kind}({self._target.describe()!r}, name={self._name!r}, {state})"
+
+
+async def _note_calls(
+    source: anyio.abc.ObjectReceiveStream[Any],
+    sink: anyio.abc.ObjectSendStream[Any],
+    calls: dict[Any, str],
+) -> None:
+    """Pass the session's messages to the transport, noting each ``tools/call`` (mcp 1)."""
+    async with source, sink:
+        async for message in source:
+            noted = _sdk.outgoing_tool_call(message)
+            if noted is not None:
+                calls[noted[0]] = noted[1]
+            await sink.send(message)
+
+
+async def _tell_cancelled(live: _Live, name: str, arguments: dict[str, Any]) -> None:
+    """Send ``notifications/cancelled`` for a call its caller gave up (mcp 1; mcp 2's
+    session does it): the server can stop the tool instead of running it to its end."""
+    key = _sdk.call_key(name, arguments)
+    found = next((rid for rid, noted in live.calls.items() if noted == key), None)
+    if found is None or live.lost.is_set():
+        return
+    live.calls.pop(found, None)
+    with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_SECONDS):
+        try:
+            await _sdk.send_cancelled(live.session, found)
+        except Exception as exc:  # the notice is a courtesy: the call is over either way
+            logger.debug("MCP server: could not send notifications/cancelled: %s", exc)
 
 
 async def _until_lost(lost: anyio.Event, request: Callable[[], Awaitable[_T]]) -> _T:
