@@ -34,6 +34,29 @@ def unit(session: nox.Session) -> None:
     session.run("python", "-m", "pytest", "-m", "not integration", *session.posargs)
 
 
+# The lowest mcp the `mcp` extra allows (the suite runs the newest). mcp 1.10 imports a
+# pydantic internal that today's pydantic (2.14) no longer has, so it is tested with the
+# pydantic of its day (2.11).
+MCP_LOWEST = ("mcp==1.10.0", "pydantic<2.12", "pydantic-settings<2.12")
+
+
+@nox.session(python=PYTHON)
+def mcp_lowest(session: nox.Session) -> None:
+    """The MCP tests (real FastMCP servers, stdio and HTTP, asyncio and trio) on mcp 1.10."""
+    # What these tests need, not the whole test extra (which compiles llama.cpp).
+    session.install("-e", ".[mcp]", "pytest>=8", "pytest-asyncio>=0.24", "trio>=0.25", *MCP_LOWEST)
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        "tests/tools/test_mcp.py",
+        "tests/cli/test_cli_mcp.py",
+        "tests/tools/test_mcp_results.py",
+        *session.posargs,
+        env={"THREADLINE_REQUIRE_INTEGRATION": "1"},
+    )
+
+
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
     """ruff, the import contracts and the size limits, as CI runs them."""

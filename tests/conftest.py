@@ -14,12 +14,12 @@ its async tests on both says so in its own ``conftest.py``.
 from __future__ import annotations
 
 import importlib.util
-import os
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from needs import require_or_skip
 from servers import PostgresServer, RedisServer
 
 BACKENDS = ("asyncio", "trio")
@@ -42,13 +42,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 # --- real PostgreSQL and Redis servers, one of each per session (tests/servers.py) ---------
-
-
-def require_or_skip(reason: str) -> None:
-    """Skip the test, or fail it when CI requires the integration servers."""
-    if os.environ.get("THREADLINE_REQUIRE_INTEGRATION") == "1":
-        pytest.fail(f"{reason} (THREADLINE_REQUIRE_INTEGRATION=1: a missing server is a failure)")
-    pytest.skip(reason)
 
 
 def _serve(

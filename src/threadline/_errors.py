@@ -17,6 +17,7 @@ Everything threadline raises on purpose derives from one root, so
     ├── TokenizerDataError         the embedded vocabulary is missing or damaged
     ├── ToolArgumentsError         (also a ValueError) a tool call's arguments are not valid JSON
     ├── OutputValidationError      (also a ValueError) a structured answer failed its type
+    ├── ToolError                  a tool's server could not start, or stopped during a call
     └── ProviderError              the provider failed; carries status, body, request id
         ├── AuthenticationError        401 / 403
         ├── RateLimitError             429
@@ -56,6 +57,7 @@ __all__ = [
     "ThreadlineError",
     "TokenizerDataError",
     "ToolArgumentsError",
+    "ToolError",
     "TranscriptIntegrityError",
 ]
 
@@ -197,6 +199,14 @@ class TokenizerDataError(ThreadlineError):
 
 class ToolArgumentsError(ThreadlineError, ValueError):
     """A tool call's arguments are not the JSON object the tool expects."""
+
+
+class ToolError(ThreadlineError):
+    """A tool could not run: its MCP server could not start, or stopped during a call.
+
+    Raised when a server is entered (``async with MCPServer...``); during a
+    run the same error is the cause of an error result the model reads.
+    """
 
 
 class ProviderError(ThreadlineError):

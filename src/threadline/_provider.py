@@ -275,6 +275,14 @@ class Driver(Protocol):
         """
         return "prompt"
 
+    def tool_result_images(self, model: Model) -> bool:
+        """Whether a tool result sent to ``model`` may carry images (``ImagePart``).
+
+        Default: ``False``; the run loop then puts a note where an image was
+        (an MCP tool's screenshot, say), so what is sent is what was counted.
+        """
+        return False
+
     async def load(self) -> None:
         """Load now what the first call would otherwise load (a local model's weights).
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import shlex
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -39,6 +40,7 @@ from threadline.cli._session import ChatSession
 from threadline.cli._setup import NO_LOCAL_MODEL, db_path, open_store, provider_url
 from threadline.counting import TokenCalibration
 from threadline.serialization import ConversationDocument
+from threadline.tools import MCPServer
 
 __all__ = ["DriverFactory", "chat"]
 
@@ -126,8 +128,26 @@ def _conversation(
     return Conversation.from_document(agent, document, store=store, version=version)
 
 
+async def _mcp_servers(
+    args: argparse.Namespace, stack: contextlib.AsyncExitStack
+) -> list[MCPServer]:
+    """Each ``--mcp COMMAND``, started and entered on ``stack``."""
+    servers = []
+    for command in args.mcp:
+        words = shlex.split(command)
+        if not words:
+            raise CliError("--mcp needs a command, like --mcp 'python server.py'")
+        servers.append(await stack.enter_async_context(MCPServer.stdio(words[0], words[1:])))
+    return servers
+
+
 def _agent(
-    client: Client, driver: Driver, model: Model, max_output: int | None, args: argparse.Namespace
+    client: Client,
+    driver: Driver,
+    model: Model,
+    max_output: int | None,
+    args: argparse.Namespace,
+    tools: Sequence[MCPServer] = (),
 ) -> Agent:
     penalty = args.repeat_penalty
     if penalty is None and driver.name == "local":
@@ -136,6 +156,7 @@ def _agent(
         client,
         model=model,
         instructions=args.system,
+        tools=tools,
         max_output_tokens=max_output,
         temperature=args.temperature,
         extra_body={} if penalty is None else {"repeat_penalty": penalty},
@@ -173,7 +194,8 @@ async def chat(args: argparse.Namespace, io: IO, factory: DriverFactory) -> int:
             client = await stack.enter_async_context(
                 Client(driver, default_model=model, calibration=TokenCalibration())
             )
-            agent = _agent(client, driver, model, max_output, effective)
+            servers = await _mcp_servers(args, stack)
+            agent = _agent(client, driver, model, max_output, effective, servers)
             conversation = _conversation(
                 agent,
                 effective,

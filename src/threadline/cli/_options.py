@@ -164,7 +164,7 @@ def _chat_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="N",
         help="send at least the last N messages as history (default: 0, all of it)",
     )
-    _add_answer_options(chat)
+    _add_instructions_and_tools(chat)
     _add_sampling_options(chat)
     _add_db(chat)
     chat.add_argument(
@@ -178,17 +178,6 @@ def _chat_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         const="-",
         metavar="PROMPT",
         help="answer one prompt (or standard input with --once -) and exit",
-    )
-
-
-def _add_answer_options(chat: argparse.ArgumentParser) -> None:
-    chat.add_argument("--system", metavar="TEXT", help="the system instructions (default: none)")
-    chat.add_argument(
-        "--schema",
-        metavar="FILE|MODULE:NAME",
-        help="answer as JSON of this schema (a JSON schema file, or a Python type such as "
-        "shop.models:Order), constrained where the provider can and validated; prints the "
-        "validated JSON (default: none, a text answer)",
     )
 
 
@@ -215,6 +204,26 @@ def _add_budget_options(chat: argparse.ArgumentParser) -> None:
         metavar="N",
         help="tokens of the window kept for the answer (default: --max-output-tokens, else "
         "4096 or a quarter of a small window); saved with the conversation",
+    )
+
+
+def _add_instructions_and_tools(chat: argparse.ArgumentParser) -> None:
+    """What the model is told, what it may call, and what its answer must be."""
+    chat.add_argument("--system", metavar="TEXT", help="the system instructions (default: none)")
+    chat.add_argument(
+        "--schema",
+        metavar="FILE|MODULE:NAME",
+        help="answer as JSON of this schema (a JSON schema file, or a Python type such as "
+        "shop.models:Order), constrained where the provider can and validated; prints the "
+        "validated JSON (default: none, a text answer)",
+    )
+    chat.add_argument(
+        "--mcp",
+        action="append",
+        default=[],
+        metavar="COMMAND",
+        help="start an MCP server over stdio and offer its tools, e.g. --mcp 'python server.py' "
+        "(repeatable; needs pip install 'threadline[mcp]'; default: no tools)",
     )
 
 

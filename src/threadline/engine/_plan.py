@@ -34,7 +34,7 @@ from threadline.limiting._prefix import SentPrompt
 from threadline.limiting._repair import repair_tool_units
 from threadline.limiting._units import check_integrity
 from threadline.tools._output import OutputSpec, output_spec
-from threadline.tools._tools import Tool, Toolset, tool
+from threadline.tools._tools import Tool, Toolset
 
 if TYPE_CHECKING:
     from threadline.limiting._event import TokenLimitHandler
@@ -315,7 +315,8 @@ def settings_counter(
 
 def _toolset(tools: Iterable[Tool | Any], problems: list[str]) -> Toolset | None:
     try:
-        return Toolset(tuple(t if isinstance(t, Tool) else tool(t) for t in tools))
+        # Functions become tools and tool sources (MCP servers) offer their tools now.
+        return Toolset(tuple(tools))
     except (InvalidRequestError, TypeError) as exc:
         problems.append(str(exc))
         return None

@@ -176,6 +176,10 @@ class AnthropicDriver(HTTPDriver):
         structured output (``output_config.format``, a JSON schema)."""
         return "schema"
 
+    def tool_result_images(self, model: Model) -> bool:
+        """``True``: a ``tool_result`` block carries image blocks beside its text."""
+        return True
+
     def replay_projection(self, model: Model) -> ReplayProjection:
         """Reasoning is counted as it is sent: :meth:`replay_rules` price what they send.
 

@@ -183,7 +183,18 @@ def _tool_use_block(call: ToolCall) -> bytes:
 def _tool_result_block(message: Message) -> bytes:
     text = message.text
     block: dict[str, Any] = {"type": "tool_result", "tool_use_id": message.tool_call_id}
-    if text:
+    if not isinstance(message.content, str) and any(
+        isinstance(part, ImagePart) for part in message.content
+    ):
+        # An image the tool returned (an MCP tool's screenshot) goes as an image block.
+        block["content"] = [
+            _image_block(part)
+            if isinstance(part, ImagePart)
+            else {"type": "text", "text": part.text}
+            for part in message.content
+            if isinstance(part, ImagePart) or part.text
+        ]
+    elif text:
         block["content"] = text
     if text.startswith(_TOOL_ERROR_PREFIX):
         block["is_error"] = True
