@@ -187,7 +187,7 @@ async def test_aiohttp_refuses_trio_naming_the_cause(
     base, seen = server
     call = ProviderCall(model=MODEL, messages=(Message.user("hi"),))
     async with OpenAIChatDriver(f"{base}/v1", transport="aiohttp") as driver:
-        with pytest.raises(InvalidRequestError, match=r"only on asyncio.*transport='httpx'"):
+        with pytest.raises(InvalidRequestError, match=r"only on asyncio.*transport='httpx' or the default 'auto'"):
             await driver.complete(call)
     assert seen == []
 
@@ -204,7 +204,7 @@ def test_without_the_extra_the_error_names_the_install(monkeypatch: pytest.Monke
 
 
 def test_transport_is_checked_when_the_driver_is_built() -> None:
-    with pytest.raises(InvalidRequestError, match="'httpx' or 'aiohttp', not 'curl'"):
+    with pytest.raises(InvalidRequestError, match="'auto', 'httpx' or 'aiohttp', not 'curl'"):
         OpenAIChatDriver(transport="curl")  # type: ignore[arg-type]
     with pytest.raises(InvalidRequestError, match="http_client="):
         AnthropicDriver(http_client=httpx.AsyncClient(), transport="aiohttp")
