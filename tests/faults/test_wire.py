@@ -101,9 +101,7 @@ class Wire:
 WIRES = {
     "openai": Wire(
         "openai",
-        lambda url, **options: OpenAIChatDriver(
-            url, api_key=KEY, retry_policy=NO_RETRY, **options
-        ),
+        lambda url, **options: OpenAIChatDriver(url, api_key=KEY, retry_policy=NO_RETRY, **options),
         openai_events,
         0,
     ),

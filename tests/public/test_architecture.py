@@ -145,6 +145,7 @@ MAY_IMPORT_PRIVATE_MODULES = frozenset(
         "counting/test_counting_lengths.py",
         "counting/test_counting_resolution.py",
         "drivers/anthropic/test_anthropic_request.py",
+        "drivers/http/test_http_aiohttp.py",
         "drivers/http/test_http_errors.py",
         "drivers/http/test_http_retry.py",
         "drivers/http/test_sse.py",
