@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 
@@ -321,3 +322,31 @@ async def test_an_aiohttp_failure_arrives_as_an_httpx_error_quoting_nothing() ->
     assert "ClientResponseError" in str(caught.value)
     assert secret.decode() not in str(caught.value)
     assert caught.value.__context__ is None
+
+
+@pytest.mark.anyio
+async def test_a_body_that_stops_arriving_ends_within_the_read_timeout() -> None:
+    # aiohttp's own read time-out does not fire once its parser has refused a chunk
+    # header that came after the body began; the transport enforces httpx's.
+    import asyncio
+
+    async def begin_then_break(reader: Any, writer: Any) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            b"transfer-encoding: chunked\r\n\r\n7\r\ndata: 1\r\n"
+        )
+        await writer.drain()
+        await anyio.wait_all_tasks_blocked()
+        writer.write(b"zz not a chunk size\r\n")
+        await reader.read()  # the client's close
+        writer.close()
+
+    listener = await asyncio.start_server(begin_then_break, "127.0.0.1", 0)
+    port = listener.sockets[0].getsockname()[1]
+    transport = AutoTransport(ssl.create_default_context())
+    async with listener, httpx.AsyncClient(transport=transport, timeout=0.5) as http:
+        with anyio.fail_after(10), pytest.raises(httpx.TransportError):
+            async with http.stream("POST", f"http://127.0.0.1:{port}/", content=b"{}") as response:
+                async for _ in response.aiter_bytes():
+                    pass

@@ -46,19 +46,32 @@ def _protocol_error(exc: aiohttp.ClientError, request: httpx.Request) -> httpx.R
 
 
 class _SafeStream(httpx.AsyncByteStream):
-    """A response body whose aiohttp failures arrive as httpx's, like every other."""
+    """A response body whose aiohttp failures arrive as httpx's, like every other.
+
+    Each read waits at most the request's read time-out: aiohttp's parser
+    waits forever on a malformed chunk header that arrives after the body began
+    (its own read time-out does not fire then), where httpx's fails at once.
+    """
 
     def __init__(self, stream: httpx.AsyncByteStream, request: httpx.Request) -> None:
         self._stream = stream
         self._request = request
+        self._read_timeout: float | None = request.extensions.get("timeout", {}).get("read")
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        failure: httpx.RemoteProtocolError | None = None
+        failure: httpx.TransportError | None = None
+        chunks = aiter(self._stream)
         try:
-            async for chunk in self._stream:
+            while True:
+                async with asyncio.timeout(self._read_timeout):
+                    chunk = await anext(chunks, None)
+                if chunk is None:
+                    break
                 yield chunk
         except aiohttp.ClientError as exc:
             failure = _protocol_error(exc, self._request)
+        except TimeoutError:
+            failure = httpx.ReadTimeout("no data within the read time-out", request=self._request)
         if failure is not None:
             raise failure  # past the except block: aiohttp's exception is not its context
 
