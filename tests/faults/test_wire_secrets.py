@@ -9,8 +9,8 @@ import pytest
 
 from threadline import NOT_GIVEN, Client, Message, Model, ProviderError, ThreadlineError
 from threadline.drivers import (
-    HTTPConnection,
     AnthropicDriver,
+    HTTPConnection,
     OpenAIChatDriver,
     OpenAIResponsesDriver,
     RetryPolicy,

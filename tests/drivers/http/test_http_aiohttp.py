@@ -39,7 +39,7 @@ from threadline.drivers._http._transport import AutoTransport
 
 pytest.importorskip("httpx_aiohttp", reason="the aiohttp extra: pip install -e '.[aiohttp]'")
 
-from threadline.drivers._http._aiohttp import SafeAiohttpTransport  # noqa: E402
+from threadline.drivers._http._aiohttp import SafeAiohttpTransport
 
 KEY = "sk-FAKE-aiohttp-test-key-0000000000"
 MODEL = Model("m", context_size=8192)
@@ -237,7 +237,7 @@ def _pool_of(driver: OpenAIChatDriver) -> httpx.AsyncBaseTransport:
 def test_the_default_pool_limits_are_httpx_own() -> None:
     # Measured: httpcore scans every pooled connection for every request, and a
     # pool of 100 kept-alive connections cost 2.7x the CPU of httpx's 20 (bench_request).
-    assert DEFAULT_LIMITS == httpx.Limits(max_connections=100, max_keepalive_connections=20)
+    assert httpx.Limits(max_connections=100, max_keepalive_connections=20) == DEFAULT_LIMITS
     assert HTTPConnection().transport == "auto"
 
 
@@ -293,6 +293,12 @@ def test_building_a_driver_does_not_import_aiohttp() -> None:
     assert done.stdout.strip() == "False"
 
 
+async def _read_all(http: httpx.AsyncClient, port: int) -> None:
+    async with http.stream("POST", f"http://127.0.0.1:{port}/", content=b"{}") as response:
+        async for _ in response.aiter_bytes():
+            pass
+
+
 @pytest.mark.anyio
 async def test_an_aiohttp_failure_arrives_as_an_httpx_error_quoting_nothing() -> None:
     secret = b"sk-ECHOED-0000"
@@ -316,9 +322,7 @@ async def test_an_aiohttp_failure_arrives_as_an_httpx_error_quoting_nothing() ->
         httpx.AsyncClient(transport=AutoTransport(ssl.create_default_context())) as http,
     ):
         with pytest.raises(httpx.RemoteProtocolError) as caught:
-            async with http.stream("POST", f"http://127.0.0.1:{port}/", content=b"{}") as response:
-                async for _ in response.aiter_bytes():
-                    pass
+            await _read_all(http, port)
     assert "ClientResponseError" in str(caught.value)
     assert secret.decode() not in str(caught.value)
     assert caught.value.__context__ is None
@@ -347,6 +351,4 @@ async def test_a_body_that_stops_arriving_ends_within_the_read_timeout() -> None
     transport = AutoTransport(ssl.create_default_context())
     async with listener, httpx.AsyncClient(transport=transport, timeout=0.5) as http:
         with anyio.fail_after(10), pytest.raises(httpx.TransportError):
-            async with http.stream("POST", f"http://127.0.0.1:{port}/", content=b"{}") as response:
-                async for _ in response.aiter_bytes():
-                    pass
+            await _read_all(http, port)

@@ -1,4 +1,4 @@
-"""The per-message JSON cache keeps no copy of a plain message, and frames it as the driver would."""
+"""The JSON cache keeps no copy of a plain message, and frames it as the driver would."""
 
 from __future__ import annotations
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 # Only to ask whether an asyncio loop runs: aiohttp needs one, trio has none.
 import asyncio  # noqa: TID251
+import contextlib
 import ssl
 from collections.abc import AsyncIterator
 from typing import Any
@@ -76,10 +77,9 @@ class _SafeStream(httpx.AsyncByteStream):
             raise failure  # past the except block: aiohttp's exception is not its context
 
     async def aclose(self) -> None:
-        try:
+        # Closing a body that already failed: its failure was raised.
+        with contextlib.suppress(aiohttp.ClientError):
             await self._stream.aclose()
-        except aiohttp.ClientError:
-            pass  # closing a body that already failed: its failure was raised
 
 
 class SafeAiohttpTransport(AiohttpTransport):
@@ -99,7 +99,9 @@ class SafeAiohttpTransport(AiohttpTransport):
             failure = _protocol_error(exc, request)
         if failure is not None:
             raise failure
-        response.stream = _SafeStream(response.stream, request)
+        stream = response.stream
+        assert isinstance(stream, httpx.AsyncByteStream)  # an async transport's body
+        response.stream = _SafeStream(stream, request)
         return response
 
 

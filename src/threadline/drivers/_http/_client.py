@@ -172,9 +172,9 @@ def build_http_client(
     installed and through httpx's otherwise (see
     :mod:`threadline.drivers._http._transport`); ``"aiohttp"`` always through
     aiohttp's (:mod:`threadline.drivers._http._aiohttp`), ``"httpx"`` always
-    through httpx's. The client is the same ``httpx`` interface either way. Redirects are not followed: an API endpoint that
-    redirects is misconfigured, and following it would resend the credentials
-    elsewhere.
+    through httpx's. The client is the same ``httpx`` interface either way.
+    Redirects are not followed: an API endpoint that redirects is
+    misconfigured, and following it would resend the credentials elsewhere.
 
     Raises:
         InvalidRequestError: ``transport`` is not ``"auto"``, ``"httpx"`` or ``"aiohttp"``.

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sized
-from json.encoder import encode_basestring  # type: ignore[attr-defined]
+from json.encoder import encode_basestring
 from typing import Any, Final
 
 from threadline._errors import InvalidRequestError
@@ -87,17 +87,19 @@ _PROBE = "threadline-probe-text"
 _QUOTED_PROBE = b'"' + _PROBE.encode() + b'"'
 
 
-def _is_plain(message: Message) -> bool:
+def _plain_text(message: Message) -> str | None:
     """Text (not empty: a driver may leave an empty text out) and a role, nothing else:
     its JSON is the driver's frame for the role around the text."""
-    return (
-        type(message.content) is str
-        and message.content != ""
+    content = message.content
+    plain = (
+        type(content) is str
+        and content != ""
         and message.name is None
         and not message.tool_calls
         and message.tool_call_id is None
         and message.reasoning is None
     )
+    return content if plain and isinstance(content, str) else None
 
 
 class JSONCache:
@@ -160,13 +162,14 @@ class JSONCache:
 
     def _plain_json(self, message: Message) -> bytes | None:
         """``message``'s JSON when it is plain and its role has a frame, else ``None``."""
-        if not _is_plain(message):
+        content = _plain_text(message)
+        if content is None:
             return None
         frame = self._frame(message.role)
         if frame is None:
             return None
         try:
-            text = encode_basestring(message.content).encode("utf-8")
+            text = encode_basestring(content).encode("utf-8")
         except UnicodeEncodeError:
             return None  # a lone surrogate: the driver's encoder names it
         return frame[0] + text + frame[1]
