@@ -19,8 +19,8 @@ Two ratios are printed:
 
 The driver keeps each message's JSON for long histories (64 messages and up)
 so a history re-sent every round is encoded once; that cache is bounded in
-bytes per driver (``threadline.drivers._http._wire.DEFAULT_CACHE_BYTES``), so
-past 32 turns it no longer grows with the conversations.
+bytes per driver (``threadline.drivers._http._wire.DEFAULT_CACHE_BYTES``, 1 MiB),
+so it does not grow with the conversations.
 """
 
 from __future__ import annotations

@@ -306,15 +306,14 @@ def test_the_message_cache_keeps_only_long_histories_and_changes_no_byte() -> No
 
     def call(count: int) -> ProviderCall:
         turns = [
-            # Named, so not plain: a plain message is framed afresh, never kept.
-            Message.user(f"q{i}", name="ada") if i % 2 == 0 else Message.assistant(f"a{i}")
+            Message.user(f"q{i}") if i % 2 == 0 else Message.assistant(f"a{i}")
             for i in range(count)
         ]
         return ProviderCall(model=MODEL, messages=(Message.system("Be brief."), *turns))
 
-    for count, kept in ((8, 0), (9, 5)):
+    for count, kept in ((8, 0), (9, 9)):
         cache = JSONCache(encode_message_blocks, min_messages=10)
         args: dict[str, Any] = {"stream": False, "label": LABEL, "default_max_tokens": 64}
         cached = encode_request(call(count), cache=cache, **args)
         assert cached.body == encode_request(call(count), **args).body
-        assert len(cache) == kept  # nine turns and the system message make ten; 5 named
+        assert len(cache) == kept  # nine turns and the system message make ten

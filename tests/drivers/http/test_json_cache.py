@@ -1,4 +1,4 @@
-"""The JSON cache keeps no copy of a plain message, and frames it as the driver would."""
+"""The JSON cache frames a plain message as the driver would, and stays within its bound."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ PLAIN_ROLES = st.sampled_from([Role.SYSTEM, Role.USER, Role.ASSISTANT])
 
 @pytest.mark.parametrize("driver", sorted(ENCODERS))
 @given(role=PLAIN_ROLES, text=st.text(min_size=1))
-def test_a_plain_message_is_framed_exactly_as_the_driver_encodes_it_and_not_kept(
+def test_a_plain_message_is_framed_exactly_as_the_driver_encodes_it(
     driver: str, role: Role, text: str
 ) -> None:
     encode = ENCODERS[driver]
@@ -38,14 +38,16 @@ def test_a_plain_message_is_framed_exactly_as_the_driver_encodes_it_and_not_kept
         return
     assert cache.get(message) == expected
     assert cache.encode((message, message)) == b"[" + expected + b"," + expected + b"]"
-    assert len(cache) == 0
 
 
 @pytest.mark.parametrize("driver", sorted(ENCODERS))
-def test_other_messages_are_kept_within_the_bound(driver: str) -> None:
+def test_messages_are_kept_within_the_bound(driver: str) -> None:
     encode = ENCODERS[driver]
     cache = JSONCache(encode, max_bytes=4_000, min_messages=1)
-    named = [Message.user(f"from ada, number {i}", name="ada") for i in range(500)]
+    named = [
+        Message.user(f"number {i}", name="ada") if i % 2 else Message.user(f"number {i}")
+        for i in range(500)
+    ]
     empty = Message.assistant("")
     for message in (*named, empty):
         assert cache.get(message) == encode(message)

@@ -59,43 +59,36 @@ def test_cached_encoding_means_exactly_what_request_body_builds() -> None:
 def test_a_repeated_history_is_encoded_once_and_sent_identically() -> None:
     cache = MessageJSONCache(min_messages=1)
     first = encode_request(_call(), stream=False, cache=cache)
-    # Plain text messages (a role and text) are framed afresh, never kept: the other four are.
-    assert len(cache) == 4
-    longer = _call(messages=(*TRANSCRIPT, Message.user("One more.", name="ada")))
+    assert len(cache) == len(TRANSCRIPT)
+    longer = _call(messages=(*TRANSCRIPT, Message.user("One more.")))
     second = encode_request(longer, stream=False, cache=cache)
-    assert len(cache) == 5
+    assert len(cache) == len(TRANSCRIPT) + 1
     assert json.loads(second)["messages"][:-1] == json.loads(first)["messages"]
-    assert json.loads(second)["messages"][-1] == {
-        "role": "user",
-        "content": "One more.",
-        "name": "ada",
-    }
+    assert json.loads(second)["messages"][-1] == {"role": "user", "content": "One more."}
 
 
 def test_the_cache_forgets_old_messages_and_never_holds_oversized_ones() -> None:
     cache = MessageJSONCache(max_bytes=400, min_messages=1)
-    messages = tuple(Message.user(f"message number {i}", name="ada") for i in range(100))
+    messages = tuple(Message.user(f"message number {i}") for i in range(100))
     encoded = encode_request(_call(messages=messages), stream=False, cache=cache)
     assert [m["content"] for m in json.loads(encoded)["messages"]] == [m.text for m in messages]
     assert len(cache) < 20
 
-    huge = Message.user("x" * 1000, name="ada")
+    huge = Message.user("x" * 1000)
     encoded = encode_request(_call(messages=(huge,)), stream=False, cache=cache)
-    assert json.loads(encoded)["messages"] == [
-        {"role": "user", "content": "x" * 1000, "name": "ada"}
-    ]
+    assert json.loads(encoded)["messages"] == [{"role": "user", "content": "x" * 1000}]
     assert huge not in cache
     assert messages[-1] in cache
 
 
 def test_only_a_long_history_is_kept_and_both_encode_alike() -> None:
     cache = MessageJSONCache(min_messages=10)
-    short = tuple(Message.user(f"short {i}", name="ada") for i in range(9))
+    short = tuple(Message.user(f"short {i}") for i in range(9))
     encoded = encode_request(_call(messages=short), stream=False, cache=cache)
     assert len(cache) == 0  # a short conversation keeps no second copy of its text
     assert json.loads(encoded) == request_body(_call(messages=short), stream=False)
 
-    long = (*short, Message.user("the tenth", name="ada"))
+    long = (*short, Message.user("the tenth"))
     encoded = encode_request(_call(messages=long), stream=False, cache=cache)
     assert len(cache) == len(long)
     assert json.loads(encoded) == request_body(_call(messages=long), stream=False)

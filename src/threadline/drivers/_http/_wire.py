@@ -32,7 +32,11 @@ __all__ = [
     "optional_str",
 ]
 
-DEFAULT_CACHE_BYTES = 32 * 1024 * 1024
+DEFAULT_CACHE_BYTES = 1024 * 1024
+"""What one driver's :class:`JSONCache` holds at most: a history of ~500 KB of
+JSON (~125k tokens) stays warm, and memory does not grow with the number of
+conversations a driver serves (at 32 MiB, memory per conversation was 1.9 times
+the messages' own size at 40 turns, ``benchmarks/bench_memory.py``)."""
 DEFAULT_CACHE_MIN_MESSAGES = 64
 """The shortest history whose messages :class:`JSONCache` keeps: encoding fewer
 costs less than 0.2 ms a request, and keeping their JSON would double the
@@ -113,12 +117,12 @@ class JSONCache:
     newer fills, so what is no longer sent is forgotten. A message whose JSON
     alone is larger than a generation is encoded every time.
 
-    A plain message (text and a role, most of a conversation) is not kept:
-    its JSON is the driver's frame for its role (learnt once, by encoding a
-    probe message) around its text escaped in C, which costs about what a
-    lookup does, and keeping it would hold each message's text a second time
-    (memory per conversation went from 1.2 to 1.9 times the messages' own
-    size at 40 turns, ``benchmarks/bench_memory.py``).
+    The bound is small (:data:`DEFAULT_CACHE_BYTES`): a driver serving many
+    conversations re-encodes most messages, so a miss must be cheap. A plain
+    message (text and a role, most of a conversation) is encoded as the
+    driver's frame for its role (learnt once, by encoding a probe message)
+    around its text escaped in C, at a third of the cost of the driver's own
+    encoder.
 
     Only long histories are kept (:meth:`serves`): a request of fewer than
     ``min_messages`` messages is encoded afresh, since keeping a second copy
@@ -186,21 +190,26 @@ class JSONCache:
 
     def get(self, message: Message) -> bytes:
         """The encoded JSON of ``message``, from the cache when it was encoded before."""
-        encoded = self._plain_json(message)
-        if encoded is not None:
-            return encoded
         encoded = self._recent.get(message)
         if encoded is None:
             encoded = self._previous.get(message)
             if encoded is None:
-                encoded = self._encode_message(message)
+                encoded = self._plain_json(message) or self._encode_message(message)
             self._remember(message, encoded)
         return encoded
 
     def encode(self, messages: tuple[Message, ...]) -> bytes:
         """The JSON array of ``messages``, each encoded once (callers ask :meth:`serves`
         first, and encode a short history without the cache)."""
-        return b"[" + b",".join(map(self.get, messages)) + b"]"
+        recent = self._recent
+        parts: list[bytes] = []
+        for message in messages:
+            encoded = recent.get(message)
+            if encoded is None:
+                encoded = self.get(message)
+                recent = self._recent
+            parts.append(encoded)
+        return b"[" + b",".join(parts) + b"]"
 
     def _remember(self, message: Message, encoded: bytes) -> None:
         size = len(encoded)
