@@ -148,6 +148,7 @@ MAY_IMPORT_PRIVATE_MODULES = frozenset(
         "drivers/http/test_http_aiohttp.py",
         "drivers/http/test_http_errors.py",
         "drivers/http/test_http_retry.py",
+        "drivers/http/test_json_cache.py",
         "drivers/http/test_sse.py",
         "drivers/local/test_local_driver.py",
         "drivers/local/test_local_driver_integration.py",
