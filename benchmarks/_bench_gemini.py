@@ -17,7 +17,6 @@ from httpx_aiohttp import HttpxAiohttpClient
 
 from threadline import Client, FinalResult, Message, Model, TextDelta
 from threadline.drivers import GeminiDriver, ProviderCall
-from threadline.drivers._http import DEFAULT_LIMITS
 from threadline.drivers.gemini._contents import new_message_cache
 from threadline.drivers.gemini._request import encode_request
 
@@ -91,14 +90,14 @@ class GeminiClients:
         self.driver = self._driver(self.base)
         self.threadline = Client(self.driver, default_model=self.model)
         self.threadline_stream = Client(self._driver(self.stream_base), default_model=self.model)
-        self.threadline_aiohttp = Client(
-            self._driver(self.base, transport="aiohttp"), default_model=self.model
+        self.threadline_httpx = Client(
+            self._driver(self.base, transport="httpx"), default_model=self.model
         )
         # raw httpx twice, on pools of their own: the second is the control (see bench_request).
         self.raw_clients = {
-            "httpx": httpx.AsyncClient(limits=DEFAULT_LIMITS, timeout=60.0),
-            "again": httpx.AsyncClient(limits=DEFAULT_LIMITS, timeout=60.0),
-            "aiohttp": HttpxAiohttpClient(limits=DEFAULT_LIMITS, timeout=60.0),
+            "httpx": httpx.AsyncClient(timeout=60.0),
+            "again": httpx.AsyncClient(timeout=60.0),
+            "aiohttp": HttpxAiohttpClient(timeout=60.0),
         }
         self.headers = {
             "accept": "application/json",
@@ -114,7 +113,7 @@ class GeminiClients:
     async def aclose(self) -> None:
         await self.threadline.aclose()
         await self.threadline_stream.aclose()
-        await self.threadline_aiohttp.aclose()
+        await self.threadline_httpx.aclose()
         for raw in self.raw_clients.values():
             await raw.aclose()
 
@@ -146,9 +145,9 @@ class GeminiClients:
         return "".join(pieces)
 
     async def threadline_complete(
-        self, history: list[Message], prompt: str, *, aiohttp: bool = False
+        self, history: list[Message], prompt: str, *, httpx_pool: bool = False
     ) -> str:
-        client = self.threadline_aiohttp if aiohttp else self.threadline
+        client = self.threadline_httpx if httpx_pool else self.threadline
         request = client.request().with_messages(history).with_prompt(prompt)
         result = await request.with_max_output_tokens(MAX_TOKENS).run()
         return result.text
