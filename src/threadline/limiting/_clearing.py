@@ -38,9 +38,9 @@ import attrs
 
 from threadline._errors import InvalidRequestError
 from threadline._messages import Message, Role
-from threadline.counting._protocol import TokenCounter, is_token_counter
+from threadline.counting._protocol import TokenCounter
 from threadline.limiting._budget import message_costs
-from threadline.limiting._cache_stable import DEFAULT_LOW_WATER
+from threadline.limiting._cache_stable import DEFAULT_LOW_WATER, checked_batching
 from threadline.limiting._event import TokenLimitEvent, priced
 from threadline.limiting._traits import HandlerTraits
 from threadline.limiting._units import PinReason
@@ -281,19 +281,7 @@ def _checked_common(keep: object, min_tokens: object, low_water: object, counter
         raise InvalidRequestError(f"keep is how many of the newest to keep, 0 or more: {keep!r}")
     if isinstance(min_tokens, bool) or not isinstance(min_tokens, int) or min_tokens < 0:
         raise InvalidRequestError(f"min_tokens must be an int, 0 or more, not {min_tokens!r}")
-    if (
-        isinstance(low_water, bool)
-        or not isinstance(low_water, int | float)
-        or not 0 < low_water <= 1
-    ):
-        raise InvalidRequestError(
-            f"low_water is a share of the prompt budget, more than 0 and at most 1, "
-            f"not {low_water!r}"
-        )
-    if counter is not None and not is_token_counter(counter):
-        raise InvalidRequestError(
-            f"a clearing handler takes a TokenCounter or None, not {type(counter).__name__}"
-        )
+    checked_batching(low_water, counter, "a clearing handler")
 
 
 def _checked_placeholder(placeholder: object) -> str:
