@@ -80,8 +80,9 @@ class ProviderCall:
     """The JSON schema the answer must follow (``output_type``), for the driver to send
     or enforce as its ``output_constraint`` says; ``None``: a text answer."""
     previous_response_id: str | None = None
-    """The ``request_id`` of the response to the call before this one (the round
-    before, or a conversation's previous turn): what a provider's cache diagnosis
+    """The ``response_id`` (else the ``request_id``) of the response to the call
+    before this one (the round before, or a conversation's previous turn): what
+    a provider's cache diagnosis
     compares this call with (Anthropic's ``diagnostics.previous_message_id``).
     Only for diagnosis; a stateless driver sends the whole transcript regardless."""
 
@@ -120,6 +121,11 @@ class ProviderResponse:
     model: str
     """The model name the provider says answered."""
     request_id: str | None = None
+    """The id the provider gave the HTTP request (``x-request-id``), for support."""
+    response_id: str | None = None
+    """The id the provider gave this response in its body (Anthropic's ``msg_...``,
+    OpenAI Responses' ``resp_...``): what a later call's cache diagnosis names
+    (``ProviderCall.previous_response_id``). ``None``: the body named none."""
     replay_notes: tuple[str, ...] = ()
     """What the driver did to the stored replay state to send this call, one line
     each (a placeholder signature where the provider demands one, a stale signature

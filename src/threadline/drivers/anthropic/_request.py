@@ -425,6 +425,7 @@ def encode_request(
     thinking: Thinking | None = None,
     cache: JSONCache | None = None,
     breakpoints: bool = False,
+    diagnostics: bool = False,
 ) -> EncodedRequest:
     """The body of ``POST /v1/messages`` for ``call``.
 
@@ -432,7 +433,10 @@ def encode_request(
     ``max_tokens`` is the call's ``max_output_tokens`` or ``default_max_tokens``.
     ``breakpoints`` places the prompt cache's ``cache_control`` marks: on the
     last system block (or, without a system prompt, the last tool) and on the
-    stable prefix of the messages (see ``_place_breakpoints``).
+    stable prefix of the messages (see ``_place_breakpoints``). ``diagnostics``
+    asks for the cache diagnosis against ``call.previous_response_id`` (``null``
+    on a first call, which opts in with nothing to compare); a call's
+    ``extra_body={"diagnostics": ...}`` wins.
 
     Raises:
         InvalidRequestError: refused replay state, an unknown forced tool, a
@@ -444,6 +448,8 @@ def encode_request(
     )
     head: dict[str, Any] = {"model": call.model.name}
     head.update(_fields(call, max_tokens=max_tokens, thinking=thinking))
+    if diagnostics:
+        head.setdefault("diagnostics", {"previous_message_id": call.previous_response_id})
     tools = head.get("tools")
     if breakpoints and not system and isinstance(tools, list) and tools:
         head["tools"] = [*tools[:-1], {**tools[-1], "cache_control": {"type": "ephemeral"}}]

@@ -21,6 +21,7 @@ from typing import Any, Final
 
 from threadline._messages import Message, Origin, Reasoning, ToolCall, Usage
 from threadline._provider import (
+    CacheDiagnosis,
     ProviderResponse,
     ReasoningChunk,
     StreamChunk,
@@ -36,7 +37,14 @@ from threadline.drivers._http._wire import (
     optional_str,
 )
 
-__all__ = ["FINISH_REASONS", "STREAM_EVENTS", "StreamAssembler", "parse_message", "parse_usage"]
+__all__ = [
+    "FINISH_REASONS",
+    "STREAM_EVENTS",
+    "StreamAssembler",
+    "parse_diagnosis",
+    "parse_message",
+    "parse_usage",
+]
 
 FINISH_REASONS: Final = {
     "end_turn": "stop",
@@ -98,6 +106,30 @@ def parse_usage(value: object, where: str = "usage", base: Usage | None = None) 
 
 def _field(usage: Mapping[str, Any], key: str, where: str) -> int | None:
     return count_field(usage, key, where) if usage.get(key) is not None else None
+
+
+_REASON_CHARS: Final = 100
+"""A provider's word is kept to this length: a response is untrusted input."""
+
+
+def parse_diagnosis(value: object, provider: str) -> CacheDiagnosis | None:
+    """A message's ``diagnostics`` (cache diagnosis, asked with
+    ``diagnostics.previous_message_id``) as a :class:`CacheDiagnosis`.
+
+    ``{"cache_miss_reason": {"type": "tools_changed", "cache_missed_input_tokens": N}}``;
+    a ``null`` reason (no divergence, or the comparison still running when the
+    message was sent), a missing object or one of another shape give ``None``:
+    a diagnosis is a report, never a reason to fail the answer.
+    """
+    reason = value.get("cache_miss_reason") if isinstance(value, dict) else None
+    kind = reason.get("type") if isinstance(reason, dict) else None
+    if not isinstance(kind, str) or not kind:
+        return None
+    assert isinstance(reason, dict)
+    missed = reason.get("cache_missed_input_tokens")
+    if isinstance(missed, bool) or not isinstance(missed, int) or missed < 0:
+        missed = None
+    return CacheDiagnosis(provider=provider, reason=kind[:_REASON_CHARS], missed_tokens=missed)
 
 
 def _reasoning(blocks: list[dict[str, Any]], provider: str) -> Reasoning | None:
@@ -164,7 +196,14 @@ def parse_message(
         usage=Usage() if usage is None else parse_usage(usage),
         model=optional_str(body, "model", "the response") or requested_model,
         request_id=request_id,
+        response_id=_id_of(body),
+        cache_diagnosis=parse_diagnosis(body.get("diagnostics"), provider),
     )
+
+
+def _id_of(body: Mapping[str, Any]) -> str | None:
+    value = body.get("id")
+    return value if isinstance(value, str) and value else None
 
 
 class _Block:
@@ -189,6 +228,8 @@ class StreamAssembler:
         self._model: str | None = None
         self._usage = Usage()
         self._stop_reason: str | None = None
+        self._id: str | None = None
+        self._diagnosis: CacheDiagnosis | None = None
         self.started = False
         self.finished = False
 
@@ -219,6 +260,9 @@ class StreamAssembler:
         usage = message.get("usage")
         if usage is not None:
             self._usage = parse_usage(usage, "message_start.message.usage")
+        self._id = _id_of(message)
+        # The cache diagnosis comes with message_start only.
+        self._diagnosis = parse_diagnosis(message.get("diagnostics"), self._provider)
         self.started = True
 
     def _message_delta(self, event: dict[str, Any]) -> None:
@@ -328,6 +372,8 @@ class StreamAssembler:
             usage=self._usage,
             model=self._model or self._requested_model,
             request_id=request_id,
+            response_id=self._id,
+            cache_diagnosis=self._diagnosis,
         )
 
     @property

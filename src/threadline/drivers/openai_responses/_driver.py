@@ -123,6 +123,13 @@ class OpenAIResponsesDriver(HTTPDriver):
             ``threadline.drivers.openai_responses`` says why. A stored response
             the server no longer has is forgotten and the call sent whole.
             Off by default: stateless calls keep nothing on the server.
+        cache_diagnosis: ask the API why its prompt cache missed: a call
+            after an earlier one carries
+            ``prompt_cache_options.comparison_response_id`` (the previous
+            response's id), and the answer's ``prompt_cache_diagnostics``
+            becomes ``ProviderResponse.cache_diagnosis`` (the round's
+            ``RoundRecord.cache``). Off by default; models that do not
+            diagnose answer without the field, and nothing is recorded.
 
     Raises:
         InvalidRequestError: an argument of the wrong kind, named.
@@ -147,6 +154,7 @@ class OpenAIResponsesDriver(HTTPDriver):
         encrypted_reasoning: bool = True,
         send_cache_key: bool | None = None,
         server_state: bool = False,
+        cache_diagnosis: bool = False,
         **options: Unpack[ConnectionOptions],
     ) -> None:
         if reasoning_effort is not None and reasoning_effort not in _EFFORTS:
@@ -157,6 +165,7 @@ class OpenAIResponsesDriver(HTTPDriver):
         self._reasoning = {key: value for key, value in reasoning.items() if value is not None}
         self._encrypted = check_bool("encrypted_reasoning", encrypted_reasoning)
         self._state = ServerState() if check_bool("server_state", server_state) else None
+        self._diagnose = check_bool("cache_diagnosis", cache_diagnosis)
         connection = connection_of(
             "OpenAIResponsesDriver", connection, base_url=base_url, api_key=api_key, options=options
         )
@@ -223,6 +232,7 @@ class OpenAIResponsesDriver(HTTPDriver):
             encrypted=self._encrypted,
             store=self._state is not None,
             server_state=self._state if continued else None,
+            diagnose=self._diagnose,
         )
 
     async def _send_call(self, call: ProviderCall, *, stream: bool) -> httpx.Response:

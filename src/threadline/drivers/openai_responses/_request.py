@@ -375,6 +375,7 @@ def encode_request(
     encrypted: bool = True,
     store: bool = False,
     server_state: ServerState | None = None,
+    diagnose: bool = False,
 ) -> EncodedRequest:
     """The body of ``POST /responses`` for ``call``.
 
@@ -384,6 +385,9 @@ def encode_request(
     ``reasoning.encrypted_content``. ``stream`` is final. ``store`` asks the
     server to keep the response; with ``server_state`` the body continues the
     stored response that holds its history, when one does (see ``_state``).
+    ``diagnose`` asks for the prompt cache diagnosis against
+    ``call.previous_response_id`` (``prompt_cache_options.comparison_response_id``),
+    when there is one; a call's ``extra_body`` ``prompt_cache_options`` wins.
 
     Raises:
         InvalidRequestError: refused replay state, an unknown forced tool, a
@@ -397,6 +401,10 @@ def encode_request(
         head["stream"] = True
     else:
         head.pop("stream", None)
+    if diagnose and call.previous_response_id is not None:
+        head.setdefault(
+            "prompt_cache_options", {"comparison_response_id": call.previous_response_id}
+        )
     items: Sequence[bytes] = encoded.items
     notes = encoded.left_out
     continuation = Continuation()

@@ -35,6 +35,7 @@ from typing import Any, Final
 
 from threadline._messages import Message, Origin, Reasoning, ToolCall, Usage
 from threadline._provider import (
+    CacheDiagnosis,
     ProviderResponse,
     ReasoningChunk,
     StreamChunk,
@@ -54,6 +55,7 @@ __all__ = [
     "INCOMPLETE_REASONS",
     "ResponseFailed",
     "StreamAssembler",
+    "parse_diagnosis",
     "parse_response",
     "parse_usage",
 ]
@@ -194,6 +196,31 @@ def _reasoning(items: list[dict[str, Any]], texts: list[str], provider: str) -> 
     return Reasoning(text=shown, provider_reasoning=raw, provider=provider)
 
 
+_REASON_CHARS: Final = 100
+"""A provider's word is kept to this length: a response is untrusted input."""
+
+
+def parse_diagnosis(value: object, provider: str) -> CacheDiagnosis | None:
+    """A response's ``prompt_cache_diagnostics`` (asked with
+    ``prompt_cache_options.comparison_response_id``) as a :class:`CacheDiagnosis`.
+
+    ``{"type": "cache_miss", "reason": ..., "cache_missed_tokens": N}`` gives its
+    reason; ``cache_hit``, ``comparison_response_not_found`` and ``unavailable``
+    give their type as the reason. Missing, or of another shape: ``None``, since
+    a diagnosis is a report, never a reason to fail the answer.
+    """
+    kind = value.get("type") if isinstance(value, dict) else None
+    if not isinstance(kind, str) or not kind:
+        return None
+    assert isinstance(value, dict)
+    reason = value.get("reason") if kind == "cache_miss" else None
+    word = reason if isinstance(reason, str) and reason else kind
+    missed = value.get("cache_missed_tokens")
+    if isinstance(missed, bool) or not isinstance(missed, int) or missed < 0:
+        missed = None
+    return CacheDiagnosis(provider=provider, reason=word[:_REASON_CHARS], missed_tokens=missed)
+
+
 def build_response(
     body: Mapping[str, Any],
     output: list[Any],
@@ -232,6 +259,8 @@ def build_response(
         usage=Usage() if usage is None else parse_usage(usage),
         model=optional_str(body, "model", "the response") or requested_model,
         request_id=request_id,
+        response_id=response_id if isinstance(response_id := body.get("id"), str) else None,
+        cache_diagnosis=parse_diagnosis(body.get("prompt_cache_diagnostics"), provider),
     )
 
 
@@ -431,6 +460,7 @@ class StreamAssembler:
             output = [self._items[key].assembled() for key in self._items]
         body = dict(final)
         body.setdefault("model", self._model)
+        body.setdefault("id", self.response_id)
         return build_response(
             body,
             output,
