@@ -289,6 +289,24 @@ class Driver(Protocol):
         """
         return False
 
+    async def compact(self, call: ProviderCall) -> ProviderResponse | None:
+        """Compact ``call.messages`` with the provider's own compaction, or ``None``.
+
+        A driver whose provider compacts a transcript natively (OpenAI's
+        ``/responses/compact``) sends it and gives back an assistant message
+        with no text and no tool call whose ``Reasoning.provider_reasoning``
+        holds what the provider returned, exactly as received, including a
+        block its :meth:`replay_rules` name as a ``boundary``: the window
+        then opens at that message for this provider and model, while any
+        other provider is handed the whole history (the state is theirs
+        alone). ``Conversation.compact()`` calls it and commits the message.
+        Default: ``None``, no native compaction.
+
+        Raises:
+            ProviderError: the provider refused or failed the compaction.
+        """
+        return None
+
     async def load(self) -> None:
         """Load now what the first call would otherwise load (a local model's weights).
 

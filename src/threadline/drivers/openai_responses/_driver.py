@@ -49,6 +49,7 @@ from threadline.drivers._http._wire import NOT_JSON, MalformedResponse, loads_or
 from threadline.drivers.openai_responses._request import (
     REASONING_REPLAY,
     EncodedRequest,
+    encode_compact_request,
     encode_count_request,
     encode_input,
     encode_request,
@@ -57,6 +58,7 @@ from threadline.drivers.openai_responses._request import (
 from threadline.drivers.openai_responses._response import (
     ResponseFailed,
     StreamAssembler,
+    parse_compaction,
     parse_response,
 )
 from threadline.drivers.openai_responses._state import ServerState
@@ -173,6 +175,7 @@ class OpenAIResponsesDriver(HTTPDriver):
         self._base_url = self._http.base_url
         self._url = httpx.URL(f"{self._base_url}/responses")
         self._count_url = httpx.URL(f"{self._base_url}/responses/input_tokens")
+        self._compact_url = httpx.URL(f"{self._base_url}/responses/compact")
         self._send_cache_key = sends_cache_key(self._base_url, send_cache_key)
         self._client = self._http.client
         self._errors = self._http.errors
@@ -369,6 +372,41 @@ class OpenAIResponsesDriver(HTTPDriver):
                 request_id=request_id,
             )
         return tokens
+
+    async def compact(self, call: ProviderCall) -> ProviderResponse:
+        """Compact ``call``'s transcript with ``POST /responses/compact`` (stateless).
+
+        The transcript goes as a call would send it (from the latest compaction
+        on); the answer is an assistant message with no text whose state is the
+        compact output, in order: the messages it retained, then the compaction
+        item. Kept opaque with this driver's and model's tag, it opens the
+        window of later calls to this model, which send that whole output
+        (see :mod:`threadline.drivers.openai_responses`).
+
+        Raises:
+            InvalidRequestError: refused replay state.
+            ProviderError: the mapped failure, or an output that is not a
+                compaction (no compaction item, an item of another type).
+        """
+        body = encode_compact_request(
+            with_cache_key(call, self._send_cache_key),
+            label=self._label(call),
+            cache=self._message_json,
+        )
+        response = await self._send(self._http.request(self._compact_url, body, stream=False))
+        request_id = request_id_of(response.headers)
+        content_type = response.headers.get("content-type", "")
+        payload = self._decode(response.content, request_id, content_type=content_type)
+        try:
+            return parse_compaction(
+                payload,
+                requested_model=call.model.name,
+                provider=self._label(call),
+                request_id=request_id,
+            )
+        except MalformedResponse as exc:
+            reason = str(exc)
+        raise self._errors.malformed(reason, request_id=request_id)
 
     @contextlib.asynccontextmanager
     async def stream(self, call: ProviderCall) -> AsyncIterator[AsyncIterator[StreamChunk]]:

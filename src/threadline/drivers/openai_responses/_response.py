@@ -55,6 +55,7 @@ __all__ = [
     "INCOMPLETE_REASONS",
     "ResponseFailed",
     "StreamAssembler",
+    "parse_compaction",
     "parse_diagnosis",
     "parse_response",
     "parse_usage",
@@ -194,6 +195,49 @@ def _reasoning(items: list[dict[str, Any]], texts: list[str], provider: str) -> 
     else:
         raw = b"[" + b",".join(encode_body(item) for item in items) + b"]"
     return Reasoning(text=shown, provider_reasoning=raw, provider=provider)
+
+
+_COMPACTED: Final = frozenset({"message", "compaction", "reasoning"})
+"""The item types a ``/responses/compact`` window may hold and this driver sends back."""
+
+
+def parse_compaction(
+    payload: object, *, requested_model: str, provider: str, request_id: str | None
+) -> ProviderResponse:
+    """The ``ProviderResponse`` of ``/responses/compact``: an assistant message with
+    no text and no tool call whose state is the whole output, in order (the
+    messages the compaction retained, then its compaction item).
+
+    Raises:
+        MalformedResponse: not a compaction response: no output list, an item
+            of another type, or no compaction item at all.
+    """
+    body = json_object(payload, "the compaction response")
+    output = body.get("output")
+    if not isinstance(output, list):
+        raise MalformedResponse(
+            f"the compaction's output should be a list, not {json_kind(output)}"
+        )
+    items = [json_object(item, f"output[{index}]") for index, item in enumerate(output)]
+    kinds = [item.get("type") for item in items]
+    strange = [kind for kind in kinds if kind not in _COMPACTED]
+    if strange:
+        shown = json_kind(strange[0]) if not isinstance(strange[0], str) else strange[0][:40]
+        raise MalformedResponse(f"the compaction's output holds a {shown!r} item")
+    if "compaction" not in kinds:
+        raise MalformedResponse("the compaction's output holds no compaction item")
+    raw = b"[" + b",".join(encode_body(item) for item in items) + b"]"
+    usage = body.get("usage")
+    return ProviderResponse(
+        message=Message.assistant(
+            "", reasoning=Reasoning(provider_reasoning=raw, provider=provider), origin=Origin.TURN
+        ),
+        finish_reason="compaction",
+        usage=Usage() if usage is None else parse_usage(usage),
+        model=optional_str(body, "model", "the compaction response") or requested_model,
+        request_id=request_id,
+        response_id=response_id if isinstance(response_id := body.get("id"), str) else None,
+    )
 
 
 _REASON_CHARS: Final = 100
