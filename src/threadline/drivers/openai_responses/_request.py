@@ -19,7 +19,9 @@ so that reasoning comes back in a form that can be replayed.
   item after it to belong to (:func:`_replayed`).
 - ``compaction`` items are kept the same way (``_response``) and are a
   boundary: only the items from the latest one this model made are sent, its
-  own message's state from that item on. The messages before it are not
+  own message's state from that item on, with the ``message`` items straight
+  before it (what ``/responses/compact`` retained; a message item anywhere
+  else is refused). The messages before it are not
   sent (system messages still make ``instructions``). A message with no text
   and no tool call sends its compaction items alone, never a reasoning item
   with nothing after it.

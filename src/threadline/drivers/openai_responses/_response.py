@@ -15,10 +15,12 @@ The representation of a compaction item, for whoever builds on it: a
 exactly as received, in the ``provider_reasoning`` of the assistant message
 of the answer that returned it (beside that answer's reasoning items, in
 output order), tagged ``"openai-responses:<model>"``. An answer of
-``/responses/compact`` fits the same shape: an assistant message with no
-text and no tool call whose state is the compaction item. When sending,
-the latest compaction item this model made opens the window (see
-``_request``); the store keeps everything.
+``/responses/compact`` (:func:`parse_compaction`) is an assistant message
+with no text and no tool call whose state is the whole output in order:
+the ``message`` items the compaction retained, then its compaction item.
+When sending, the latest compaction item this model made opens the window,
+with the message items straight before it (see ``_request``); the store
+keeps everything.
 
 A stream is ``response.created``; per output item ``output_item.added``,
 its deltas (``output_text``, ``function_call_arguments``,
