@@ -41,6 +41,7 @@ __all__ = [
     "FINISH_REASONS",
     "STREAM_EVENTS",
     "StreamAssembler",
+    "compaction_usage",
     "parse_diagnosis",
     "parse_message",
     "parse_usage",
@@ -74,6 +75,9 @@ STREAM_EVENTS: Final = frozenset(
 Any other, ``ping`` or a type added later, is skipped unread."""
 
 _THINKING_TYPES: Final = frozenset({"thinking", "redacted_thinking"})
+_KEPT_TYPES: Final = frozenset({*_THINKING_TYPES, "compaction"})
+"""Blocks kept opaque as the message's replay state: thinking, and server-side
+compaction's ``compaction`` block (the summary that stands for the turns before it)."""
 
 
 def finish_reason(stop_reason: str | None, has_tool_calls: bool) -> str:
@@ -102,6 +106,25 @@ def parse_usage(value: object, where: str = "usage", base: Usage | None = None) 
     if output is None:
         output = base.output_tokens if base is not None else 0
     return Usage(input_tokens=input_tokens, output_tokens=output, cached_input_tokens=cached)
+
+
+def compaction_usage(value: object, where: str = "usage") -> Usage:
+    """What the server-side compaction iterations of ``usage.iterations`` cost.
+
+    With compaction (``context_management``), the top-level counts are the
+    answer's own iteration only; each ``{"type": "compaction"}`` entry of
+    ``iterations`` is a summarizing call of its own, billed beside it, so the
+    run's totals add them. No iterations: nothing.
+    """
+    usage = value if isinstance(value, dict) else {}
+    iterations = usage.get("iterations")
+    total = Usage()
+    if not isinstance(iterations, list):
+        return total
+    for position, entry in enumerate(iterations):
+        if isinstance(entry, dict) and entry.get("type") == "compaction":
+            total = total + parse_usage(entry, f"{where}.iterations[{position}]")
+    return total
 
 
 def _field(usage: Mapping[str, Any], key: str, where: str) -> int | None:
@@ -179,7 +202,7 @@ def parse_message(
         kind = block.get("type")
         if kind == "text":
             texts.append(optional_str(block, "text", where) or "")
-        elif kind in _THINKING_TYPES:
+        elif kind in _KEPT_TYPES:
             thinking.append(block)
         elif kind == "tool_use":
             calls.append(_tool_call(block, where))
@@ -193,7 +216,7 @@ def parse_message(
             origin=Origin.TURN,
         ),
         finish_reason=finish_reason(optional_str(body, "stop_reason", "the response"), bool(calls)),
-        usage=Usage() if usage is None else parse_usage(usage),
+        usage=Usage() if usage is None else parse_usage(usage) + compaction_usage(usage),
         model=optional_str(body, "model", "the response") or requested_model,
         request_id=request_id,
         response_id=_id_of(body),
@@ -229,6 +252,7 @@ class StreamAssembler:
         self._usage = Usage()
         self._stop_reason: str | None = None
         self._id: str | None = None
+        self._compaction = Usage()  # server-side compaction iterations, as last reported
         self._diagnosis: CacheDiagnosis | None = None
         self.started = False
         self.finished = False
@@ -260,6 +284,7 @@ class StreamAssembler:
         usage = message.get("usage")
         if usage is not None:
             self._usage = parse_usage(usage, "message_start.message.usage")
+            self._iterations(usage)
         self._id = _id_of(message)
         # The cache diagnosis comes with message_start only.
         self._diagnosis = parse_diagnosis(message.get("diagnostics"), self._provider)
@@ -276,6 +301,12 @@ class StreamAssembler:
         usage = event.get("usage")
         if usage is not None:
             self._usage = parse_usage(usage, "message_delta.usage", base=self._usage)
+            self._iterations(usage)
+
+    def _iterations(self, usage: object) -> None:
+        # Cumulative, like the counts beside them: the latest report replaces.
+        if isinstance(usage, dict) and isinstance(usage.get("iterations"), list):
+            self._compaction = compaction_usage(usage)
 
     def _index(self, event: dict[str, Any], where: str) -> int:
         index = event.get("index")
@@ -338,6 +369,10 @@ class StreamAssembler:
             if piece:
                 state.text.append(piece)
                 return [ReasoningChunk(text=piece)]
+        elif kind == "compaction_delta":
+            # The summary of a compaction block, in pieces: kept, never shown.
+            piece = optional_str(delta, "content", "content_block_delta.delta") or ""
+            state.json.setdefault("content", []).append(piece)
         elif kind == "signature_delta":
             # Appended, never replaced: a signature may arrive in several pieces.
             piece = optional_str(delta, "signature", "content_block_delta.delta") or ""
@@ -357,7 +392,7 @@ class StreamAssembler:
             state = self._blocks[index]
             if state.kind == "text":
                 texts.append("".join(state.text))
-            elif state.kind in _THINKING_TYPES:
+            elif state.kind in _KEPT_TYPES:
                 thinking.append(_finished_thinking(state))
             elif state.kind == "tool_use":
                 calls.append(_finished_call(state, index))
@@ -369,7 +404,7 @@ class StreamAssembler:
                 origin=Origin.TURN,
             ),
             finish_reason=finish_reason(self._stop_reason, bool(calls)),
-            usage=self._usage,
+            usage=self._usage + self._compaction,
             model=self._model or self._requested_model,
             request_id=request_id,
             response_id=self._id,
