@@ -80,8 +80,9 @@ class ProviderCall:
     """The JSON schema the answer must follow (``output_type``), for the driver to send
     or enforce as its ``output_constraint`` says; ``None``: a text answer."""
     previous_response_id: str | None = None
-    """The ``request_id`` of the response to the call before this one (the round
-    before, or a conversation's previous turn): what a provider's cache diagnosis
+    """The ``response_id`` (else the ``request_id``) of the response to the call
+    before this one (the round before, or a conversation's previous turn): what
+    a provider's cache diagnosis
     compares this call with (Anthropic's ``diagnostics.previous_message_id``).
     Only for diagnosis; a stateless driver sends the whole transcript regardless."""
 
@@ -120,6 +121,11 @@ class ProviderResponse:
     model: str
     """The model name the provider says answered."""
     request_id: str | None = None
+    """The id the provider gave the HTTP request (``x-request-id``), for support."""
+    response_id: str | None = None
+    """The id the provider gave this response in its body (Anthropic's ``msg_...``,
+    OpenAI Responses' ``resp_...``): what a later call's cache diagnosis names
+    (``ProviderCall.previous_response_id``). ``None``: the body named none."""
     replay_notes: tuple[str, ...] = ()
     """What the driver did to the stored replay state to send this call, one line
     each (a placeholder signature where the provider demands one, a stale signature
@@ -282,6 +288,24 @@ class Driver(Protocol):
         (an MCP tool's screenshot, say), so what is sent is what was counted.
         """
         return False
+
+    async def compact(self, call: ProviderCall) -> ProviderResponse | None:
+        """Compact ``call.messages`` with the provider's own compaction, or ``None``.
+
+        A driver whose provider compacts a transcript natively (OpenAI's
+        ``/responses/compact``) sends it and gives back an assistant message
+        with no text and no tool call whose ``Reasoning.provider_reasoning``
+        holds what the provider returned, exactly as received, including a
+        block its :meth:`replay_rules` name as a ``boundary``: the window
+        then opens at that message for this provider and model, while any
+        other provider is handed the whole history (the state is theirs
+        alone). ``Conversation.compact()`` calls it and commits the message.
+        Default: ``None``, no native compaction.
+
+        Raises:
+            ProviderError: the provider refused or failed the compaction.
+        """
+        return None
 
     async def load(self) -> None:
         """Load now what the first call would otherwise load (a local model's weights).

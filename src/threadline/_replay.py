@@ -135,11 +135,20 @@ class ReplayRules:
     blocks: frozenset[str] | None = attrs.field(default=None, converter=_blocks)
     scope: ReplayScope = attrs.field(default=ReplayScope.EVERY_TURN, converter=_scope)
     boundary: frozenset[str] = attrs.field(default=frozenset(), converter=_boundary)
+    kept: frozenset[str] = attrs.field(default=frozenset(), converter=_boundary)
+    """Block types sent back every turn whatever ``scope`` says (Anthropic's
+    ``compaction`` blocks, which stand for the turns before them): a message
+    whose state holds one is in scope; they must be in ``blocks`` too."""
 
     @boundary.validator
     def _sent_too(self, _: object, value: frozenset[str]) -> None:
         if value and (self.blocks is None or not value <= self.blocks):
             fail("boundary", "block types that blocks sends too", sorted(value))
+
+    @kept.validator
+    def _kept_sent_too(self, _: object, value: frozenset[str]) -> None:
+        if value and (self.blocks is None or not value <= self.blocks):
+            fail("kept", "block types that blocks sends too", sorted(value))
 
     def opens_window(self, raw: bytes) -> bool:
         """Whether ``raw``, state these rules send, holds a boundary block (see
@@ -329,10 +338,15 @@ def cycle_of(rules: ReplayRules, messages: Sequence[Message]) -> int | None:
     return open_tool_cycle(messages) if rules.scope is ReplayScope.OPEN_TOOL_CYCLE else None
 
 
-def reaches(rules: ReplayRules, cycle: int | None, index: int) -> bool:
-    """Whether ``rules`` send the state of message ``index``, ``cycle`` being
-    :func:`cycle_of` its transcript."""
-    return rules.scope is ReplayScope.EVERY_TURN or index == cycle
+def reaches(rules: ReplayRules, cycle: int | None, index: int, raw: bytes = b"") -> bool:
+    """Whether ``rules`` send the state of message ``index`` (``raw``), ``cycle`` being
+    :func:`cycle_of` its transcript: every turn's, the open cycle's, or any that
+    holds a block the rules keep every turn (``ReplayRules.kept``)."""
+    return (
+        rules.scope is ReplayScope.EVERY_TURN
+        or index == cycle
+        or (bool(rules.kept) and _holds(rules.kept, raw))
+    )
 
 
 def replayed(
@@ -356,7 +370,11 @@ def replayed(
         if reasoning is None:
             continue
         verdict = replay_of(
-            reasoning, index=index, label=label, rules=rules, in_scope=reaches(rules, cycle, index)
+            reasoning,
+            index=index,
+            label=label,
+            rules=rules,
+            in_scope=reaches(rules, cycle, index, reasoning.provider_reasoning),
         )
         if verdict is Replay.SENT:
             sent[index] = reasoning.provider_reasoning

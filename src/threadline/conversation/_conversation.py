@@ -37,6 +37,7 @@ from threadline._sentinel import NOT_GIVEN, NotGiven
 from threadline._settings import RequestSettings, SettingsChanges
 from threadline._store import ConversationStore
 from threadline._validate import fail, non_negative_int
+from threadline.conversation._compaction import native_compaction
 from threadline.conversation._document import header_settings, restore, restore_calibration
 from threadline.conversation._durability import Header, TurnWrite, TurnWriter, now, read_stored
 from threadline.conversation._lock import TurnLock
@@ -61,6 +62,7 @@ from threadline.engine._agent import Agent, combined_settings
 from threadline.engine._plan import RunPlan, settings_budget, settings_counter
 from threadline.engine._replay import sent_form
 from threadline.engine._request import planned, run_plan, stream_plan, with_checked_history
+from threadline.limiting._ledger import CompactionOutcome
 from threadline.limiting._prefix import SentPrompt
 from threadline.serialization._converter import dumps_conversation, loads_conversation
 from threadline.serialization._documents import (
@@ -504,6 +506,54 @@ class Conversation:
                 ),
                 window=KeptWindow(),
             )
+
+    async def compact(self) -> CompactionOutcome:
+        """Compact the conversation with the provider's own compaction, where it has one.
+
+        What the next turn would send is handed to the driver's
+        ``Driver.compact`` (OpenAI's ``/responses/compact`` for
+        ``OpenAIResponsesDriver``), and its answer, an assistant message with
+        no text holding the opaque compaction, is added at the end of the
+        transcript as a turn of its own, in one versioned write. Later turns
+        to that provider and model send only what follows it (plus what the
+        compaction retained); the transcript and the store keep every turn,
+        so another provider is still handed the whole history, never the
+        opaque state. The call's usage joins :attr:`total_usage`.
+
+        A compaction that cannot be used changes nothing and says why: the
+        returned :class:`~threadline.limiting.CompactionOutcome` is
+        ``"unsupported"`` (the driver has none), ``"failed"`` (the provider
+        refused or failed), ``"empty"`` (no compaction came back, or nothing
+        to compact), else ``"applied"``; ``covered_tokens`` and
+        ``summary_tokens`` are :meth:`token_estimate` before and after.
+
+        Raises:
+            InvalidRequestError: no model.
+            ConcurrentModificationError: the store changed under this
+                conversation; nothing is written.
+        """
+        async with self._lock.held():
+            driver, model = self._agent.client.defaults.driver, self._model()
+            transcript = self._transcript
+            done = await native_compaction(
+                driver,
+                model,
+                sent_form(self.model_input, driver, model),
+                turn_id=transcript.next_turn_id,
+                covered_tokens=self.token_estimate(),
+                cache_key=cache_key(self._id),
+            )
+            if done.event is None:
+                return done.outcome
+            compacted = Transcript(
+                (*transcript.events, done.event),
+                pending=transcript.pending,
+                next_turn_id=transcript.next_turn_id + 1,
+                total_usage=transcript.total_usage + (done.event.usage or Usage()),
+            )
+            compacted.last_response = transcript.last_response  # the answer stays the last
+            await self._rewrite(compacted)  # appended: the kept window's indices still hold
+            return attrs.evolve(done.outcome, summary_tokens=self.token_estimate())
 
     async def reset(self) -> None:
         """Forget the transcript, pending prompts and usage; keep the agent, id and settings.

@@ -169,7 +169,9 @@ class ReplayGuard:
         window = 0
         for index in reasoned_indices(messages, history):
             message = messages[index]
-            scoped = reaches(rules, cycle, index)
+            reasoning = message.reasoning
+            raw = reasoning.provider_reasoning if reasoning is not None else b""
+            scoped = reaches(rules, cycle, index, raw)
             entry = self._seen.get((id(message), scoped))
             if entry is None:
                 entry = (message, *self._handed(message, index, scoped))

@@ -283,7 +283,9 @@ class Run:
             diagnosis=response.cache_diagnosis,
         )
         self.previous = SentPrompt(
-            messages=current.sent, tools=tools, response_id=response.request_id
+            messages=current.sent,
+            tools=tools,
+            response_id=response.response_id or response.request_id,
         )
 
     async def _send(self, current: _Round) -> AsyncGenerator[StreamEvent, None]:

@@ -192,12 +192,13 @@ class ClearedMessage:
 
 
 CompactionStatus: TypeAlias = Literal[
-    "applied", "reused", "empty", "failed", "cancelled", "too long"
+    "applied", "reused", "empty", "failed", "cancelled", "too long", "unsupported"
 ]
 """What a compaction came to: ``"applied"`` (a new summary replaced the turns it
 covers), ``"reused"`` (a summary written before still covers them), or a no-op:
 the summarizer returned nothing (``"empty"``), raised (``"failed"``), ran out of
-its time (``"cancelled"``), or wrote more than it may (``"too long"``)."""
+its time (``"cancelled"``), or wrote more than it may (``"too long"``), or the
+driver has no native compaction (``"unsupported"``, ``Conversation.compact()``)."""
 
 
 @attrs.frozen(kw_only=True)

@@ -49,6 +49,7 @@ from threadline.drivers._http._wire import NOT_JSON, MalformedResponse, loads_or
 from threadline.drivers.openai_responses._request import (
     REASONING_REPLAY,
     EncodedRequest,
+    encode_compact_request,
     encode_count_request,
     encode_input,
     encode_request,
@@ -57,6 +58,7 @@ from threadline.drivers.openai_responses._request import (
 from threadline.drivers.openai_responses._response import (
     ResponseFailed,
     StreamAssembler,
+    parse_compaction,
     parse_response,
 )
 from threadline.drivers.openai_responses._state import ServerState
@@ -123,6 +125,13 @@ class OpenAIResponsesDriver(HTTPDriver):
             ``threadline.drivers.openai_responses`` says why. A stored response
             the server no longer has is forgotten and the call sent whole.
             Off by default: stateless calls keep nothing on the server.
+        cache_diagnosis: ask the API why its prompt cache missed: a call
+            after an earlier one carries
+            ``prompt_cache_options.comparison_response_id`` (the previous
+            response's id), and the answer's ``prompt_cache_diagnostics``
+            becomes ``ProviderResponse.cache_diagnosis`` (the round's
+            ``RoundRecord.cache``). Off by default; models that do not
+            diagnose answer without the field, and nothing is recorded.
 
     Raises:
         InvalidRequestError: an argument of the wrong kind, named.
@@ -147,6 +156,7 @@ class OpenAIResponsesDriver(HTTPDriver):
         encrypted_reasoning: bool = True,
         send_cache_key: bool | None = None,
         server_state: bool = False,
+        cache_diagnosis: bool = False,
         **options: Unpack[ConnectionOptions],
     ) -> None:
         if reasoning_effort is not None and reasoning_effort not in _EFFORTS:
@@ -157,6 +167,7 @@ class OpenAIResponsesDriver(HTTPDriver):
         self._reasoning = {key: value for key, value in reasoning.items() if value is not None}
         self._encrypted = check_bool("encrypted_reasoning", encrypted_reasoning)
         self._state = ServerState() if check_bool("server_state", server_state) else None
+        self._diagnose = check_bool("cache_diagnosis", cache_diagnosis)
         connection = connection_of(
             "OpenAIResponsesDriver", connection, base_url=base_url, api_key=api_key, options=options
         )
@@ -164,6 +175,7 @@ class OpenAIResponsesDriver(HTTPDriver):
         self._base_url = self._http.base_url
         self._url = httpx.URL(f"{self._base_url}/responses")
         self._count_url = httpx.URL(f"{self._base_url}/responses/input_tokens")
+        self._compact_url = httpx.URL(f"{self._base_url}/responses/compact")
         self._send_cache_key = sends_cache_key(self._base_url, send_cache_key)
         self._client = self._http.client
         self._errors = self._http.errors
@@ -223,6 +235,7 @@ class OpenAIResponsesDriver(HTTPDriver):
             encrypted=self._encrypted,
             store=self._state is not None,
             server_state=self._state if continued else None,
+            diagnose=self._diagnose,
         )
 
     async def _send_call(self, call: ProviderCall, *, stream: bool) -> httpx.Response:
@@ -359,6 +372,41 @@ class OpenAIResponsesDriver(HTTPDriver):
                 request_id=request_id,
             )
         return tokens
+
+    async def compact(self, call: ProviderCall) -> ProviderResponse:
+        """Compact ``call``'s transcript with ``POST /responses/compact`` (stateless).
+
+        The transcript goes as a call would send it (from the latest compaction
+        on); the answer is an assistant message with no text whose state is the
+        compact output, in order: the messages it retained, then the compaction
+        item. Kept opaque with this driver's and model's tag, it opens the
+        window of later calls to this model, which send that whole output
+        (see :mod:`threadline.drivers.openai_responses`).
+
+        Raises:
+            InvalidRequestError: refused replay state.
+            ProviderError: the mapped failure, or an output that is not a
+                compaction (no compaction item, an item of another type).
+        """
+        body = encode_compact_request(
+            with_cache_key(call, self._send_cache_key),
+            label=self._label(call),
+            cache=self._message_json,
+        )
+        response = await self._send(self._http.request(self._compact_url, body, stream=False))
+        request_id = request_id_of(response.headers)
+        content_type = response.headers.get("content-type", "")
+        payload = self._decode(response.content, request_id, content_type=content_type)
+        try:
+            return parse_compaction(
+                payload,
+                requested_model=call.model.name,
+                provider=self._label(call),
+                request_id=request_id,
+            )
+        except MalformedResponse as exc:
+            reason = str(exc)
+        raise self._errors.malformed(reason, request_id=request_id)
 
     @contextlib.asynccontextmanager
     async def stream(self, call: ProviderCall) -> AsyncIterator[AsyncIterator[StreamChunk]]:

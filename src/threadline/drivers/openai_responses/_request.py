@@ -19,7 +19,9 @@ so that reasoning comes back in a form that can be replayed.
   item after it to belong to (:func:`_replayed`).
 - ``compaction`` items are kept the same way (``_response``) and are a
   boundary: only the items from the latest one this model made are sent, its
-  own message's state from that item on. The messages before it are not
+  own message's state from that item on, with the ``message`` items straight
+  before it (what ``/responses/compact`` retained; a message item anywhere
+  else is refused). The messages before it are not
   sent (system messages still make ``instructions``). A message with no text
   and no tool call sends its compaction items alone, never a reasoning item
   with nothing after it.
@@ -49,6 +51,7 @@ __all__ = [
     "REASONING_REPLAY",
     "EncodedInput",
     "EncodedRequest",
+    "encode_compact_request",
     "encode_count_request",
     "encode_input",
     "encode_message_items",
@@ -169,11 +172,17 @@ COMPACTION: Final = "compaction"
 """The item type that carries everything before it (``/responses/compact``, or
 server-side compaction with ``context_management``)."""
 
-REASONING_REPLAY: Final = ReplayRules({"reasoning", COMPACTION}, boundary={COMPACTION})
+RETAINED: Final = "message"
+"""The item type ``/responses/compact`` returns beside its compaction item: the
+messages it retained (the user's), which the compacted window must send too."""
+
+REASONING_REPLAY: Final = ReplayRules({"reasoning", COMPACTION, RETAINED}, boundary={COMPACTION})
 """What this driver sends back: its own reasoning and compaction items, before the
 item they came with, every turn (the API itself ignores reasoning of turns before
-the last user message); the latest compaction item opens what is sent. Checked by
-the shared replay check, whoever calls the driver."""
+the last user message); the latest compaction item opens what is sent, with the
+message items a compaction returned right before it (see :func:`_trimmed`).
+Checked by the shared replay check, whoever calls the driver."""
+_WINDOW_ITEMS: Final = frozenset({COMPACTION, RETAINED})
 
 _DECODER = json.JSONDecoder()
 
@@ -213,15 +222,39 @@ def _trimmed(raw: bytes, *, opens: bool, alone: bool) -> tuple[bytes, bool]:
     """The items of ``raw`` a message sends, and whether reasoning was left out.
 
     ``opens``: the message opens the window, so its state goes from its last
-    compaction item on; ``alone``: it has no text and no call, so only its
-    compaction items go (a reasoning item must precede something).
+    compaction item on, and with the message items straight before it (what
+    ``/responses/compact`` retained: its output is the new window, in order);
+    ``alone``: it has no text and no call, so only its compaction and message
+    items go (a reasoning item must precede something).
     """
     items = _items_of(raw)
     if opens:
-        last = max(at for at, (kind, _) in enumerate(items) if kind == COMPACTION)
-        items = items[last:]
-    kept = [piece for kind, piece in items if not alone or kind == COMPACTION]
+        first = max(at for at, (kind, _) in enumerate(items) if kind == COMPACTION)
+        while first and items[first - 1][0] == RETAINED:
+            first -= 1
+        items = items[first:]
+    kept = [piece for kind, piece in items if not alone or kind in _WINDOW_ITEMS]
     return b",".join(kept), len(kept) < len(items)
+
+
+def _check_retained(raw: bytes, index: int) -> None:
+    """Refuse message items in state unless a compaction returned them: each must
+    stand, with any others, straight before a compaction item.
+
+    Raises:
+        InvalidRequestError: a message item anywhere else.
+    """
+    kinds = [kind for kind, _ in _items_of(raw)]
+    for position, kind in enumerate(kinds):
+        if kind != RETAINED:
+            continue
+        following = next((k for k in kinds[position:] if k != RETAINED), None)
+        if following != COMPACTION:
+            raise InvalidRequestError(
+                f"message {index}: its reasoning's provider_reasoning holds a message item "
+                f"at position {position} that no compaction item follows; only the messages "
+                "a compaction retained (/responses/compact's output) are replayed"
+            )
 
 
 def _replayed(
@@ -241,6 +274,9 @@ def _replayed(
     """
     sent, foreign = replayed(messages, label=label, rules=REASONING_REPLAY)
     left_out.extend(foreign)
+    for index, raw in sent.items():
+        if b'"message"' in raw:
+            _check_retained(raw, index)
     window = window_start(sent, REASONING_REPLAY)
     items: dict[int, bytes] = {}
     for index, raw in sent.items():
@@ -375,6 +411,7 @@ def encode_request(
     encrypted: bool = True,
     store: bool = False,
     server_state: ServerState | None = None,
+    diagnose: bool = False,
 ) -> EncodedRequest:
     """The body of ``POST /responses`` for ``call``.
 
@@ -384,6 +421,9 @@ def encode_request(
     ``reasoning.encrypted_content``. ``stream`` is final. ``store`` asks the
     server to keep the response; with ``server_state`` the body continues the
     stored response that holds its history, when one does (see ``_state``).
+    ``diagnose`` asks for the prompt cache diagnosis against
+    ``call.previous_response_id`` (``prompt_cache_options.comparison_response_id``),
+    when there is one; a call's ``extra_body`` ``prompt_cache_options`` wins.
 
     Raises:
         InvalidRequestError: refused replay state, an unknown forced tool, a
@@ -397,6 +437,10 @@ def encode_request(
         head["stream"] = True
     else:
         head.pop("stream", None)
+    if diagnose and call.previous_response_id is not None:
+        head.setdefault(
+            "prompt_cache_options", {"comparison_response_id": call.previous_response_id}
+        )
     items: Sequence[bytes] = encoded.items
     notes = encoded.left_out
     continuation = Continuation()
@@ -417,6 +461,22 @@ def encode_request(
         left_out=tuple(notes),
         previous_response_id=continuation.previous_response_id,
     )
+
+
+def encode_compact_request(
+    call: ProviderCall, *, label: str, cache: JSONCache | None = None
+) -> bytes:
+    """The body of ``POST /responses/compact``: ``model``, ``instructions``, the
+    ``input`` items as a call would send them, and the ``prompt_cache_key``.
+
+    Raises:
+        InvalidRequestError: refused replay state.
+    """
+    encoded = encode_input(call.messages, label, cache)
+    head: dict[str, Any] = {"model": call.model.name}
+    if call.cache_key is not None:
+        head["prompt_cache_key"] = call.cache_key
+    return _assemble(head, encoded.instructions, encoded.items)
 
 
 def encode_count_request(

@@ -15,10 +15,12 @@ The representation of a compaction item, for whoever builds on it: a
 exactly as received, in the ``provider_reasoning`` of the assistant message
 of the answer that returned it (beside that answer's reasoning items, in
 output order), tagged ``"openai-responses:<model>"``. An answer of
-``/responses/compact`` fits the same shape: an assistant message with no
-text and no tool call whose state is the compaction item. When sending,
-the latest compaction item this model made opens the window (see
-``_request``); the store keeps everything.
+``/responses/compact`` (:func:`parse_compaction`) is an assistant message
+with no text and no tool call whose state is the whole output in order:
+the ``message`` items the compaction retained, then its compaction item.
+When sending, the latest compaction item this model made opens the window,
+with the message items straight before it (see ``_request``); the store
+keeps everything.
 
 A stream is ``response.created``; per output item ``output_item.added``,
 its deltas (``output_text``, ``function_call_arguments``,
@@ -35,6 +37,7 @@ from typing import Any, Final
 
 from threadline._messages import Message, Origin, Reasoning, ToolCall, Usage
 from threadline._provider import (
+    CacheDiagnosis,
     ProviderResponse,
     ReasoningChunk,
     StreamChunk,
@@ -54,6 +57,8 @@ __all__ = [
     "INCOMPLETE_REASONS",
     "ResponseFailed",
     "StreamAssembler",
+    "parse_compaction",
+    "parse_diagnosis",
     "parse_response",
     "parse_usage",
 ]
@@ -194,6 +199,74 @@ def _reasoning(items: list[dict[str, Any]], texts: list[str], provider: str) -> 
     return Reasoning(text=shown, provider_reasoning=raw, provider=provider)
 
 
+_COMPACTED: Final = frozenset({"message", "compaction", "reasoning"})
+"""The item types a ``/responses/compact`` window may hold and this driver sends back."""
+
+
+def parse_compaction(
+    payload: object, *, requested_model: str, provider: str, request_id: str | None
+) -> ProviderResponse:
+    """The ``ProviderResponse`` of ``/responses/compact``: an assistant message with
+    no text and no tool call whose state is the whole output, in order (the
+    messages the compaction retained, then its compaction item).
+
+    Raises:
+        MalformedResponse: not a compaction response: no output list, an item
+            of another type, or no compaction item at all.
+    """
+    body = json_object(payload, "the compaction response")
+    output = body.get("output")
+    if not isinstance(output, list):
+        raise MalformedResponse(
+            f"the compaction's output should be a list, not {json_kind(output)}"
+        )
+    items = [json_object(item, f"output[{index}]") for index, item in enumerate(output)]
+    kinds = [item.get("type") for item in items]
+    strange = [kind for kind in kinds if kind not in _COMPACTED]
+    if strange:
+        shown = json_kind(strange[0]) if not isinstance(strange[0], str) else strange[0][:40]
+        raise MalformedResponse(f"the compaction's output holds a {shown!r} item")
+    if "compaction" not in kinds:
+        raise MalformedResponse("the compaction's output holds no compaction item")
+    raw = b"[" + b",".join(encode_body(item) for item in items) + b"]"
+    usage = body.get("usage")
+    return ProviderResponse(
+        message=Message.assistant(
+            "", reasoning=Reasoning(provider_reasoning=raw, provider=provider), origin=Origin.TURN
+        ),
+        finish_reason="compaction",
+        usage=Usage() if usage is None else parse_usage(usage),
+        model=optional_str(body, "model", "the compaction response") or requested_model,
+        request_id=request_id,
+        response_id=response_id if isinstance(response_id := body.get("id"), str) else None,
+    )
+
+
+_REASON_CHARS: Final = 100
+"""A provider's word is kept to this length: a response is untrusted input."""
+
+
+def parse_diagnosis(value: object, provider: str) -> CacheDiagnosis | None:
+    """A response's ``prompt_cache_diagnostics`` (asked with
+    ``prompt_cache_options.comparison_response_id``) as a :class:`CacheDiagnosis`.
+
+    ``{"type": "cache_miss", "reason": ..., "cache_missed_tokens": N}`` gives its
+    reason; ``cache_hit``, ``comparison_response_not_found`` and ``unavailable``
+    give their type as the reason. Missing, or of another shape: ``None``, since
+    a diagnosis is a report, never a reason to fail the answer.
+    """
+    kind = value.get("type") if isinstance(value, dict) else None
+    if not isinstance(kind, str) or not kind:
+        return None
+    assert isinstance(value, dict)
+    reason = value.get("reason") if kind == "cache_miss" else None
+    word = reason if isinstance(reason, str) and reason else kind
+    missed = value.get("cache_missed_tokens")
+    if isinstance(missed, bool) or not isinstance(missed, int) or missed < 0:
+        missed = None
+    return CacheDiagnosis(provider=provider, reason=word[:_REASON_CHARS], missed_tokens=missed)
+
+
 def build_response(
     body: Mapping[str, Any],
     output: list[Any],
@@ -232,6 +305,8 @@ def build_response(
         usage=Usage() if usage is None else parse_usage(usage),
         model=optional_str(body, "model", "the response") or requested_model,
         request_id=request_id,
+        response_id=response_id if isinstance(response_id := body.get("id"), str) else None,
+        cache_diagnosis=parse_diagnosis(body.get("prompt_cache_diagnostics"), provider),
     )
 
 
@@ -431,6 +506,7 @@ class StreamAssembler:
             output = [self._items[key].assembled() for key in self._items]
         body = dict(final)
         body.setdefault("model", self._model)
+        body.setdefault("id", self.response_id)
         return build_response(
             body,
             output,
