@@ -117,6 +117,7 @@ BENCHMARKS = (
     "bench_limiting",
     "bench_request",
     "bench_conversation",
+    "bench_memory",
     "bench_stores",
 )
 

@@ -134,9 +134,8 @@ def outcomes(results: list[RunResult]) -> list[str]:
         (lambda: ScriptedDriver([RuntimeError("summarizer down")] * 20), "failed"),
         (lambda: ScriptedDriver(["   "] * 20), "empty"),
         (lambda: ScriptedDriver([" ".join(["very long summary"] * 400)] * 20), "too long"),
-        (lambda: CutOff([SUMMARY] * 20), "too long"),
     ],
-    ids=["raises", "empty", "longer-than-what-it-covers", "cut-off"],
+    ids=["raises", "empty", "longer-than-what-it-covers"],
 )
 async def test_a_summary_that_cannot_be_used_is_a_reported_no_op(
     store: ConversationStore, make_writer: Callable[[], ScriptedDriver], status: str
@@ -159,6 +158,18 @@ async def test_a_summary_that_cannot_be_used_is_a_reported_no_op(
     assert not any(m.text.startswith(SUMMARY_HEADING) for m in conv.messages)
     loaded = await Conversation.load(agent_for(driver, writer), store, "t")
     assert not any(m.text.startswith(SUMMARY_HEADING) for m in loaded.model_input)
+
+
+async def test_a_summary_cut_off_at_its_cap_is_used_and_says_so(store: ConversationStore) -> None:
+    driver = ScriptedDriver()
+    conv = Conversation(agent_for(driver, CutOff([SUMMARY] * 20)), id="t", store=store)
+    results = await fill(conv, driver, 10)
+
+    cut = [c for r in results for rec in r.limiting for c in rec.compactions if c.applied]
+    assert cut
+    assert all("cut off at max_summary_tokens" in c.detail for c in cut)
+    assert any(m.text.startswith(SUMMARY_HEADING) for m in conv.model_input)
+    assert await stored_texts(store, "t") == every_turn(10)  # the turns themselves are kept
 
 
 async def test_a_summarizer_out_of_time_is_a_reported_no_op(store: ConversationStore) -> None:

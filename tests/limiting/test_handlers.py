@@ -214,6 +214,25 @@ async def test_an_agent_can_write_the_summaries_with_its_own_model() -> None:
     assert event.messages[1] == summary("From the agent.")
 
 
+async def test_an_agent_writes_the_summaries_with_its_sampling() -> None:
+    driver = ScriptedDriver(["From the agent."])
+    agent = Agent(Client(driver), model=CHEAP, temperature=0, top_p=0.5, seed=7)
+
+    await summarize_oldest(agent, keep_last_turns=0)(event_for(history()))
+
+    sampling = driver.calls[0].sampling
+    assert (sampling.temperature, sampling.top_p, sampling.seed) == (0, 0.5, 7)
+
+
+async def test_a_client_writes_the_summaries_with_the_provider_sampling() -> None:
+    driver = ScriptedDriver(["From the client."])
+
+    await summarize_oldest(Client(driver, default_model=CHEAP))(event_for(history()))
+
+    sampling = driver.calls[0].sampling
+    assert (sampling.temperature, sampling.top_p, sampling.seed) == (None, None, None)
+
+
 def test_summarize_oldest_refuses_what_it_cannot_use() -> None:
     with pytest.raises(InvalidRequestError, match="no model"):
         summarize_oldest(Client(ScriptedDriver()))

@@ -15,10 +15,10 @@ enough::
 
 A compaction is a transaction: the summary is written first, and only a
 usable one changes what is sent. A summarizer that fails, runs out of time,
-returns nothing, or writes a summary cut off or no shorter than what it
-covers leaves the transcript as it was, and the round's ledger says what
-happened (``LimitingRecord.compactions``): no error text, placeholder or empty
-summary ever stands in for the turns. In a conversation the summary and the
+returns nothing, or writes a summary no shorter than what it covers leaves
+the transcript as it was, and the round's ledger says what happened
+(``LimitingRecord.compactions``): no error text, placeholder or empty summary
+ever stands in for the turns. In a conversation the summary and the
 cut are committed with the turn in one versioned write (the store keeps every
 turn; the summary heads the window), or refused with
 ``ConcurrentModificationError`` when another writer got in first.
@@ -42,6 +42,7 @@ from threadline.limiting._ledger import CompactionStatus
 from threadline.limiting._units import PinReason, UnitKind
 
 if TYPE_CHECKING:
+    from threadline._settings import RequestSettings
     from threadline.engine._agent import Agent
     from threadline.engine._client import Client
     from threadline.engine._request import Request
@@ -187,31 +188,31 @@ def summarize_oldest(
     """Build a Pre handler that summarizes the oldest turns into one message.
 
     ``summarizer`` writes the summaries: a ``Client`` (with ``model``, or its
-    ``default_model``) or an ``Agent`` (its client and model; ``model``
-    overrides). Each time the transcript is over budget, the droppable turns
-    before the last ``keep_last_turns`` turns are replaced by one user
-    message starting with :data:`SUMMARY_HEADING`; when a user message
-    follows it, an assistant message (:data:`SUMMARY_ACKNOWLEDGEMENT`) comes
-    between them, so roles still alternate for every provider. Cuts fall only at user
-    messages; the first system message, the current prompt and this run's
-    live tool exchange are never summarized. A summary already written is
-    reused while it still fits, and extended with the turns that follow it
-    when it does not, so a long conversation does not pay for the same
-    summary every turn.
+    ``default_model``) or an ``Agent`` (its client, model and sampling: ``temperature``,
+    ``top_p``, ``seed``; ``model`` overrides). Each time the transcript is over budget,
+    the droppable turns before the last ``keep_last_turns`` turns are replaced by one
+    user message starting with :data:`SUMMARY_HEADING`; when a user message follows it,
+    an assistant message (:data:`SUMMARY_ACKNOWLEDGEMENT`) comes between them, so roles
+    still alternate for every provider. Cuts fall only at user messages; the first
+    system message, the current prompt and this run's live tool exchange are never
+    summarized. A summary already written is reused while it still fits, and extended
+    with the turns that follow it when it does not, so a long conversation does not pay
+    for the same summary every turn.
 
     Nothing but a usable summary changes the transcript: a summarizer that
     raises, takes longer than ``timeout`` seconds, returns a blank summary, or
-    one cut off at ``max_summary_tokens`` or no shorter than the turns it
-    covers leaves it as it was (the Post handler then drops what does not
-    fit), and the round's ledger records the outcome
+    one no shorter than the turns it covers leaves it as it was (the Post
+    handler then drops what does not fit), and the round's ledger records the outcome
     (``LimitingRecord.compactions``, a :class:`~threadline.limiting.CompactionOutcome`).
+    A summary cut off at ``max_summary_tokens`` is the cap doing its job: it
+    is used, and its outcome's ``detail`` says it was cut.
     Cancelling the run itself still cancels it.
 
     Raises:
         InvalidRequestError: no model to summarize with, a negative
             ``keep_last_turns``, or a ``timeout`` that is not a positive number.
     """
-    client, summary_model = _summarizing_client(summarizer, model)
+    client, summary_model, sampling = _summarizing_client(summarizer, model)
     if isinstance(keep_last_turns, bool) or not isinstance(keep_last_turns, int):
         raise InvalidRequestError(f"keep_last_turns must be an int, not {keep_last_turns!r}")
     if keep_last_turns < 0:
@@ -220,7 +221,9 @@ def summarize_oldest(
         isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
     ):
         raise InvalidRequestError(f"timeout is in seconds, more than 0, or None: not {timeout!r}")
-    write_summary = _summary_writer(client, summary_model, instructions, max_summary_tokens)
+    write_summary = _summary_writer(
+        client, summary_model, instructions, max_summary_tokens, sampling
+    )
     if timeout is not None:
         write_summary = _with_timeout(write_summary, float(timeout))
     memory = _SummaryMemory()
@@ -252,18 +255,23 @@ class _SummarizingAgent(Protocol):
     @property
     def model(self) -> Model | None: ...
 
+    @property
+    def settings(self) -> RequestSettings: ...
+
 
 def _summarizing_client(
     summarizer: object, model: Model | str | None
-) -> tuple[_SummarizingClient, Model | str]:
+) -> tuple[_SummarizingClient, Model | str, RequestSettings | None]:
     """The client that writes the summaries and the model it writes them with.
 
     Told apart by what they have, not by their class: the limiting room sits
     below the client and the agent, and never imports them.
     """
+    sampling: RequestSettings | None = None
     if isinstance(summarizer, _SummarizingAgent):
         client: _SummarizingClient = summarizer.client
         model = model or summarizer.model
+        sampling = summarizer.settings
     elif isinstance(summarizer, _SummarizingClient):
         client = summarizer
         model = model or client.default_model
@@ -276,7 +284,7 @@ def _summarizing_client(
         raise InvalidRequestError(
             "summarize_oldest has no model: pass model=..., or give the Client a default_model"
         )
-    return client, model
+    return client, model, sampling
 
 
 @attrs.frozen
@@ -296,9 +304,11 @@ def _summary_writer(
     model: Model | str,
     instructions: str,
     max_summary_tokens: int | None,
+    sampling: RequestSettings | None,
 ) -> _Writer:
     """A function that asks ``model`` for a summary of some messages; what it raises
-    comes back as a ``"failed"`` outcome, a summary cut off as ``"too long"``."""
+    comes back as a ``"failed"`` outcome; a summary cut off at the cap is used, and
+    its outcome's detail says it was cut."""
 
     async def write_summary(material: Sequence[Message]) -> _Written:
         request = (
@@ -309,15 +319,19 @@ def _summary_writer(
         )
         if max_summary_tokens is not None:
             request.with_max_output_tokens(max_summary_tokens)
+        if sampling is not None:  # an Agent's sampling: a temperature-0 agent sums up alike
+            request.with_temperature(sampling.temperature).with_top_p(sampling.top_p)
+            request.with_seed(sampling.seed)
         try:
             result = await request.run()
         except Exception as exc:  # any failure of the summarizer is a no-op, reported
             return _Written(status="failed", detail=f"{type(exc).__name__}: {exc}")
         if result.response.finish_reason == "length":
+            # max_summary_tokens is the user's cap on a summary, so one that reached
+            # it is used as written (if shorter than what it covers); the outcome says so.
             return _Written(
-                status="too long",
-                detail="the summary was cut off at max_summary_tokens "
-                f"({max_summary_tokens}); a cut-off summary is not used",
+                result.text.strip(),
+                detail=f"the summary was cut off at max_summary_tokens ({max_summary_tokens})",
             )
         return _Written(result.text.strip())
 
