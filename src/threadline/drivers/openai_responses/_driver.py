@@ -253,13 +253,7 @@ class OpenAIResponsesDriver(HTTPDriver):
             if not _MISSING_RESPONSE.search(exc.message):
                 if "previous_response_id" not in exc.message:
                     raise
-                refused = BadRequestError(
-                    exc.message + _NO_STATE_NOTE,
-                    status=exc.status,
-                    body=exc.body,
-                    request_id=exc.request_id,
-                    provider=exc.provider,
-                )
+                refused = _explained(exc, _NO_STATE_NOTE)
         if refused is not None:
             raise refused  # past the except block: see _decode
         self._state.forget(lost)
@@ -275,13 +269,7 @@ class OpenAIResponsesDriver(HTTPDriver):
         except BadRequestError as exc:
             if not _MISSING_ITEM.search(exc.message):
                 raise
-            failure = BadRequestError(
-                exc.message + _MISSING_ITEM_NOTE,
-                status=exc.status,
-                body=exc.body,
-                request_id=exc.request_id,
-                provider=exc.provider,
-            )
+            failure = _explained(exc, _MISSING_ITEM_NOTE)
         raise failure  # past the except block: see _decode
 
     def _remember(self, call: ProviderCall, reply: Message, response_id: object) -> None:
@@ -488,6 +476,18 @@ class OpenAIResponsesDriver(HTTPDriver):
             await finish_reading(reads, drain=assembler.finished)
         if failure is not None:
             raise failure
+
+
+def _explained(exc: BadRequestError, note: str) -> BadRequestError:
+    """``exc`` with ``note`` after its message: what the refusal means for this driver.
+    A new error, so the caller raises it past its except block (no ``__context__``)."""
+    return BadRequestError(
+        exc.message + note,
+        status=exc.status,
+        body=exc.body,
+        request_id=exc.request_id,
+        provider=exc.provider,
+    )
 
 
 class ResponsesTokenCounter:
