@@ -23,7 +23,11 @@ from threadline._closing import AsyncClosing
 from threadline._errors import ConcurrentModificationError, InvalidRequestError, StoreClosedError
 from threadline._store import ConversationInfo, ConversationPage, StoredConversation
 from threadline.serialization._converter import dumps_conversation_header, dumps_event
-from threadline.serialization._documents import ConversationDocument, ConversationEvent
+from threadline.serialization._documents import (
+    ConversationDocument,
+    ConversationEvent,
+    id_problem,
+)
 
 __all__ = [
     "DeleteCheck",
@@ -436,6 +440,9 @@ def check_conversation_id(conversation_id: object) -> str:
         raise InvalidRequestError(
             f"a conversation id is a non-empty string, not {conversation_id!r}"
         )
+    problem = id_problem(conversation_id)  # else the driver's encoder fails raw, past the store
+    if problem is not None:
+        raise InvalidRequestError(problem)
     return conversation_id
 
 
