@@ -196,6 +196,7 @@ class Transcript:
         "_reasoned",
         "_seeded",
         "_system_events",
+        "_token",
         "_turn_count",
         "_user_indices",
         "_view",
@@ -226,6 +227,10 @@ class Transcript:
         self._user_indices = array("I")
         self._reasoned: array[int] | None = None
         self._view: tuple[ConversationEvent, ...] | None = None
+        # Names this transcript in the histories it vouches for (CheckedHistory.source):
+        # its messages are only ever appended, so two windows of it from one event
+        # start alike. Not the transcript itself, which a sent prompt would keep alive.
+        self._token = object()
         self.pending: tuple[ConversationEvent, ...] = tuple(pending)
         self.next_turn_id = next_turn_id
         self._add(events)
@@ -392,9 +397,13 @@ class Transcript:
         reasoned = self._reasoned or ()
         shift = len(head) - start
         first = bisect.bisect_left(reasoned, start)
+        # The window is all the messages from ``start`` on (seed_from): one source,
+        # unless a head stands before it.
+        whole = not head and len(window) == len(self._messages) - start
         return CheckedHistory(
             messages=messages,
             call_ids=self._call_ids or (),
+            source=(self._token, start) if whole else None,
             reasoned=(
                 *(i for i, m in enumerate(head) if m.reasoning is not None),
                 *(i + shift for i in reasoned[first:]),

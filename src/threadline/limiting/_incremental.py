@@ -39,7 +39,7 @@ from threadline.limiting._units import (
 )
 from threadline.tools._tools import Tool
 
-__all__ = ["CheckedHistory", "quick_outcome"]
+__all__ = ["CheckedHistory", "HistorySpan", "quick_outcome"]
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -60,6 +60,41 @@ class CheckedHistory:
     call_ids: Collection[str]
     offset: int = 0
     reasoned: tuple[int, ...] | None = None
+    source: tuple[object, int] | None = None
+    """Whose messages these are: a transcript's token and the event they start at.
+    Two histories with one source start alike, the shorter being the start of the
+    longer (a transcript only grows; rewritten, it is a new one), so a history
+    sent again, grown at its end, is known alike without comparing it. ``None``:
+    not known (an edit of the messages must set it so)."""
+
+    def span(self) -> HistorySpan | None:
+        """Where this history stands and whose it is, without its messages (``None``:
+        no source)."""
+        if self.source is None:
+            return None
+        return HistorySpan(source=self.source, offset=self.offset, length=len(self.messages))
+
+    def starts_with(self, span: HistorySpan | None) -> bool:
+        """Whether this history, at the same place, starts with the history ``span``
+        describes: known from their source, no message compared."""
+        return (
+            span is not None
+            and self.source is not None
+            and self.source == span.source
+            and self.offset == span.offset
+            and len(self.messages) >= span.length
+        )
+
+
+@attrs.frozen(kw_only=True)
+class HistorySpan:
+    """Where a round sent a :class:`CheckedHistory` and whose it was, without holding
+    its messages: what the next round needs to know that its own history starts
+    with it (see :meth:`CheckedHistory.starts_with`)."""
+
+    source: tuple[object, int]
+    offset: int
+    length: int
 
 
 def quick_outcome(
