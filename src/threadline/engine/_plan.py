@@ -9,6 +9,7 @@ plans and never sees a builder.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from itertools import chain
 from operator import is_
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -366,7 +367,10 @@ def _transcript(
 ) -> tuple[tuple[Message, ...], int | None]:
     head = () if system is None else (Message.system(system),)
     tail = () if prompt is None else (prompt,)
-    transcript = (*head, *history, *tail)  # one copy of a long history
+    # One pass over a long history: unpacking goes through a list (a copy, a
+    # second into the tuple, a third to free the list), each touching every
+    # message's reference count; a tuple made from a chain touches each once.
+    transcript = tuple(chain(head, history, tail))
     prompt_index = None if prompt is None else len(transcript) - 1
     try:
         # A checked history is whole and has no system message; around it stand a
