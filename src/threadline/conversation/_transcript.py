@@ -26,7 +26,7 @@ from threadline._messages import Message, Origin, Role, Usage
 from threadline._provider import ProviderResponse
 from threadline._result import RunResult
 from threadline.conversation._packed_events import PackedEvents
-from threadline.limiting._incremental import CheckedHistory
+from threadline.limiting._incremental import CheckedHistory, HistoryTally
 from threadline.limiting._units import check_integrity
 from threadline.serialization._documents import (
     ConversationDocument,
@@ -196,6 +196,7 @@ class Transcript:
         "_reasoned",
         "_seeded",
         "_system_events",
+        "_tally",
         "_token",
         "_turn_count",
         "_user_indices",
@@ -231,6 +232,7 @@ class Transcript:
         # its messages are only ever appended, so two windows of it from one event
         # start alike. Not the transcript itself, which a sent prompt would keep alive.
         self._token = object()
+        self._tally = HistoryTally()
         self.pending: tuple[ConversationEvent, ...] = tuple(pending)
         self.next_turn_id = next_turn_id
         self._add(events)
@@ -404,6 +406,7 @@ class Transcript:
             messages=messages,
             call_ids=self._call_ids or (),
             source=(self._token, start) if whole else None,
+            tally=self._tally,
             reasoned=(
                 *(i for i, m in enumerate(head) if m.reasoning is not None),
                 *(i + shift for i in reasoned[first:]),

@@ -26,7 +26,7 @@ import attrs
 from threadline._errors import TranscriptIntegrityError
 from threadline._messages import Message, Origin, Role
 from threadline.counting._calibration import calibrated_estimate
-from threadline.counting._protocol import TokenCounter, is_incremental
+from threadline.counting._protocol import IncrementalTokenCounter, TokenCounter, is_incremental
 from threadline.limiting._budget import Budget, BudgetReport
 from threadline.limiting._ledger import DroppedUnit, HandlerRun, LimitingOutcome, LimitingRecord
 from threadline.limiting._units import (
@@ -39,7 +39,7 @@ from threadline.limiting._units import (
 )
 from threadline.tools._tools import Tool
 
-__all__ = ["CheckedHistory", "HistorySpan", "quick_outcome"]
+__all__ = ["CheckedHistory", "HistorySpan", "HistoryTally", "history_tokens", "quick_outcome"]
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -66,6 +66,8 @@ class CheckedHistory:
     longer (a transcript only grows; rewritten, it is a new one), so a history
     sent again, grown at its end, is known alike without comparing it. ``None``:
     not known (an edit of the messages must set it so)."""
+    tally: HistoryTally | None = None
+    """Where the source's histories are counted (see :func:`history_tokens`)."""
 
     def span(self) -> HistorySpan | None:
         """Where this history stands and whose it is, without its messages (``None``:
@@ -84,6 +86,30 @@ class CheckedHistory:
             and self.offset == span.offset
             and len(self.messages) >= span.length
         )
+
+
+@attrs.define(eq=False)
+class HistoryTally:
+    """The tokens of a source's history counted last, so the next one, grown at its
+    end, costs its new messages: ``(counter, source, messages, tokens)``, set whole."""
+
+    last: tuple[IncrementalTokenCounter, tuple[object, int], int, int] | None = None
+
+
+def history_tokens(history: CheckedHistory, counter: IncrementalTokenCounter) -> int:
+    """``counter.count(history.messages, ())``: from its source's history counted last
+    by this very counter, adding the messages after that one's, when there is one."""
+    vouched, source, tally = history.messages, history.source, history.tally
+    if source is None or tally is None:
+        return counter.count(vouched, ())
+    last = tally.last
+    if last is not None and last[0] is counter and last[1] == source and last[2] <= len(vouched):
+        # An incremental counter's count is its messages' message_tokens, plus overhead.
+        total = last[3] + sum(map(counter.message_tokens, vouched[last[2] :]))
+    else:
+        total = counter.count(vouched, ())
+    tally.last = (counter, source, len(vouched), total)
+    return total
 
 
 @attrs.frozen(kw_only=True)
@@ -129,11 +155,11 @@ def quick_outcome(
     pinned = _pinned(head, tail, end, prompt_index, history.call_ids)
     if pinned is None:
         return None
-    # The history is counted on its own, the messages around it one by one: the
-    # counter remembers the history it counted last, so next turn's (this one,
-    # grown at its end) costs only its new messages.
+    # The history is counted on its own, the messages around it one by one: its
+    # source's tally (else the counter) remembers the history counted last, so next
+    # turn's (this one, grown at its end) costs only its new messages.
     total = (
-        counter.count(vouched, ())
+        history_tokens(history, counter)
         + sum(map(counter.message_tokens, head))
         + sum(map(counter.message_tokens, tail))
         + counter.overhead_tokens(tools)
