@@ -175,6 +175,48 @@ def checked_replacement(events: Iterable[ConversationEvent]) -> tuple[Conversati
     return replacement
 
 
+class SeedWindow(Sequence[Message]):
+    """Messages ``start`` to ``stop`` of a transcript's list of them, as they stand now
+    and always will: the list is only ever appended to (a rewrite makes a new
+    transcript). A turn sends its history as one, so the history is not copied
+    into a tuple of its own before the plan builds the call's transcript from it.
+    """
+
+    __slots__ = ("_messages", "_start", "_stop")
+
+    def __init__(self, messages: list[Message], start: int, stop: int) -> None:
+        self._messages, self._start, self._stop = messages, start, stop
+
+    def __len__(self) -> int:
+        return self._stop - self._start
+
+    @overload
+    def __getitem__(self, index: int) -> Message: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[Message, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> Message | tuple[Message, ...]:
+        where = range(self._start, self._stop)[index]  # IndexError as a tuple's
+        if isinstance(where, range):
+            return tuple(map(self._messages.__getitem__, where))
+        return self._messages[where]
+
+    def __iter__(self) -> Iterator[Message]:
+        # In C: a tuple made from the window (the call's transcript) costs a pass.
+        return itertools.islice(self._messages, self._start, self._stop)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, SeedWindow | tuple | list):
+            return len(self) == len(other) and tuple(self) == tuple(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # compared by content, as a list is
+
+    def __repr__(self) -> str:
+        return f"SeedWindow({tuple(self)!r})"
+
+
 class Transcript:
     """Answered events plus what is derived from them, kept up to date incrementally.
 
@@ -376,11 +418,11 @@ class Transcript:
         messages = self._messages[start:]  # a slice: islice would step over every earlier one
         return [self._own(index, message) for index, message in enumerate(messages, start)]
 
-    def seed_from(self, start: int) -> tuple[Message, ...]:
+    def seed_from(self, start: int) -> SeedWindow:
         """The messages from event ``start`` on as a turn sends them: origin ``seed``,
-        the very objects kept, so sending the history again copies no message."""
-        messages = self._messages
-        return tuple(messages) if start == 0 else tuple(messages[start:])
+        the very objects kept, so sending the history again copies no message (nor
+        the list of them: a window onto it, which only ever grows at its end)."""
+        return SeedWindow(self._messages, start, len(self._messages))
 
     def checked(
         self, head: Sequence[Message], window: Sequence[Message], start: int
@@ -395,7 +437,7 @@ class Transcript:
             m.role is Role.SYSTEM or m.tool_calls or m.origin is not Origin.SEED for m in head
         ):
             return None
-        messages = tuple(window) if not head else (*head, *window)
+        messages = window if not head else (*head, *window)
         reasoned = self._reasoned or ()
         shift = len(head) - start
         first = bisect.bisect_left(reasoned, start)

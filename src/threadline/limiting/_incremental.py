@@ -56,7 +56,9 @@ class CheckedHistory:
     ``transcript[offset:offset + len(messages)]``.
     """
 
-    messages: tuple[Message, ...]
+    messages: Sequence[Message]
+    """A tuple, or a window onto the conversation's own list of messages (never
+    changed where it stands)."""
     call_ids: Collection[str]
     offset: int = 0
     reasoned: tuple[int, ...] | None = None
