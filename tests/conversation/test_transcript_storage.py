@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import tracemalloc
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -10,7 +12,7 @@ from hypothesis import strategies as st
 
 from threadline import Message, Origin, Reasoning, ToolCall, Usage
 from threadline._provider import ProviderResponse
-from threadline.conversation._transcript import Transcript  # private: under test
+from threadline.conversation._transcript import SeedWindow, Transcript  # private: under test
 from threadline.serialization import ConversationEvent
 
 _usages = st.none() | st.builds(
@@ -182,3 +184,28 @@ def _extend(transcript: Transcript) -> None:
         message=answer.message, finish_reason="stop", usage=Usage(), model="m"
     )
     transcript.append_turn([question, answer], response, Usage())
+
+
+class _CountedList(list[Message]):
+    """A list of messages that counts how many of them are read."""
+
+    read = 0
+
+    def __iter__(self) -> Iterator[Message]:
+        for message in super().__iter__():
+            self.read += 1
+            yield message
+
+    def __getitem__(self, index: Any) -> Any:
+        found = super().__getitem__(index)
+        self.read += len(found) if isinstance(index, slice) else 1
+        return found
+
+
+def test_a_window_that_starts_late_reads_only_its_own_messages() -> None:
+    messages = _CountedList(Message.user(f"m{i}") for i in range(10_000))
+    for start in (0, 9_000):
+        messages.read = 0
+        window = SeedWindow(messages, start, 10_000)
+        assert tuple(window) == tuple(list.__getitem__(messages, slice(start, None)))
+        assert messages.read == 10_000 - start

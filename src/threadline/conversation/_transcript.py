@@ -203,8 +203,12 @@ class SeedWindow(Sequence[Message]):
         return self._messages[where]
 
     def __iter__(self) -> Iterator[Message]:
-        # In C: a tuple made from the window (the call's transcript) costs a pass.
-        return itertools.islice(self._messages, self._start, self._stop)
+        # In C: a tuple made from the window (the call's transcript) costs a pass
+        # over it. islice steps over every message before the start, so a window
+        # that starts later is sliced out (a copy of the window only).
+        if not self._start:
+            return itertools.islice(self._messages, self._stop)
+        return iter(self._messages[self._start : self._stop])
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, SeedWindow | tuple | list):
