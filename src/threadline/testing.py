@@ -429,26 +429,14 @@ def _shared_start(sent: tuple[Message, ...], messages: tuple[Message, ...]) -> i
     objects, or equal ones)."""
     end = min(len(sent), len(messages))
     # Usually only the end differs (a turn's messages come back as seed copies):
-    # step back over it, then check the rest in one comparison, done in C; a
-    # call that differs earlier is scanned from the start.
+    # step back over it, then check the rest in one comparison, done in C (two
+    # copies of pointers); a call that differs earlier is scanned from the start.
     start = end
     while start and sent[start - 1] is not messages[start - 1]:
         start -= 1
-    if _starts_with(messages, sent[:start]):
+    if messages[:start] == sent[:start]:
         return start
     return next(compress(count(), map(is_not, sent, messages)), end)
-
-
-def _starts_with(whole: tuple[Message, ...], part: tuple[Message, ...]) -> bool:
-    """Whether ``whole`` starts with ``part``, item by item alike, without copying
-    ``whole``: tuples compare as their first items that differ (identity, then
-    equality, decides which do), and when ``part`` runs out first, by length; so
-    ``part <= whole`` is true exactly when all of ``part`` is alike, and raises
-    when two messages differ (messages have no order)."""
-    try:
-        return part <= whole
-    except TypeError:
-        return False
 
 
 async def _each(items: AsyncIterable[_T] | Iterable[_T]) -> AsyncGenerator[_T, None]:
