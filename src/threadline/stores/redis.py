@@ -116,6 +116,7 @@ class RedisStore(StoreBase):
         if not isinstance(timeout, int | float) or timeout <= 0:
             raise InvalidRequestError(f"timeout is a number of seconds > 0, not {timeout!r}")
         self._prefix = prefix
+        self._shared = [f"{prefix}index", f"{prefix}touched"]  # the keys every conversation shares
         self._ttl_ms = 0 if ttl is None else max(1, round(ttl * 1000))
         self._max_connections = max_connections
         self._timeout = float(timeout)
@@ -243,7 +244,7 @@ class RedisStore(StoreBase):
                 await anyio.to_thread.run_sync(sync_client.connection_pool.disconnect)
 
     def _shared_keys(self) -> list[str]:
-        return [f"{self._prefix}index", f"{self._prefix}touched"]
+        return self._shared
 
     # --- the connection --------------------------------------------------------------
 
@@ -276,6 +277,10 @@ class RedisStore(StoreBase):
                 # connection, so no late answer is read as another call's.
                 deadline = anyio.current_time() + self._timeout
                 with anyio.CancelScope(shield=True, deadline=deadline):
+                    # One yield first: the calls of every task ready in this round of the
+                    # event loop reach the server together, which then wakes once for
+                    # them all instead of once per call.
+                    await anyio.lowlevel.cancel_shielded_checkpoint()
                     async with self._slots:  # past max_connections, wait for a connection
                         return await self._async_script(script)(keys=keys, args=args)
                 problem = redis.exceptions.TimeoutError(f"no answer within {self._timeout:g} s")
