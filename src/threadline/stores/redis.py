@@ -77,10 +77,12 @@ class RedisStore(StoreBase):
 
     Under asyncio the store uses redis-py's async client; under trio, where
     it does not run, the blocking client in worker threads. ``timeout``
-    bounds each wait of a call: for a free connection, to connect, for an
-    answer (a server gone silent included); past it the call raises
-    ``StoreError``. A call cancelled while its script runs waits for it,
-    within that bound. A write whose connection is lost is retried once,
+    bounds a call: on asyncio the whole call (waiting for a free connection,
+    connecting, the answer), in a worker thread each of those waits; a server
+    gone silent included, past it the call raises ``StoreError``. A call
+    cancelled while its script runs waits for it, within that bound. A write
+    is one script call, one round trip (a conversation's turn is two: its
+    pending prompt, then its commit). A write whose connection is lost is retried once,
     safely: a retried write that had been applied is recognised.
 
     Raises (from any call):
