@@ -82,8 +82,8 @@ class RedisStore(StoreBase):
     gone silent included, past it the call raises ``StoreError``. A call
     cancelled while its script runs waits for it, within that bound. A write
     is one script call, one round trip (a conversation's turn is two: its
-    pending prompt, then its commit). A write whose connection is lost is retried once,
-    safely: a retried write that had been applied is recognised.
+    pending prompt, then its commit). A write whose connection is lost is
+    retried once, safely: a retried write that had been applied is recognised.
 
     Raises (from any call):
         StoreError: the server cannot be reached, refuses the password, lost
@@ -279,10 +279,12 @@ class RedisStore(StoreBase):
                 # connection, so no late answer is read as another call's.
                 deadline = anyio.current_time() + self._timeout
                 with anyio.CancelScope(shield=True, deadline=deadline):
-                    # One yield first: the calls of every task ready in this round of the
-                    # event loop reach the server together, which then wakes once for
-                    # them all instead of once per call.
-                    await anyio.lowlevel.cancel_shielded_checkpoint()
+                    # With other calls in flight, yield once first: the calls of every
+                    # task ready in this round of the event loop then reach the server
+                    # together, and it wakes once for them all instead of once per call.
+                    # Alone, there is nothing to wait for.
+                    if self._slots.value < self._max_connections:
+                        await anyio.lowlevel.cancel_shielded_checkpoint()
                     async with self._slots:  # past max_connections, wait for a connection
                         return await self._async_script(script)(keys=keys, args=args)
                 problem = redis.exceptions.TimeoutError(f"no answer within {self._timeout:g} s")
