@@ -282,9 +282,10 @@ class RedisStore(StoreBase):
                     # With other calls in flight, yield once first: the calls of every
                     # task ready in this round of the event loop then reach the server
                     # together, and it wakes once for them all instead of once per call.
-                    # Alone, there is nothing to wait for.
+                    # Alone, there is nothing to wait for. (Only this scope's deadline
+                    # can cancel here, which ends the call as it should.)
                     if self._slots.value < self._max_connections:
-                        await anyio.lowlevel.cancel_shielded_checkpoint()
+                        await anyio.lowlevel.checkpoint()
                     async with self._slots:  # past max_connections, wait for a connection
                         return await self._async_script(script)(keys=keys, args=args)
                 problem = redis.exceptions.TimeoutError(f"no answer within {self._timeout:g} s")
