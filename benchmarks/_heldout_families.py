@@ -64,7 +64,7 @@ FAMILIES: tuple[Family, ...] = (
         name="Phi-3",
         vocab="ggml-vocab-phi-3.gguf",
         template="microsoft-Phi-3.5-mini-instruct.jinja",
-        tuning=True,
+        tuning=False,
         note="its template shows no tool call or result",
     ),
     Family(
@@ -95,7 +95,7 @@ FAMILIES: tuple[Family, ...] = (
         name="DeepSeek",
         vocab="ggml-vocab-deepseek-llm.gguf",
         template="deepseek-ai-DeepSeek-V3.1.jinja",
-        tuning=False,
+        tuning=True,
         note="DeepSeek LLM's vocabulary with DeepSeek V3.1's template",
     ),
     Family(

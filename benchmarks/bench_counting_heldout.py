@@ -168,8 +168,12 @@ async def converse(
                             )
                         )
                 if progress:
-                    shown = "/".join(str(c.reported) for c in calls if c.turn == number)
-                    print(f"{family.name} turn {number}: {shown}", file=sys.stderr, flush=True)
+                    shown = " ".join(
+                        f"{c.reported}({error(c.calibrated, c.reported):+.1%})"
+                        for c in calls
+                        if c.turn == number
+                    )
+                    print(f"{family.name} {number} {turn.kind}: {shown}", file=sys.stderr)
             refused = provider.refused
     return summarize(family, calls, refused, budget, time.monotonic() - started)
 

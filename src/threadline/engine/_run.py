@@ -143,11 +143,14 @@ class Run:
 
     def _counter(self, handed: Sequence[Message]) -> TokenCounter:
         """The estimate limiting counts ``handed`` with: calibrated, when the client
-        calibrates."""
+        calibrates (at its bound when the budget is near)."""
         plan = self.plan
         if plan.calibration is None:
             return plan.counter
-        return plan.calibration.estimate(plan.model.name, plan.counter, handed, plan.toolset.tools)
+        budget = None if self.budget is None else self.budget.prompt_tokens
+        return plan.calibration.estimate(
+            plan.model.name, plan.counter, handed, plan.toolset.tools, budget=budget
+        )
 
     def _exact_always(self) -> bool:
         """Whether the exact counter decides however far the estimate is from the budget.
