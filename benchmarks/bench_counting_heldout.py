@@ -134,9 +134,15 @@ def error(count: int | None, reported: int) -> float:
 
 
 async def converse(
-    family: Family, tokenizer: Tokenizer, turns: int, window: int, progress: bool = False
+    family: Family,
+    tokenizer: Tokenizer,
+    turns: int,
+    window: int,
+    progress: bool = False,
+    calibration: TokenCalibration | None = None,
 ) -> Summary:
-    """Hold the conversation's first ``turns`` turns with ``family``'s provider."""
+    """Hold the conversation's first ``turns`` turns with ``family``'s provider (with
+    ``calibration``, that one: a new one otherwise)."""
     started = time.monotonic()
     reserve = math.ceil(RESERVE_SHARE * window)
     budget = window - reserve
@@ -145,7 +151,7 @@ async def converse(
     with serve(tokenizer, window, _script(TURNS[:turns])) as provider:
         async with OpenAIChatDriver(provider.url, api_key="not-needed", max_retries=0) as driver:
             agent = Agent(
-                Client(driver, calibration=TokenCalibration()),
+                Client(driver, calibration=calibration or TokenCalibration()),
                 model=Model(f"heldout-{family.name}", context_size=window),
                 instructions=SYSTEM,
                 tools=[get_weather, lookup_tool],

@@ -36,7 +36,7 @@ from threadline.counting._calibration._bounds import (
 )
 from threadline.counting._calibration._classes import CLASSES
 from threadline.counting._calibration._priors import PRIOR_SLOPES, PRIOR_UNCERTAINTY
-from threadline.counting._calibration._slopes import MIN_UNCERTAINTY, Posterior
+from threadline.counting._calibration._slopes import MIN_UNCERTAINTY, PRIOR_NOISE, Posterior
 
 __all__ = [
     "FIT_VERSION",
@@ -112,6 +112,8 @@ def check_saved(value: object) -> SavedEntry:
     if version >= 2:
         if "uncertainty" not in value:
             raise SavedValueError("a version 2 calibration fit has an uncertainty per class")
+        if "noise" in value:
+            checked["noise"] = _number(value["noise"], "a calibration's noise", ".noise", _UNSURE)
         checked["uncertainty"] = {
             name: _number(u, f"the uncertainty of {name!r}", f".uncertainty.{name}", _UNSURE)
             for name, u in _by_class(value["uncertainty"], "uncertainty").items()
@@ -151,6 +153,7 @@ def saved_fit(ratio: float, intercept: float, posterior: Posterior) -> dict[str,
         "intercept": intercept,
         "slopes": dict(zip(CLASSES, posterior.slopes, strict=True)),
         "uncertainty": dict(zip(CLASSES, posterior.uncertainty, strict=True)),
+        "noise": posterior.noise,
     }
 
 
@@ -159,15 +162,18 @@ def restored_fit(entry: Mapping[str, object]) -> tuple[Posterior, float]:
     A class the entry does not hold is at its prior; a version 1 fit, and a class
     without a saved uncertainty, is as unsure as the prior."""
     slopes, unsure, intercept = entry["slopes"], entry.get("uncertainty", {}), entry["intercept"]
+    noise = entry.get("noise", PRIOR_NOISE)
     assert isinstance(slopes, Mapping)
     assert isinstance(unsure, Mapping)
     assert isinstance(intercept, float)
+    assert isinstance(noise, float)
     posterior = Posterior.of(
         tuple(float(slopes.get(k, p)) for k, p in zip(CLASSES, PRIOR_SLOPES, strict=True)),
         tuple(
             max(MIN_UNCERTAINTY, float(unsure.get(k, u)))
             for k, u in zip(CLASSES, PRIOR_UNCERTAINTY, strict=True)
         ),
+        max(MIN_UNCERTAINTY, noise),
     )
     return posterior, intercept
 

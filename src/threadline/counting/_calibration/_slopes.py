@@ -31,6 +31,7 @@ same fit.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final
@@ -62,13 +63,16 @@ BOUND_Z: Final = 1.645
 """How many standard deviations above its fitted price new text is priced (and
 below it what is gone): the one-sided 95% point of a normal distribution."""
 
-PRIOR_NOISE: Final = 3.0
-"""The reports' noise, in tokens, believed before the residuals say: a template's
-rendering and a tokenizer's merges across message boundaries move a report by a few
-tokens from any linear model."""
+PRIOR_NOISE: Final = 0.25
+"""The variance, per o200k token changed, of a step between reports around any linear
+model, believed before the residuals say: a tokenizer's merges and a template's
+whitespace move a message's cost by a token or two from its class's price."""
+
+_TEMPLATE_CLASSES = CLASSES.index("latin")
+"""The classes before it are the chat template's: framing, tool calls, tool results."""
 
 _NOISE_WEIGHT = 2.0
-"""How many reports :data:`PRIOR_NOISE` counts as, against the residuals' own."""
+"""How many steps :data:`PRIOR_NOISE` counts as, against the residuals' own."""
 
 MIN_UNCERTAINTY: Final = 1e-3
 """The smallest uncertainty a slope is believed to (a saved fit's included)."""
@@ -101,6 +105,10 @@ class Posterior:
 
     slopes: tuple[float, ...]
     covariance: Covariance
+    noise: float = PRIOR_NOISE
+    """The variance of a message's cost around its price, per o200k token."""
+    seen: frozenset[int] = frozenset()
+    """The classes (indices into :data:`CLASSES`) some step between reports changed."""
 
     @classmethod
     def prior(cls) -> Posterior:
@@ -108,9 +116,12 @@ class Posterior:
         return _PRIOR
 
     @classmethod
-    def of(cls, slopes: Sequence[float], uncertainty: Sequence[float]) -> Posterior:
-        """Slopes with independent uncertainties (a saved fit's)."""
-        return cls(tuple(slopes), _diagonal(uncertainty))
+    def of(
+        cls, slopes: Sequence[float], uncertainty: Sequence[float], noise: float = PRIOR_NOISE
+    ) -> Posterior:
+        """Slopes with independent uncertainties (a saved fit's, whose classes all
+        count as seen)."""
+        return cls(tuple(slopes), _diagonal(uncertainty), noise, frozenset(range(len(slopes))))
 
     @property
     def uncertainty(self) -> tuple[float, ...]:
@@ -118,15 +129,33 @@ class Posterior:
         return tuple(math.sqrt(row[i]) for i, row in enumerate(self.covariance))
 
     def bounds(self, counts: ClassCounts) -> tuple[float, float]:
-        """The price of text of ``counts`` (by class): its fitted price less and plus
-        :data:`BOUND_Z` standard deviations (the lower one never below 0)."""
+        """The price of a message of ``counts`` (by class): its fitted price less and
+        plus :data:`BOUND_Z` standard deviations (the lower one never below 0). The
+        upper one counts the slopes' uncertainty and the message's own departure from
+        them; the lower one, what leaving a message out saves, only the slopes': the
+        departures of many messages left out at once are independent and mostly
+        cancel, where an error of the slopes adds up."""
         price = sum(b * e for b, e in zip(self.slopes, counts, strict=True))
         present = [i for i, e in enumerate(counts) if e]
-        variance = sum(
+        shared = sum(
             counts[i] * counts[j] * self.covariance[i][j] for i in present for j in present
         )
-        spread = BOUND_Z * math.sqrt(max(0.0, variance))
-        return max(0.0, price - spread), price + spread
+        own = self.noise * sum(counts)
+        lower = price - BOUND_Z * math.sqrt(max(0.0, shared))
+        return max(0.0, lower), price + BOUND_Z * math.sqrt(max(0.0, shared + own))
+
+    def likely(self, counts: ClassCounts) -> float:
+        """The price of a message of ``counts`` where nothing is decided: its fitted
+        price, but for template classes (framing, tool calls, results) no report has
+        shown yet, which are priced at their bound. Their prior is a guess, not a
+        measurement, and a template either leaves tool calls out or spells them at
+        length, so its mean is no likelier than the ends."""
+        price = 0.0
+        for k, (b, e) in enumerate(zip(self.slopes, counts, strict=True)):
+            if e and k < _TEMPLATE_CLASSES and k not in self.seen:
+                b += BOUND_Z * math.sqrt(self.covariance[k][k])
+            price += b * e
+        return price
 
 
 class SlopeFit:
@@ -204,33 +233,36 @@ class SlopeFit:
 def fit(
     observations: Sequence[tuple[ClassCounts, int]], prior: Posterior | None = None
 ) -> Posterior:
-    """The slopes that best explain ``observations`` (class counts, reported tokens)
-    as an intercept plus a slope per class, and their covariance: a Bayesian linear
+    """The slopes that best explain ``observations`` (class counts, reported tokens, in
+    the order reported), their covariance and the noise per token: a Bayesian linear
     regression whose prior is ``prior`` (default :meth:`Posterior.prior`; a saved fit
-    when one was restored). Slopes are never below 0."""
+    when one was restored). Slopes are never below 0.
+
+    A report is the sum of every message's cost, and each message's cost departs
+    from any linear model in its own way (a tokenizer's merges, a template's
+    whitespace), so the departures add up along a conversation: the levels of
+    the reports are far noisier than their steps. The fit is therefore made on
+    the steps, each report less the one before (the intercept cancels), each
+    weighed by how many tokens changed between them (a step's noise grows with
+    its size).
+    """
     prior = Posterior.prior() if prior is None else prior
-    n = len(observations)
-    if n < 2:
+    steps = _steps(observations)
+    if not steps:
         return prior
     size = len(CLASSES)
-    means = [sum(o[0][k] for o in observations) / n for k in range(size)]
-    mean_r = sum(o[1] for o in observations) / n
-    rows = [[x - m for x, m in zip(o[0], means, strict=True)] for o in observations]
     # What the prior's slopes leave unexplained: the fit learns the difference.
-    targets = [
-        o[1] - mean_r - sum(b * x for b, x in zip(prior.slopes, row, strict=True))
-        for o, row in zip(observations, rows, strict=True)
-    ]
-    seen = [k for k in range(size) if any(row[k] for row in rows)]
+    targets = [r - sum(b * x for b, x in zip(prior.slopes, dx, strict=True)) for dx, r, _ in steps]
+    seen = [k for k in range(size) if any(dx[k] for dx, _, _ in steps)]
     gram = [[0.0] * size for _ in range(size)]
     moment = [0.0] * size
-    for row, target in zip(rows, targets, strict=True):
+    for (dx, _, weight), target in zip(steps, targets, strict=True):
         for i in seen:
-            moment[i] += row[i] * target
+            moment[i] += dx[i] * target * weight
             for j in seen:
-                gram[i][j] += row[i] * row[j]
+                gram[i][j] += dx[i] * dx[j] * weight
     precision = _inverse([list(r) for r in prior.covariance])
-    noise = PRIOR_NOISE**2
+    noise = prior.noise
     for _ in range(2):  # the weight of the reports depends on the noise, the noise on the fit
         covariance = _inverse(
             [
@@ -242,15 +274,28 @@ def fit(
             sum(c * m for c, m in zip(line, moment, strict=True)) / noise for line in covariance
         ]
         residual = sum(
-            (t - sum(d * x for d, x in zip(delta, row, strict=True))) ** 2
-            for t, row in zip(targets, rows, strict=True)
+            (t - sum(d * x for d, x in zip(delta, dx, strict=True))) ** 2 * weight
+            for (dx, _, weight), t in zip(steps, targets, strict=True)
         )
         used = sum(covariance[i][j] * gram[j][i] for i in seen for j in seen) / noise
-        noise = (residual + _NOISE_WEIGHT * PRIOR_NOISE**2) / (
-            max(0.0, n - 1 - used) + _NOISE_WEIGHT
-        )
+        free = max(0.0, len(steps) - used)
+        noise = (residual + _NOISE_WEIGHT * prior.noise) / (free + _NOISE_WEIGHT)
     slopes = tuple(max(0.0, b + d) for b, d in zip(prior.slopes, delta, strict=True))
-    return Posterior(slopes, tuple(map(tuple, covariance)))
+    return Posterior(slopes, tuple(map(tuple, covariance)), noise, prior.seen | set(seen))
+
+
+def _steps(
+    observations: Sequence[tuple[ClassCounts, int]],
+) -> list[tuple[list[int], int, float]]:
+    """Each report less the one before: the change of the class counts, of the
+    reported tokens, and the step's weight (one over the tokens changed)."""
+    steps = []
+    for (before, was), (after, now) in itertools.pairwise(observations):
+        change = [a - b for a, b in zip(after, before, strict=True)]
+        moved = sum(map(abs, change))
+        if moved:
+            steps.append((change, now - was, 1.0 / moved))
+    return steps
 
 
 def _inverse(matrix: list[list[float]]) -> list[list[float]]:
@@ -328,7 +373,9 @@ class ClassAnchoredCounter(AnchoredCounter):
         return math.floor(self.bounds(message)[0] + 1e-9)
 
     def _added(self, message: Message) -> int:
-        price = self.bounds(message)[1] if self._bound else self.price(message)
+        counts = message_classes(self.estimate, message)
+        posterior = self._posterior
+        price = posterior.bounds(counts)[1] if self._bound else posterior.likely(counts)
         return max(0, math.ceil(price - 1e-9))
 
     def __repr__(self) -> str:
@@ -338,4 +385,4 @@ class ClassAnchoredCounter(AnchoredCounter):
         )
 
 
-_PRIOR = Posterior(PRIOR_SLOPES, PRIOR_COVARIANCE)
+_PRIOR = Posterior(PRIOR_SLOPES, PRIOR_COVARIANCE, PRIOR_NOISE)

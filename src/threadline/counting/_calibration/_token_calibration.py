@@ -44,6 +44,8 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+import attrs
+
 from threadline._errors import InvalidRequestError
 from threadline._validate import fail, non_negative_int
 from threadline.counting._anchored import AnchoredCounter, message_key
@@ -55,7 +57,7 @@ from threadline.counting._calibration._bounds import (
     implausible,
     stepped,
 )
-from threadline.counting._calibration._classes import CLASSES, ClassCounts, transcript_classes
+from threadline.counting._calibration._classes import ClassCounts, transcript_classes
 from threadline.counting._calibration._saved import (
     SavedEntry,
     SavedValueError,
@@ -289,7 +291,10 @@ class TokenCalibration:
         if sent is not None:
             with self._lock:
                 self._last[key] = (sent, believed)
-            if counter is not None:
+            # A report taken as other than it said is no measurement of its prompt: it
+            # moves the ratio a step, but a fit that took it in would see a step
+            # between reports no template makes, and trust every report less.
+            if counter is not None and believed == reported_tokens:
                 self._learn(key, counter, sent, believed)
         return self._raise(key, believed / estimated_tokens)
 
@@ -376,7 +381,7 @@ class TokenCalibration:
                 previous = (before.posterior if before is not None else prior) or Posterior.prior()
                 found = fit(observed, prior)
                 slopes = bounded_slopes(found.slopes, previous.slopes)
-                posterior = Posterior(slopes, found.covariance)
+                posterior = attrs.evolve(found, slopes=slopes)
                 self._fits[key] = SlopeFit.of_report(posterior, sent, reported_tokens, counts)
 
     def fitted(self, model: str, tools: Iterable[str] = ()) -> SlopeFit | None:
