@@ -19,8 +19,11 @@ which calibration learns a ratio of its own for (see ``_slopes``):
   punctuation between them: dates, prices, CSV and JSON values) and
   ``other`` (every other script). Spaces and punctuation belong to the run
   they sit in;
-- ``tool_result``: a tool result's text, whatever its script: chat templates
-  render a result each in their own way (some not at all);
+- ``tool_result``: a tool result's text (its o200k tokens, whatever its
+  script). A result's text costs what its scripts cost, times how much of it
+  the template shows (most all of it, some none): the count keeps the text of
+  results by script apart (after the classes), and calibration learns that
+  factor as the ``tool_result`` slope;
 - ``tool``: a tool call's id, name and arguments and a tool result's
   ``tool_call_id``, with the estimate's framing of each (7 tokens a call, 4
   a result);
@@ -79,7 +82,9 @@ CLASSES: Final = ("framing", "tool", "tool_result", *SCRIPTS)
 """Every class, in the order a :data:`ClassCounts` holds them."""
 
 ClassCounts = tuple[int, ...]
-"""A count per class of :data:`CLASSES`."""
+"""A count per class of :data:`CLASSES`, then the tool results' text by script (of
+:data:`SCRIPTS`): how a template renders a result is its own (the ``tool_result``
+slope), but what its text costs is its script's."""
 
 _FRAMING, _TOOL, _TOOL_RESULT = 0, 1, 2
 _FIRST_SCRIPT = 3
@@ -196,25 +201,28 @@ class _Splitter:
         return counts
 
     def _compute(self, message: Message, estimated: int) -> ClassCounts:
-        counts = [0] * len(CLASSES)
+        counts = [0] * (len(CLASSES) + len(SCRIPTS))
         texts = [message.content] if isinstance(message.content, str) else []
         if not isinstance(message.content, str):
             texts += [p.text for p in message.content if not isinstance(p, ImagePart)]
         if message.name:
             texts.append(message.name)
         for text in texts:
-            if message.role is Role.TOOL:
-                counts[_TOOL_RESULT] += self._tokens(text)
-                continue
+            result = message.role is Role.TOOL
             for script, run in classify_text(text):
-                counts[_FIRST_SCRIPT + script] += self._tokens(run)
+                tokens = self._tokens(run)
+                if result:
+                    counts[_TOOL_RESULT] += tokens
+                    counts[len(CLASSES) + script] += tokens
+                else:
+                    counts[_FIRST_SCRIPT + script] += tokens
         tool = [call.id + call.name + call.arguments for call in message.tool_calls]
         fixed = TOOL_CALL_TOKENS * len(message.tool_calls)
         if message.tool_call_id is not None:
             tool.append(message.tool_call_id)
             fixed += TOOL_RESULT_TOKENS
         counts[_TOOL] = sum(map(self._tokens, tool)) + fixed
-        counts[_FRAMING] = max(0, estimated - sum(counts))
+        counts[_FRAMING] = max(0, estimated - sum(counts[: len(CLASSES)]))
         return tuple(counts)
 
 
@@ -235,7 +243,7 @@ def message_classes(counter: TokenCounter, message: Message) -> ClassCounts:
 
 def transcript_classes(counter: TokenCounter, messages: Sequence[Message]) -> ClassCounts:
     """The class counts of ``messages``, summed."""
-    totals = [0] * len(CLASSES)
+    totals = [0] * (len(CLASSES) + len(SCRIPTS))
     for message in messages:
         for index, value in enumerate(message_classes(counter, message)):
             totals[index] += value

@@ -38,7 +38,8 @@ from typing import TYPE_CHECKING, Final
 
 import attrs
 
-from threadline.counting._anchored import AnchoredCounter
+from threadline._messages import Role
+from threadline.counting._anchored import AnchoredCounter, message_key
 from threadline.counting._calibration._classes import CLASSES, ClassCounts, message_classes
 from threadline.counting._calibration._priors import PRIOR_COVARIANCE, PRIOR_SLOPES
 
@@ -83,6 +84,34 @@ intercept from the slopes (until a second, calibration scales by the ratio)."""
 
 MAX_OBSERVATIONS: Final = 64
 """The reports a fit is made from, per model and tool set (the latest)."""
+
+
+_SIZE = len(CLASSES)
+_RESULTS = CLASSES.index("tool_result")
+_TEXT = CLASSES.index("latin")
+
+
+def price_of(counts: ClassCounts, slopes: Sequence[float]) -> float:
+    """The price of ``counts`` at ``slopes``: each class's count times its slope, a
+    tool result's text at its scripts' slopes times the ``tool_result`` slope."""
+    own = zip(slopes, counts[:_SIZE], strict=True)
+    price = sum(b * e for k, (b, e) in enumerate(own) if k != _RESULTS)
+    results = counts[_SIZE:]
+    if any(results):
+        text = zip(slopes[_TEXT:], results, strict=True)
+        price += slopes[_RESULTS] * sum(b * e for b, e in text)
+    return price
+
+
+def _gradient(counts: Sequence[float], slopes: Sequence[float]) -> list[float]:
+    """How :func:`price_of` ``counts`` moves with each slope, at ``slopes``."""
+    gradient = [float(e) for e in counts[:_SIZE]]
+    results = counts[_SIZE:]
+    gradient[_RESULTS] = sum(b * e for b, e in zip(slopes[_TEXT:], results, strict=True))
+    factor = slopes[_RESULTS]
+    for index, e in enumerate(results):
+        gradient[_TEXT + index] += factor * e
+    return gradient
 
 
 Covariance = tuple[tuple[float, ...], ...]
@@ -135,12 +164,13 @@ class Posterior:
         them; the lower one, what leaving a message out saves, only the slopes': the
         departures of many messages left out at once are independent and mostly
         cancel, where an error of the slopes adds up."""
-        price = sum(b * e for b, e in zip(self.slopes, counts, strict=True))
-        present = [i for i, e in enumerate(counts) if e]
+        price = price_of(counts, self.slopes)
+        gradient = _gradient(counts, self.slopes)
+        present = [i for i, e in enumerate(gradient) if e]
         shared = sum(
-            counts[i] * counts[j] * self.covariance[i][j] for i in present for j in present
+            gradient[i] * gradient[j] * self.covariance[i][j] for i in present for j in present
         )
-        own = self.noise * sum(counts)
+        own = self.noise * sum(counts[:_SIZE])
         lower = price - BOUND_Z * math.sqrt(max(0.0, shared))
         return max(0.0, lower), price + BOUND_Z * math.sqrt(max(0.0, shared + own))
 
@@ -150,12 +180,13 @@ class Posterior:
         shown yet, which are priced at their bound. Their prior is a guess, not a
         measurement, and a template either leaves tool calls out or spells them at
         length, so its mean is no likelier than the ends."""
-        price = 0.0
-        for k, (b, e) in enumerate(zip(self.slopes, counts, strict=True)):
-            if e and k < _TEMPLATE_CLASSES and k not in self.seen:
-                b += BOUND_Z * math.sqrt(self.covariance[k][k])
-            price += b * e
-        return price
+        slopes = [
+            b + BOUND_Z * math.sqrt(self.covariance[k][k])
+            if counts[k] and k < _TEMPLATE_CLASSES and k not in self.seen
+            else b
+            for k, b in enumerate(self.slopes)
+        ]
+        return price_of(counts, slopes)
 
 
 class SlopeFit:
@@ -199,7 +230,7 @@ class SlopeFit:
         counts: ClassCounts,
     ) -> SlopeFit:
         """The fit pricing from one report whose prompt's class counts are ``counts``."""
-        price = sum(b * e for b, e in zip(posterior.slopes, counts, strict=True))
+        price = price_of(counts, posterior.slopes)
         return cls(posterior, anchor, anchor_tokens, intercept=anchor_tokens - price)
 
     @classmethod
@@ -244,23 +275,43 @@ def fit(
     the reports are far noisier than their steps. The fit is therefore made on
     the steps, each report less the one before (the intercept cancels), each
     weighed by how many tokens changed between them (a step's noise grows with
-    its size).
+    its size). A tool result's price is a product (its scripts' slopes times the
+    ``tool_result`` slope), so the regression is made twice, the second time
+    around the first one's slopes (a Gauss-Newton step).
     """
     prior = Posterior.prior() if prior is None else prior
     steps = _steps(observations)
     if not steps:
         return prior
-    size = len(CLASSES)
-    # What the prior's slopes leave unexplained: the fit learns the difference.
-    targets = [r - sum(b * x for b, x in zip(prior.slopes, dx, strict=True)) for dx, r, _ in steps]
-    seen = [k for k in range(size) if any(dx[k] for dx, _, _ in steps)]
-    gram = [[0.0] * size for _ in range(size)]
-    moment = [0.0] * size
-    for (dx, _, weight), target in zip(steps, targets, strict=True):
+    around = prior.slopes
+    for _ in range(2):
+        posterior = _regress(steps, prior, around)
+        around = posterior.slopes
+    return posterior
+
+
+def _regress(
+    steps: Sequence[tuple[list[int], int, float]], prior: Posterior, around: Sequence[float]
+) -> Posterior:
+    """One Bayesian regression of ``steps`` on the price's gradient at ``around``."""
+    rows = [_gradient(change, around) for change, _, _ in steps]
+    # The price is linear in the slopes near ``around``: a step is the gradient times the
+    # slopes, plus what the linearization leaves (0 but for tool results).
+    targets = [
+        tokens
+        - price_of(tuple(change), around)
+        + sum(g * b for g, b in zip(row, around, strict=True))
+        - sum(g * b for g, b in zip(row, prior.slopes, strict=True))
+        for (change, tokens, _), row in zip(steps, rows, strict=True)
+    ]
+    seen = [k for k in range(_SIZE) if any(row[k] for row in rows)]
+    gram = [[0.0] * _SIZE for _ in range(_SIZE)]
+    moment = [0.0] * _SIZE
+    for (_, _, weight), row, target in zip(steps, rows, targets, strict=True):
         for i in seen:
-            moment[i] += dx[i] * target * weight
+            moment[i] += row[i] * target * weight
             for j in seen:
-                gram[i][j] += dx[i] * dx[j] * weight
+                gram[i][j] += row[i] * row[j] * weight
     precision = _inverse([list(r) for r in prior.covariance])
     noise = prior.noise
     for _ in range(2):  # the weight of the reports depends on the noise, the noise on the fit
@@ -274,8 +325,8 @@ def fit(
             sum(c * m for c, m in zip(line, moment, strict=True)) / noise for line in covariance
         ]
         residual = sum(
-            (t - sum(d * x for d, x in zip(delta, dx, strict=True))) ** 2 * weight
-            for (dx, _, weight), t in zip(steps, targets, strict=True)
+            (t - sum(d * x for d, x in zip(delta, row, strict=True))) ** 2 * weight
+            for (_, _, weight), row, t in zip(steps, rows, targets, strict=True)
         )
         used = sum(covariance[i][j] * gram[j][i] for i in seen for j in seen) / noise
         free = max(0.0, len(steps) - used)
@@ -292,7 +343,7 @@ def _steps(
     steps = []
     for (before, was), (after, now) in itertools.pairwise(observations):
         change = [a - b for a, b in zip(after, before, strict=True)]
-        moved = sum(map(abs, change))
+        moved = sum(map(abs, change[:_SIZE]))
         if moved:
             steps.append((change, now - was, 1.0 / moved))
     return steps
@@ -318,14 +369,22 @@ def _inverse(matrix: list[list[float]]) -> list[list[float]]:
 class ClassAnchoredCounter(AnchoredCounter):
     """A transcript counted from the last report, what changed priced per class.
 
-    With ``bound`` (the default), a message of the reported prompt counts its
-    lower price (its fitted price less :data:`BOUND_Z` standard deviations),
-    rounded down: what leaving it out saves; any other its upper price, rounded
-    up. Without, both count their fitted price (rounded to the nearest token and
-    up). The reported prompt itself counts exactly the report.
+    With ``bound`` (the default), what leaving messages of the reported prompt
+    out saves is priced low, and any other message at its upper price
+    (:meth:`Posterior.bounds`), rounded up. Without, both count their fitted
+    price (rounded to the nearest token and up). The reported prompt itself
+    counts exactly the report.
+
+    Limiting drops the oldest messages first, and an error of the slopes is the
+    same in every message dropped, so the bound of what a cut saves is the
+    bound of the dropped messages together, not the sum of their own (which is
+    as much wider as the messages' scripts differ). So the reported prompt's
+    messages share their bound in order: the n-th saves the lower bound of the
+    first n together less that of the first n - 1. System messages, which are
+    not dropped with the rest, save their own lower bound.
     """
 
-    __slots__ = ("_bound", "_posterior")
+    __slots__ = ("_bound", "_posterior", "_shares")
 
     def __init__(
         self,
@@ -339,6 +398,7 @@ class ClassAnchoredCounter(AnchoredCounter):
     ) -> None:
         self._posterior = posterior
         self._bound = bound
+        self._shares = self._in_order(estimate, anchor) if bound else {}
         super().__init__(
             estimate,
             anchor,
@@ -356,7 +416,7 @@ class ClassAnchoredCounter(AnchoredCounter):
     def price(self, message: Message) -> float:
         """``message``'s fitted price: its class counts times the slopes."""
         counts = message_classes(self.estimate, message)
-        return sum(b * e for b, e in zip(self.slopes, counts, strict=True))
+        return price_of(counts, self.slopes)
 
     def bounds(self, message: Message) -> tuple[float, float]:
         """``message``'s price less and plus :data:`BOUND_Z` standard deviations."""
@@ -367,10 +427,36 @@ class ClassAnchoredCounter(AnchoredCounter):
         """Whether changes are priced at the bound (else at the fitted price)."""
         return self._bound
 
+    def _in_order(self, estimate: TokenCounter, anchor: Sequence[Message]) -> dict[Message, int]:
+        """Each anchor message's share of the lower bound of it and those before it."""
+        posterior = self._posterior
+        slopes, covariance = posterior.slopes, posterior.covariance
+        gradient = [0.0] * _SIZE
+        spread = [0.0] * _SIZE  # the covariance times the gradient so far
+        price = variance = below = 0.0
+        shares: dict[Message, int] = {}
+        for message in anchor:
+            counts = message_classes(estimate, message)
+            if message.role is Role.SYSTEM:
+                shares[message_key(message)] = math.floor(posterior.bounds(counts)[0] + 1e-9)
+                continue
+            step = _gradient(counts, slopes)
+            present = [i for i, g in enumerate(step) if g]
+            moved = [sum(covariance[i][j] * step[j] for j in present) for i in range(_SIZE)]
+            variance += sum(step[i] * (2 * spread[i] + moved[i]) for i in present)
+            gradient = [a + b for a, b in zip(gradient, step, strict=True)]
+            spread = [a + b for a, b in zip(spread, moved, strict=True)]
+            price += price_of(counts, slopes)
+            lower = max(0.0, price - BOUND_Z * math.sqrt(max(0.0, variance)))
+            shares[message_key(message)] = math.floor(lower - below + 1e-9)
+            below += shares[message_key(message)]
+        return shares
+
     def _share(self, message: Message) -> int:
         if not self._bound:
             return math.floor(self.price(message) + 0.5)
-        return math.floor(self.bounds(message)[0] + 1e-9)
+        found = self._shares.get(message_key(message))
+        return found if found is not None else math.floor(self.bounds(message)[0] + 1e-9)
 
     def _added(self, message: Message) -> int:
         counts = message_classes(self.estimate, message)

@@ -73,6 +73,7 @@ from threadline.counting._calibration._slopes import (
     Posterior,
     SlopeFit,
     fit,
+    price_of,
 )
 from threadline.counting._scaling import scaled
 
@@ -311,9 +312,7 @@ class TokenCalibration:
         fitted = self._fits.get(calibration_key(model, tools))
         if fitted is not None and sent is not None and counter is not None:
             counts = transcript_classes(counter, sent)
-            price = fitted.intercept + sum(
-                b * e for b, e in zip(fitted.slopes, counts, strict=True)
-            )
+            price = fitted.intercept + price_of(counts, fitted.slopes)
             if price > 0:
                 return price
         ratio = self.ratio(model, tools)
