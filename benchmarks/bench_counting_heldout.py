@@ -204,6 +204,12 @@ def summarize(
     )
 
 
+def _split(family: Family) -> str:
+    if family.tuning:
+        return "tuning"
+    return "held out, added after" if family.frozen else "held out"
+
+
 def table(summaries: Sequence[Summary]) -> str:
     """The docs table: one line per family."""
     lines = [
@@ -214,7 +220,7 @@ def table(summaries: Sequence[Summary]) -> str:
     for s in summaries:
         kept = "no cut" if s.kept is None else f"{s.kept:.0%}"
         lines.append(
-            f"| {s.family.name} | {'tuning' if s.family.tuning else 'held out'} | {s.calls} | "
+            f"| {s.family.name} | {_split(s.family)} | {s.calls} | "
             f"{s.builtin_mean:+.0%} | {s.within:.0%} | {s.worst_under:+.1%} | "
             f"{s.worst_over:+.1%} | {s.refused} | {kept} |"
         )
