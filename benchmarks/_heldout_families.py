@@ -288,7 +288,7 @@ class Provider(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     server: Provider
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
+    def log_message(self, format: str, *args: Any) -> None:
         return None
 
     def _send(self, status: int, payload: Mapping[str, Any]) -> None:
