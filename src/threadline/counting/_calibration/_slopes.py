@@ -69,8 +69,11 @@ PRIOR_NOISE: Final = 0.25
 model, believed before the residuals say: a tokenizer's merges and a template's
 whitespace move a message's cost by a token or two from its class's price."""
 
-_TEMPLATE_CLASSES = CLASSES.index("latin")
-"""The classes before it are the chat template's: framing, tool calls, tool results."""
+_GUESSED = frozenset((CLASSES.index("framing"), CLASSES.index("tool")))
+"""The template's classes whose prior is a guess: a template spends on a message's
+framing and on a tool call anything from nothing to a few times o200k's. (A tool
+result's factor is the share of its text the template shows: all of it, but in
+templates that show no tool exchange at all.)"""
 
 _NOISE_WEIGHT = 2.0
 """How many steps :data:`PRIOR_NOISE` counts as, against the residuals' own."""
@@ -176,13 +179,13 @@ class Posterior:
 
     def likely(self, counts: ClassCounts) -> float:
         """The price of a message of ``counts`` where nothing is decided: its fitted
-        price, but for template classes (framing, tool calls, results) no report has
-        shown yet, which are priced at their bound. Their prior is a guess, not a
+        price, but for the framing and tool call classes while no report has shown
+        them, which are priced at their bound. Their prior is a guess, not a
         measurement, and a template either leaves tool calls out or spells them at
         length, so its mean is no likelier than the ends."""
         slopes = [
             b + BOUND_Z * math.sqrt(self.covariance[k][k])
-            if counts[k] and k < _TEMPLATE_CLASSES and k not in self.seen
+            if counts[k] and k in _GUESSED and k not in self.seen
             else b
             for k, b in enumerate(self.slopes)
         ]
