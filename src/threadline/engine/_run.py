@@ -199,8 +199,13 @@ class Run:
             current.raw_estimate, current.calibrated = record.tokens_after, None
         else:
             current.raw_estimate = self.plan.counter.count(current.sent, tools)
+            # What is sent is shown at the count calibration gives it on its own: the
+            # bound decided what to keep, but once the kept transcript fits the budget
+            # even at its bound, its likeliest count is the fitted one.
             current.calibrated = (
-                None if calibrated_estimate(counter) is None else counter.count(current.sent, tools)
+                None
+                if calibrated_estimate(counter) is None
+                else self._counter(current.sent).count(current.sent, tools)
             )
         return outcome
 
