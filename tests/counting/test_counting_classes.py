@@ -254,6 +254,47 @@ async def test_a_cut_transcript_is_priced_from_the_report_less_what_is_gone() ->
     assert reported <= bound.count(sent) <= 1.15 * reported  # the bound leans high
 
 
+async def _trained() -> tuple[TokenCalibration, Client, ScriptReports, list[Message]]:
+    """A client whose calibration has a fit, and the conversation it was fitted on."""
+    calibration = TokenCalibration(min_estimated_tokens=0)
+    driver = ScriptReports([f"Answer {n}." for n in range(len(PROMPTS) + 1)])
+    client = Client(driver, calibration=calibration, default_model=MODEL)
+    messages: list[Message] = []
+    for prompt in PROMPTS:
+        result = await client.request().with_messages(messages).with_prompt(prompt).run()
+        messages = list(result.messages)
+    return calibration, client, driver, messages
+
+
+@pytest.mark.anyio
+async def test_after_a_cut_the_bound_decides_and_the_kept_transcript_shows_its_fitted_count() -> (
+    None
+):
+    calibration, client, driver, messages = await _trained()
+    twin, _, _, _ = await _trained()  # the same reports: the same fit, to price the cut with
+    whole = [*messages, Message.user("And the museums?")]
+    budget = COUNTER.count(whole) // 2  # the whole does not fit: limiting cuts at the bound
+    assert calibration.estimate("m", COUNTER, whole, budget=budget).count(whole) > budget
+    result = await (
+        client.request()
+        .with_messages(messages)
+        .with_prompt("And the museums?")
+        .with_max_context_tokens(budget)
+        .with_output_reserve_tokens(0)
+        .run()
+    )
+    record = result.rounds[0]
+    assert record.limiting is not None
+    assert record.limiting.dropped
+    sent = list(driver.calls[-1].messages)
+    bound = twin.estimate("m", COUNTER, sent).count(sent)
+    fitted = twin.estimate("m", COUNTER, sent, budget=budget).count(sent)
+    assert bound <= budget  # the kept transcript fits even at its bound...
+    assert record.limiting.tokens_after == bound  # ...which decided what was kept
+    assert fitted < bound
+    assert record.calibrated_input_tokens == fitted  # what is shown: its likeliest count
+
+
 def test_a_class_priced_from_the_report_leans_towards_too_many() -> None:
     calibration = TokenCalibration(min_estimated_tokens=0)
     first, sent = [Message.user(ENGLISH[1])], [Message.user(ENGLISH[1]), Message.user(ENGLISH[0])]
