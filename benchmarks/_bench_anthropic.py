@@ -16,7 +16,6 @@ from httpx_aiohttp import HttpxAiohttpClient
 
 from threadline import Client, FinalResult, Message, Model, TextDelta
 from threadline.drivers import AnthropicDriver, ProviderCall
-from threadline.drivers._http import DEFAULT_LIMITS
 from threadline.drivers.anthropic._request import encode_request, new_message_cache
 
 try:
@@ -127,18 +126,16 @@ class AnthropicClients:
             AnthropicDriver(base_url=self.stream_base, api_key=API_KEY, max_retries=0),
             default_model=self.model,
         )
-        self.threadline_aiohttp = Client(
-            AnthropicDriver(
-                base_url=self.base, api_key=API_KEY, max_retries=0, transport="aiohttp"
-            ),
+        self.threadline_httpx = Client(
+            AnthropicDriver(base_url=self.base, api_key=API_KEY, max_retries=0, transport="httpx"),
             default_model=self.model,
         )
-        self.http = httpx.AsyncClient(limits=DEFAULT_LIMITS, timeout=60.0)
+        self.http = httpx.AsyncClient(timeout=60.0)
         # raw httpx once more, on a pool of its own: the control (see bench_request).
         self.raw_clients = {
             "httpx": self.http,
-            "again": httpx.AsyncClient(limits=DEFAULT_LIMITS, timeout=60.0),
-            "aiohttp": HttpxAiohttpClient(limits=DEFAULT_LIMITS, timeout=60.0),
+            "again": httpx.AsyncClient(timeout=60.0),
+            "aiohttp": HttpxAiohttpClient(timeout=60.0),
         }
         self.headers = {
             "accept": "application/json",
@@ -169,7 +166,7 @@ class AnthropicClients:
     async def aclose(self) -> None:
         await self.threadline.aclose()
         await self.threadline_stream.aclose()
-        await self.threadline_aiohttp.aclose()
+        await self.threadline_httpx.aclose()
         for raw in self.raw_clients.values():
             await raw.aclose()
         for client in (self.reference, self.reference_stream):
@@ -208,9 +205,9 @@ class AnthropicClients:
         return "".join(pieces)
 
     async def threadline_complete(
-        self, history: list[Message], prompt: str, *, aiohttp: bool = False
+        self, history: list[Message], prompt: str, *, httpx_pool: bool = False
     ) -> str:
-        client = self.threadline_aiohttp if aiohttp else self.threadline
+        client = self.threadline_httpx if httpx_pool else self.threadline
         request = client.request().with_messages(history).with_prompt(prompt)
         result = await request.with_max_output_tokens(MAX_TOKENS).run()
         return result.text

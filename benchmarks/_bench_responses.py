@@ -16,7 +16,6 @@ from httpx_aiohttp import HttpxAiohttpClient
 
 from threadline import Client, FinalResult, Message, Model, TextDelta
 from threadline.drivers import OpenAIResponsesDriver, ProviderCall
-from threadline.drivers._http import DEFAULT_LIMITS
 from threadline.drivers.openai_responses._request import encode_request, new_message_cache
 
 try:
@@ -117,15 +116,15 @@ class ResponsesClients:
         self.driver = self._driver(self.base)
         self.threadline = Client(self.driver, default_model=self.model)
         self.threadline_stream = Client(self._driver(self.stream_base), default_model=self.model)
-        self.threadline_aiohttp = Client(
-            self._driver(self.base, transport="aiohttp"), default_model=self.model
+        self.threadline_httpx = Client(
+            self._driver(self.base, transport="httpx"), default_model=self.model
         )
-        self.http = httpx.AsyncClient(limits=DEFAULT_LIMITS, timeout=60.0)
+        self.http = httpx.AsyncClient(timeout=60.0)
         # raw httpx once more, on a pool of its own: the control (see bench_request).
         self.raw_clients = {
             "httpx": self.http,
-            "again": httpx.AsyncClient(limits=DEFAULT_LIMITS, timeout=60.0),
-            "aiohttp": HttpxAiohttpClient(limits=DEFAULT_LIMITS, timeout=60.0),
+            "again": httpx.AsyncClient(timeout=60.0),
+            "aiohttp": HttpxAiohttpClient(timeout=60.0),
         }
         self.headers = {
             "accept": "application/json",
@@ -149,7 +148,7 @@ class ResponsesClients:
     async def aclose(self) -> None:
         await self.threadline.aclose()
         await self.threadline_stream.aclose()
-        await self.threadline_aiohttp.aclose()
+        await self.threadline_httpx.aclose()
         for raw in self.raw_clients.values():
             await raw.aclose()
         for client in (self.reference, self.reference_stream):
@@ -185,9 +184,9 @@ class ResponsesClients:
         return "".join(pieces)
 
     async def threadline_complete(
-        self, history: list[Message], prompt: str, *, aiohttp: bool = False
+        self, history: list[Message], prompt: str, *, httpx_pool: bool = False
     ) -> str:
-        client = self.threadline_aiohttp if aiohttp else self.threadline
+        client = self.threadline_httpx if httpx_pool else self.threadline
         request = client.request().with_messages(history).with_prompt(prompt)
         result = await request.with_max_output_tokens(MAX_TOKENS).run()
         return result.text

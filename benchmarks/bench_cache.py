@@ -53,12 +53,14 @@ from statistics import mean
 from typing import Any
 
 import anyio
+import attrs
 import httpx
 
-from threadline import Agent, Client, Conversation, Message, Model, Role
+from threadline import Agent, Client, Conversation, Message, Model, Role, ToolCall, Usage
 from threadline.counting import TokenCounter, default_token_counter
-from threadline.drivers import OpenAIChatDriver
+from threadline.drivers import OpenAIChatDriver, ProviderCall, ProviderResponse
 from threadline.limiting import DEFAULT_LOW_WATER, cache_stable_units, drop_oldest_units
+from threadline.testing import FunctionDriver
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_ALIAS = "smollm2-135m-instruct"
@@ -283,7 +285,9 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def llama_server(threads: int, context: int = SERVER_CONTEXT_TOKENS) -> Iterator[str]:
+def llama_server(
+    threads: int, context: int = SERVER_CONTEXT_TOKENS, slots: int = 1
+) -> Iterator[str]:
     """Start ``llama-server`` on a free loopback port; yield its root URL."""
     port = _free_port()
     root = f"http://127.0.0.1:{port}"
@@ -291,7 +295,17 @@ def llama_server(threads: int, context: int = SERVER_CONTEXT_TOKENS) -> Iterator
     command = [
         str(_binary()),
         *("-m", str(_gguf()), "--alias", MODEL_ALIAS, "--host", "127.0.0.1"),
-        *("--port", str(port), "-c", str(context), "--jinja", "-t", str(threads), "-np", "1"),
+        *(
+            "--port",
+            str(port),
+            "-c",
+            str(context),
+            "--jinja",
+            "-t",
+            str(threads),
+            "-np",
+            str(slots),
+        ),
         # No host-memory prompt cache: it would hand a later policy the prompts an
         # earlier one left (the same turns), so only the slot's own KV cache counts.
         *("--cache-ram", "0"),
@@ -468,6 +482,402 @@ async def measure(
     return Report(settings=settings, runs=runs)
 
 
+# -- the tool-heavy conversation (issue 34) -----------------------------------------------
+#
+# Each turn asks to read a file; the model's first answer is a call to read_file
+# (scripted, so every policy sees the same conversation; the server still
+# processes the prompt), the tool returns a document of 300-3,000 tokens, and the
+# model's short reply to it is its own. Facts are planted in the first user turns
+# and in the first documents; the retention check looks for them, verbatim, in
+# what was sent at turns 50, 100 and 200.
+
+TOOL_SERVER_CONTEXT = 65_536  # two slots of 32k: one for the conversation, one for summaries
+TOOL_BUDGET = 24_000
+TOOL_CACHE_TARGET = 0.90
+VERBATIM_TARGET = 2.0
+PROBE_TURNS = (50, 100, 200)
+USER_FACTS = ("the vault code is 4821", "my cat is called Biscuit", "the launch is on 14 May")
+TOOL_FACTS = ("budget line 7 is 93,400 euros", "the server rack is R-17", "build 5512 failed")
+_WORDS = [
+    "river",
+    "stone",
+    "apple",
+    "green",
+    "quiet",
+    "table",
+    "north",
+    "window",
+    "paper",
+    "light",
+    "garden",
+    "cloud",
+    "silver",
+    "market",
+    "winter",
+    "copper",
+    "forest",
+    "signal",
+    "harbor",
+    "engine",
+    "yellow",
+    "bridge",
+]
+
+
+def tool_prompt(turn: int) -> str:
+    fact = f" Remember: {USER_FACTS[turn]}." if turn < len(USER_FACTS) else ""
+    return f"Step {turn}: read notes/{turn}.txt and tell me what it says.{fact}"
+
+
+def document_tokens(turn: int) -> int:
+    """300 to 3,000 tokens, spread evenly and the same on every run."""
+    return 300 + (turn * 7919) % 2701
+
+
+def document(turn: int) -> str:
+    """The tool's result for ``turn``: words (about one token each), a fact up front
+    for the first turns."""
+    size = document_tokens(turn)
+    words = [_WORDS[(turn * 31 + i * 7) % len(_WORDS)] for i in range(size)]
+    head = f"notes/{turn}.txt: {TOOL_FACTS[turn]}. " if turn < len(TOOL_FACTS) else ""
+    return head + " ".join(words)
+
+
+def read_file(path: str) -> str:
+    """Read a file of notes."""
+    return document(int(path.split("/")[-1].split(".")[0]))
+
+
+class ScriptedCalls(OpenAIChatDriver):
+    """The server answers every call; a prompt that ends with a step's question gets a
+    read_file call in place of the model's words (a 135M model would call tools at random)."""
+
+    async def complete(self, call: ProviderCall) -> ProviderResponse:
+        response = await super().complete(call)
+        last = call.messages[-1]
+        if last.role is Role.USER and last.text.startswith("Step "):
+            turn = int(last.text.split()[1].rstrip(":"))
+            tool_call = ToolCall(
+                id=f"call_{turn}",
+                name="read_file",
+                arguments=json.dumps({"path": f"notes/{turn}.txt"}),
+            )
+            message = Message.assistant(tool_calls=[tool_call])
+            return attrs.evolve(response, message=message, finish_reason="tool_calls")
+        return response
+
+
+@dataclass
+class ToolTurn:
+    prompt_tokens: int
+    cached_tokens: int
+    sent_tokens: int
+    verbatim_turns: int
+    malformed: bool
+    cut: bool
+
+
+@dataclass
+class ToolRun:
+    name: str
+    turns: list[ToolTurn] = field(default_factory=list)
+    recall: dict[int, tuple[float, float]] = field(default_factory=dict)
+    """At each probe turn: (share of user facts, share of tool facts) still sent."""
+    sent_at_probe: dict[int, int] = field(default_factory=dict)
+    seconds: float = 0.0
+    summaries: list[str] = field(default_factory=list)
+
+    def under_pressure(self) -> list[ToolTurn]:
+        first = next((i for i, t in enumerate(self.turns) if t.cut), len(self.turns))
+        return self.turns[first:] or self.turns
+
+    def row(self) -> dict[str, Any]:
+        pressure = self.under_pressure()
+        prompt = sum(t.prompt_tokens for t in pressure)
+        return {
+            "policy": self.name,
+            "turns": len(self.turns),
+            "cached_pressure": sum(t.cached_tokens for t in pressure) / prompt if prompt else 0.0,
+            "sent_tokens": mean(t.sent_tokens for t in pressure),
+            "verbatim_turns": mean(t.verbatim_turns for t in pressure),
+            "malformed": sum(t.malformed for t in self.turns),
+            "recall": {str(k): v for k, v in self.recall.items()},
+            "seconds": self.seconds,
+            "summaries": self.summaries,
+        }
+
+
+def _verbatim_turns(sent: Sequence[Message], transcript: Sequence[Message]) -> int:
+    """Turns whose user question and final answer are both sent as they were."""
+    originals = {(m.role, m.text) for m in transcript if m.role in (Role.USER, Role.ASSISTANT)}
+    questions = [m for m in sent if m.role is Role.USER and m.text.startswith("Step ")]
+    answers = [m for m in sent if m.role is Role.ASSISTANT and m.text and not m.tool_calls]
+    kept = sum((m.role, m.text) in originals for m in answers)
+    return min(len(questions), kept)
+
+
+def _recall(sent: Sequence[Message]) -> tuple[float, float]:
+    text = "\n".join(m.text for m in sent)
+    users = sum(fact in text for fact in USER_FACTS) / len(USER_FACTS)
+    tools = sum(fact in text for fact in TOOL_FACTS) / len(TOOL_FACTS)
+    return users, tools
+
+
+async def run_tool_heavy(
+    name: str,
+    client: Client,
+    pre: Any,
+    post: Any,
+    turns: int,
+    stop_after: int | None = None,
+    *,
+    budget: int = TOOL_BUDGET,
+) -> ToolRun:
+    from threadline.limiting import check_integrity
+
+    agent = Agent(
+        client,
+        model=Model(MODEL_ALIAS, context_size=TOOL_SERVER_CONTEXT // 2),
+        instructions=INSTRUCTIONS,
+        tools=[read_file],
+        max_context_tokens=budget + 8,
+        output_reserve_tokens=8,
+        max_output_tokens=8,
+        temperature=0.0,
+        pre_max_tokens_reached=pre,
+        post_max_tokens_reached=post,
+    )
+    conv = Conversation(agent)
+    run = ToolRun(name)
+    counter = client.token_counter or default_token_counter()
+    started = time.perf_counter()
+    for turn in range(turns if stop_after is None else min(turns, stop_after)):
+        result = await conv.run(tool_prompt(turn))
+        last = result.last_prompt
+        assert last is not None
+        sent = last.messages
+        try:
+            check_integrity(sent)
+            malformed = False
+        except Exception:
+            malformed = True
+        number = turn + 1
+        if number in PROBE_TURNS:
+            run.recall[number] = _recall(sent)
+            run.sent_at_probe[number] = counter.count(list(sent))
+        run.turns.append(
+            ToolTurn(
+                prompt_tokens=result.usage.input_tokens,
+                cached_tokens=result.usage.cached_input_tokens,
+                sent_tokens=counter.count(list(sent)),
+                verbatim_turns=_verbatim_turns(sent, [e.message for e in conv.events]),
+                malformed=malformed,
+                cut=any(record.limited for record in result.limiting),
+            )
+        )
+        for record in result.limiting:
+            run.summaries += [str(c) for c in record.compactions]
+    run.seconds = time.perf_counter() - started
+    return run
+
+
+class SlotServer:
+    """A stand-in for one llama.cpp slot, for ``--simulate``: it answers as the
+    scripted calls do, and reports as cached the tokens of the longest run of
+    messages the prompt shares with the slot's previous one (what a slot's KV
+    cache reuses, to the message, so a little less than the server's token-level
+    match). The same conversation, policies and checks, without the hours a
+    busy CPU takes to process a 200-turn tool-heavy conversation."""
+
+    def __init__(self, counter: TokenCounter) -> None:
+        self.counter = counter
+        self.previous: tuple[Message, ...] = ()
+
+    def reply(self, call: ProviderCall) -> ProviderResponse:
+        messages = call.messages
+        shared = 0
+        for a, b in zip(self.previous, messages, strict=False):
+            if (a.role, a.content, a.tool_calls, a.tool_call_id) != (
+                b.role,
+                b.content,
+                b.tool_calls,
+                b.tool_call_id,
+            ):
+                break
+            shared += 1
+        self.previous = messages
+        total = self.counter.count(list(messages), call.tools)
+        cached = self.counter.count(list(messages[:shared]), call.tools) if shared else 0
+        last = messages[-1]
+        if last.role is Role.USER and last.text.startswith("Step "):
+            turn = int(last.text.split()[1].rstrip(":"))
+            arguments = json.dumps({"path": f"notes/{turn}.txt"})
+            message = Message.assistant(
+                tool_calls=[ToolCall(id=f"call_{turn}", name="read_file", arguments=arguments)]
+            )
+        elif last.role is Role.USER:  # a summary request (the summarizer's own slot)
+            message = Message.assistant(extract_summary(last.text))
+        else:
+            message = Message.assistant(f"Read it: {len(last.text.split())} words.")
+        return ProviderResponse(
+            message=message,
+            finish_reason="tool_calls" if message.tool_calls else "stop",
+            usage=Usage(input_tokens=total, cached_input_tokens=min(cached, total)),
+            model=MODEL_ALIAS,
+        )
+
+
+def extract_summary(material: str, limit: int = 1_000) -> str:
+    """A deterministic stand-in for the summarizing model: the sentences a summary
+    is told to keep (what the user asked to remember, the first line of what each
+    tool returned, an earlier summary's own lines), oldest first, up to ``limit``
+    characters."""
+    kept: list[str] = []
+    for line in material.splitlines():
+        if line.startswith("user: Summary of the earlier conversation:"):
+            continue
+        if line.startswith(("user: Step", "tool result")):
+            text = line.split(": ", 1)[1]
+            if "Remember:" in text:
+                kept.append(text.split("Remember:", 1)[1].strip())
+            elif line.startswith("tool result") and text.startswith("notes/"):
+                head = text.split(". ", 1)[0]
+                if ": " in head and len(head) < 80:
+                    kept.append(head)
+        elif not line.startswith(("user:", "assistant")) and line.strip():
+            kept.append(line.strip())  # a line of the earlier summary
+    summary = ""
+    for sentence in kept:
+        if len(summary) + len(sentence) + 2 > limit:
+            break
+        summary += sentence.rstrip(".") + ". "
+    return summary.strip()
+
+
+TOOL_POLICIES = ("cache-stable", "clear+cache-stable", "summarize+default", "slide-by-one")
+
+
+def tool_policy(policy: str, writer: Client) -> tuple[Any, Any]:
+    """The Pre and Post handlers of ``policy``; ``writer`` writes summaries."""
+    from threadline.limiting import clear_tool_results, summarize_oldest
+
+    if policy == "cache-stable":
+        return cache_stable_units(), None
+    if policy == "clear+cache-stable":
+        return clear_tool_results(keep=3), cache_stable_units()
+    if policy == "summarize+default":
+        summarize = summarize_oldest(
+            writer,
+            model=Model(MODEL_ALIAS, context_size=TOOL_SERVER_CONTEXT // 2),
+            keep_last_turns=4,
+            max_summary_tokens=320,
+        )
+        return summarize, cache_stable_units()
+    return drop_oldest_units(None), None
+
+
+async def measure_tool_heavy(
+    root: str | None,
+    *,
+    turns: int = 200,
+    policies: Sequence[str] = TOOL_POLICIES,
+    stop_after: Mapping[str, int] | None = None,
+    progress: Callable[[str], None] | None = None,
+    budget: int = TOOL_BUDGET,
+) -> list[ToolRun]:
+    """The tool-heavy conversation once per policy, at one budget, on the server at
+    ``root`` (``None``: on :class:`SlotServer` stand-ins)."""
+    held = dict(stop_after or {})
+    if root is None:
+        runs = []
+        for policy in policies:
+            counter = default_token_counter()
+            main = FunctionDriver(SlotServer(counter).reply)
+            summarizer = FunctionDriver(SlotServer(counter).reply)
+            client = Client(main, token_counter=counter)
+            writer = Client(summarizer, token_counter=counter)
+            pre, post = tool_policy(policy, writer)
+            run = await run_tool_heavy(
+                policy, client, pre, post, turns, held.get(policy), budget=budget
+            )
+            runs.append(run)
+            if progress is not None:
+                progress(f"{policy}: {run.seconds:.0f} s; {json.dumps(run.row())}")
+        return runs
+    timeout = httpx.Timeout(900.0, connect=5.0)
+    runs = []
+    async with (
+        httpx.AsyncClient(timeout=timeout) as http,
+        ScriptedCalls(f"{root}/v1", http_client=http, max_retries=0) as driver,
+        OpenAIChatDriver(f"{root}/v1", http_client=http, max_retries=0) as plain,
+    ):
+        client = Client(driver, token_counter=default_token_counter())
+        writer = Client(plain, token_counter=default_token_counter())
+        for policy in policies:
+            pre, post = tool_policy(policy, writer)
+            run = await run_tool_heavy(
+                policy, client, pre, post, turns, held.get(policy), budget=budget
+            )
+            runs.append(run)
+            if progress is not None:
+                progress(f"{policy}: {run.seconds:.0f} s; {json.dumps(run.row())}")
+    return runs
+
+
+def tool_table(runs: Sequence[ToolRun], turns: int, budget: int = TOOL_BUDGET) -> str:
+    rows = {run.name: run.row() for run in runs}
+    base = rows.get("cache-stable")
+    lines = [
+        f"tool-heavy: {turns} turns, results of 300-3,000 tokens, budget {budget} tokens; "
+        "averages over the turns from the first cut on",
+        "",
+        "| policy | turns held | prompt tokens from cache | tokens sent / turn | "
+        "turns kept verbatim | x cache-stable | malformed |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for name, row in rows.items():
+        ratio = (
+            row["verbatim_turns"] / base["verbatim_turns"] if base and base["verbatim_turns"] else 0
+        )
+        lines.append(
+            f"| {name} | {row['turns']} | {row['cached_pressure']:.0%} | "
+            f"{row['sent_tokens']:.0f} | {row['verbatim_turns']:.1f} | {ratio:.1f}x | "
+            f"{row['malformed']} |"
+        )
+    lines += [
+        "",
+        "| policy | "
+        + " | ".join(f"turn {t}: user facts, tool facts (tokens sent)" for t in PROBE_TURNS)
+        + " |",
+        "| --- |" + " ---: |" * len(PROBE_TURNS),
+    ]
+    for run in runs:
+        cells = []
+        for t in PROBE_TURNS:
+            if t in run.recall:
+                users, tools = run.recall[t]
+                cells.append(f"{users:.0%}, {tools:.0%} ({run.sent_at_probe[t]})")
+            else:
+                cells.append("not reached")
+        lines.append(f"| {run.name} | " + " | ".join(cells) + " |")
+    clear = rows.get("clear+cache-stable")
+    if clear is not None and base is not None:
+        ratio = clear["verbatim_turns"] / base["verbatim_turns"] if base["verbatim_turns"] else 0
+        met = (
+            clear["cached_pressure"] >= TOOL_CACHE_TARGET
+            and ratio >= VERBATIM_TARGET
+            and clear["malformed"] == 0
+        )
+        lines += [
+            "",
+            f"clearing targets (>= {TOOL_CACHE_TARGET:.0%} from cache, >= "
+            f"{VERBATIM_TARGET:.0f}x the turns kept verbatim of cache-stable, 0 malformed): "
+            f"{clear['cached_pressure']:.0%}, {ratio:.1f}x, {clear['malformed']}: "
+            f"{'met' if met else 'MISSED'}",
+        ]
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=200)
@@ -488,11 +898,27 @@ def main() -> None:
         help="end that policy's run after TURNS turns (same conversation, same budget)",
     )
     parser.add_argument("--json", type=Path, help="also write the rows here")
+    parser.add_argument(
+        "--simulate",
+        action="store_true",
+        help="tool-heavy only: stand-in slots instead of the server (see SlotServer)",
+    )
+    parser.add_argument("--budget", type=int, default=None, help="tool-heavy: the prompt budget")
+    parser.add_argument(
+        "--scenario",
+        choices=("short-turns", "tool-heavy"),
+        default="short-turns",
+        help="tool-heavy: results of 300-3,000 tokens, four policies (issue 34)",
+    )
     args = parser.parse_args()
     stop_after = {k: int(v) for k, v in (item.split("=", 1) for item in args.stop_after)}
 
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
+
+    if args.scenario == "tool-heavy":
+        tool_main(args, stop_after, progress)
+        return
 
     with contextlib.ExitStack() as stack:
         root = args.base_url or stack.enter_context(llama_server(args.threads))
@@ -511,6 +937,38 @@ def main() -> None:
     if args.json:
         args.json.write_text(json.dumps(report.rows(), indent=2))
     raise SystemExit(0 if report.targets_met() else 1)
+
+
+def tool_main(
+    args: argparse.Namespace, stop_after: Mapping[str, int], progress: Callable[[str], None]
+) -> None:
+    policies = (
+        TOOL_POLICIES
+        if args.policies.startswith("slide-by-one,cache")
+        else args.policies.split(",")
+    )
+    budget = args.budget or TOOL_BUDGET
+    with contextlib.ExitStack() as stack:
+        root: str | None = None
+        if not args.simulate:
+            root = args.base_url or stack.enter_context(
+                llama_server(args.threads, TOOL_SERVER_CONTEXT, slots=2)
+            )
+        runs = anyio.run(
+            lambda: measure_tool_heavy(
+                root,
+                turns=args.turns,
+                policies=policies,
+                stop_after=stop_after,
+                progress=progress,
+                budget=budget,
+            )
+        )
+    where = "stand-in slots (--simulate)" if args.simulate else "the llama.cpp server"
+    print(f"on {where}")
+    print(tool_table(runs, args.turns, budget))
+    if args.json:
+        args.json.write_text(json.dumps([run.row() for run in runs], indent=2))
 
 
 if __name__ == "__main__":

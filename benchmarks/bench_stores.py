@@ -17,6 +17,13 @@ asyncio:
   Redis): one ``add_items`` of prompt and answer per turn, no version check,
   no pending step; under contention the writers simply append.
 
+Each shape runs ``REPEATS`` times, every store and session in turn within a
+round, and the run with the median turns per second of each is printed and
+compared: on a shared machine one burst of a second or less swings by 2x
+either way (RedisStore / RedisSession at 8 conversations read 0.62, 1.86
+and 2.22 in three rounds of one run), and interleaving puts a busy moment on
+both sides alike.
+
 Targets: each threadline server store at least as fast as its peer (ratio
 >= 1), and faster than ``SQLiteStore`` at 64 concurrent conversations.
 """
@@ -51,6 +58,7 @@ ANSWER = (
     "thirty percent chance of showers in the afternoon. A small umbrella is a good idea."
 )
 POOL = 20
+REPEATS = 5
 
 
 class Measure:
@@ -61,6 +69,11 @@ class Measure:
     @property
     def turns_per_second(self) -> float:
         return len(self.latencies) / self.elapsed if self.elapsed else 0.0
+
+    @staticmethod
+    def median(measures: list[Measure]) -> Measure:
+        """The run with the median turns per second."""
+        return sorted(measures, key=lambda measure: measure.turns_per_second)[len(measures) // 2]
 
     def percentile(self, which: int) -> float:
         if len(self.latencies) < 2:
@@ -210,20 +223,27 @@ async def bench(pg_url: str, sa_url: str, redis_url: str, db_dir: Path, quick: b
         "PostgresStore": ("SQLAlchemySession", sqlalchemy_session),
         "RedisStore": ("RedisSession", redis_session),
     }
-    shapes = [(1, 60 if quick else 300), (8, 20 if quick else 80), (64, 4 if quick else 15)]
+    shapes = [(1, 60 if quick else 150), (8, 20 if quick else 40), (64, 4 if quick else 8)]
+    repeats = 3 if quick else REPEATS
     met = True
     results: dict[tuple[str, int], Measure] = {}
     for conversations, turns in shapes:
-        print(f"\n{conversations} concurrent conversation(s), {turns} turns each")
-        for name, store in stores.items():
+        print(
+            f"\n{conversations} concurrent conversation(s), {turns} turns each; the median of "
+            f"{repeats} rounds, each store and session in turn"
+        )
+        for store in stores.values():
             await run_threadline(store, conversations, 2)  # warm the pools
-            results[name, conversations] = measure = await run_threadline(
-                store, conversations, turns
-            )
+        rounds: dict[str, list[Measure]] = {}
+        for _ in range(repeats):
+            for name, store in stores.items():
+                measure = await run_threadline(store, conversations, turns)
+                rounds.setdefault(name, []).append(measure)
+            for peer, make in peers.values():
+                rounds.setdefault(peer, []).append(await run_sessions(make, conversations, turns))
+        for name, measures in rounds.items():
+            results[name, conversations] = measure = Measure.median(measures)
             line(name, measure)
-        for peer, make in peers.values():
-            results[peer, conversations] = measure = await run_sessions(make, conversations, turns)
-            line(peer, measure)
         for name, (peer, _) in peers.items():
             ratio = (
                 results[name, conversations].turns_per_second

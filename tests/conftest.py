@@ -18,10 +18,18 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import respx.mocks
 
-from servers import PostgresServer, RedisServer, require_or_skip
+from needs import require_or_skip
+from servers import PostgresServer, RedisServer
 
 BACKENDS = ("asyncio", "trio")
+
+# respx's default mocker patches httpcore's pool, which a driver's default transport
+# bypasses on asyncio (it sends through aiohttp's pool where httpx-aiohttp is
+# installed); httpx's mocker answers at the client, whatever its transport. The
+# docs (drivers.md, "Testing with respx") tell users the same.
+respx.mocks.DEFAULT_MOCKER = "httpx"
 
 
 @pytest.fixture

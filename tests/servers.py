@@ -9,6 +9,9 @@ absent the tests that need them are skipped with a message, except with
 ``THREADLINE_REQUIRE_INTEGRATION=1`` (CI), where a missing server fails.
 
 Both servers ask for a password, so the tests prove it never leaks.
+
+No pytest here: ``benchmarks/bench_stores.py`` starts its servers with this
+module and runs with the ``bench`` extra alone.
 """
 
 from __future__ import annotations
@@ -26,14 +29,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 __all__ = [
     "PASSWORD",
     "PostgresServer",
     "RedisServer",
     "assert_no_password",
-    "require_or_skip",
     "user_document",
 ]
 
@@ -41,13 +41,6 @@ PASSWORD = "s3cret-Pa55word"
 """The password both servers ask for; no test output may ever show it."""
 
 STARTUP_SECONDS = 60.0
-
-
-def require_or_skip(reason: str) -> None:
-    """Skip the test, or fail it when CI requires the integration servers."""
-    if os.environ.get("THREADLINE_REQUIRE_INTEGRATION") == "1":
-        pytest.fail(f"{reason} (THREADLINE_REQUIRE_INTEGRATION=1: a missing server is a failure)")
-    pytest.skip(reason)
 
 
 def free_port() -> int:

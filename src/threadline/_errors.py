@@ -16,6 +16,8 @@ Everything threadline raises on purpose derives from one root, so
     │   └── StoreClosedError           the store was closed with ``aclose()``
     ├── TokenizerDataError         the embedded vocabulary is missing or damaged
     ├── ToolArgumentsError         (also a ValueError) a tool call's arguments are not valid JSON
+    ├── OutputValidationError      (also a ValueError) a structured answer failed its type
+    ├── ToolError                  a tool's server could not start, or stopped during a call
     └── ProviderError              the provider failed; carries status, body, request id
         ├── AuthenticationError        401 / 403
         ├── RateLimitError             429
@@ -44,6 +46,7 @@ __all__ = [
     "HandlerError",
     "InvalidRequestError",
     "MaxRoundsExceededError",
+    "OutputValidationError",
     "ProviderError",
     "ProviderResponseError",
     "ProviderUnavailableError",
@@ -54,6 +57,7 @@ __all__ = [
     "ThreadlineError",
     "TokenizerDataError",
     "ToolArgumentsError",
+    "ToolError",
     "TranscriptIntegrityError",
 ]
 
@@ -101,6 +105,28 @@ class MaxRoundsExceededError(ThreadlineError):
             "raise the bound with Request.with_max_rounds(n)"
         )
         self.max_rounds = max_rounds
+
+
+class OutputValidationError(ThreadlineError, ValueError):
+    """The model's final answer did not validate as the request's ``output_type``,
+    after every repair round (``output_retries``) was spent, or it was refused or
+    cut off.
+
+    ``text`` is the raw answer, ``path`` where in it the first problem sits
+    (``"$.items[2].price"``; ``"$"`` for the whole answer), ``reason`` what is
+    wrong there, and ``attempts`` how many answers were tried. Nothing of the
+    failed turn is added to a conversation.
+    """
+
+    def __init__(self, reason: str, *, text: str, path: str = "$", attempts: int = 1) -> None:
+        super().__init__(
+            f"the answer is not a valid value of the output type after {attempts} "
+            f"attempt(s): {path}: {reason}"
+        )
+        self.reason = reason
+        self.text = text
+        self.path = path
+        self.attempts = attempts
 
 
 class ConversationFormatError(ThreadlineError, ValueError):
@@ -173,6 +199,14 @@ class TokenizerDataError(ThreadlineError):
 
 class ToolArgumentsError(ThreadlineError, ValueError):
     """A tool call's arguments are not the JSON object the tool expects."""
+
+
+class ToolError(ThreadlineError):
+    """A tool could not run: its MCP server could not start, or stopped during a call.
+
+    Raised when a server is entered (``async with MCPServer...``); during a
+    run the same error is the cause of an error result the model reads.
+    """
 
 
 class ProviderError(ThreadlineError):

@@ -9,7 +9,7 @@ budget), then ``TextDelta`` / ``ReasoningDelta`` as the reply arrives, then a
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import attrs
 
@@ -93,9 +93,15 @@ class RoundDone:
 
 @attrs.frozen(kw_only=True)
 class FinalResult:
-    """The run is complete."""
+    """The run is complete; ``output`` is the validated answer of a run with an
+    ``output_type`` (its text otherwise)."""
 
-    result: RunResult
+    result: RunResult[Any]
+
+    @property
+    def output(self) -> Any:
+        """``result.output``."""
+        return self.result.output
 
 
 StreamEvent: TypeAlias = (

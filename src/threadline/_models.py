@@ -6,8 +6,9 @@ well over a thousand models inside the package (no network: the bundled data
 is read, never fetched). An explicit ``context_size`` always wins over the
 catalog; a name the catalog does not know, given no ``context_size``, logs
 one WARNING per name on ``threadline.models`` saying that requests to it are
-not limited and how to fix that. The catalog is imported on first lookup,
-not with ``import threadline``.
+not limited and how to fix that. A window is read from a compact index of
+that data (``threadline._catalog``), built once per genai-prices release;
+genai-prices itself (and pydantic) is imported only to price a usage.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from threadline._catalog import IndexUnavailable, context_window
 from threadline._errors import InvalidRequestError
 
 if TYPE_CHECKING:
@@ -61,6 +63,12 @@ def catalog_context_size(name: str) -> int | None:
         >>> catalog_context_size("gpt-4o-mini")
         128000
     """
+    if not name.strip():
+        return None
+    try:
+        return context_window(name)
+    except IndexUnavailable:
+        pass
     entry = _catalog_entry(name)
     if entry is None:
         return None

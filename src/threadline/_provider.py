@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Protocol, TypeAlias, runtime_checkable
+from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 
 import attrs
 
@@ -18,11 +18,14 @@ from threadline._messages import Message, Usage
 from threadline._models import Model
 from threadline._replay import ANY_REPLAY, ReplayRules
 from threadline.counting._protocol import ExactCounter, ReplayProjection, TokenCounter
+from threadline.tools._output import OutputSchema
 from threadline.tools._tools import Tool
 
 __all__ = [
+    "CacheDiagnosis",
     "Driver",
     "FinishReason",
+    "OutputConstraint",
     "ProviderCall",
     "ProviderResponse",
     "ReasoningChunk",
@@ -35,7 +38,14 @@ __all__ = [
 ]
 
 FinishReason: TypeAlias = str
-"""``"stop"``, ``"length"``, ``"tool_calls"``, ``"content_filter"``, or what the provider said."""
+"""``"stop"``, ``"length"``, ``"tool_calls"``, ``"content_filter"``, ``"refusal"``, or what
+the provider said."""
+
+OutputConstraint: TypeAlias = Literal["schema", "grammar", "prompt"]
+"""How a driver holds a structured answer to its schema: ``"schema"`` the provider
+enforces the JSON schema it is sent, ``"grammar"`` the driver samples under a grammar
+made from it, ``"prompt"`` nothing does (the run asks in the system message and
+validates)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -66,6 +76,38 @@ class ProviderCall:
     cache_key: str | None = None
     """A stable key for the prompt prefix this call shares with earlier ones (a
     conversation's), for providers that route their prompt cache by one."""
+    output: OutputSchema | None = None
+    """The JSON schema the answer must follow (``output_type``), for the driver to send
+    or enforce as its ``output_constraint`` says; ``None``: a text answer."""
+    previous_response_id: str | None = None
+    """The ``response_id`` (else the ``request_id``) of the response to the call
+    before this one (the round before, or a conversation's previous turn): what
+    a provider's cache diagnosis
+    compares this call with (Anthropic's ``diagnostics.previous_message_id``).
+    Only for diagnosis; a stateless driver sends the whole transcript regardless."""
+
+
+@attrs.frozen(kw_only=True)
+class CacheDiagnosis:
+    """The provider's own account of why its prompt cache missed, read by a driver.
+
+    Anthropic's cache diagnostics (``diagnostics.cache_miss_reason`` on a
+    message, when the request carried ``diagnostics.previous_message_id``) and
+    OpenAI's ``prompt_cache_diagnostics`` on a Responses response compare a
+    request with an earlier one and name where they diverged. ``provider``
+    names who said it; ``reason`` is the provider's word, as it gave it
+    (``"system_changed"``, ``"tools_changed"``, ``"messages_changed"``,
+    ``"cache_hit"``...); ``missed_tokens`` how many input tokens it says the
+    divergence cost (``None``: not said).
+    """
+
+    provider: str
+    reason: str
+    missed_tokens: int | None = None
+
+    def __str__(self) -> str:
+        missed = "" if self.missed_tokens is None else f", {self.missed_tokens} tokens missed"
+        return f"{self.reason} ({self.provider}{missed})"
 
 
 @attrs.frozen(kw_only=True)
@@ -79,6 +121,18 @@ class ProviderResponse:
     model: str
     """The model name the provider says answered."""
     request_id: str | None = None
+    """The id the provider gave the HTTP request (``x-request-id``), for support."""
+    response_id: str | None = None
+    """The id the provider gave this response in its body (Anthropic's ``msg_...``,
+    OpenAI Responses' ``resp_...``): what a later call's cache diagnosis names
+    (``ProviderCall.previous_response_id``). ``None``: the body named none."""
+    replay_notes: tuple[str, ...] = ()
+    """What the driver did to the stored replay state to send this call, one line
+    each (a placeholder signature where the provider demands one, a stale signature
+    left off); the round's record keeps them (``RoundRecord.replay_notes``)."""
+    cache_diagnosis: CacheDiagnosis | None = None
+    """Why the provider's prompt cache missed, by the provider's own diagnosis, where
+    the driver reads one (see :class:`CacheDiagnosis`)."""
 
     @property
     def text(self) -> str:
@@ -214,6 +268,42 @@ class Driver(Protocol):
         Limiting asks it near the budget's edge when neither the request nor
         the client set an exact counter. Default: ``None``, nothing is
         counted exactly and the estimate decides.
+        """
+        return None
+
+    def output_constraint(self, model: Model) -> OutputConstraint:
+        """How this driver holds a structured answer from ``model`` to its schema.
+
+        A driver that sends ``ProviderCall.output`` to a provider which enforces
+        it says ``"schema"``; one that samples under a grammar ``"grammar"``.
+        Default: ``"prompt"``, the driver ignores ``output``, and the run puts
+        the schema in the system message and validates the answer.
+        """
+        return "prompt"
+
+    def tool_result_images(self, model: Model) -> bool:
+        """Whether a tool result sent to ``model`` may carry images (``ImagePart``).
+
+        Default: ``False``; the run loop then puts a note where an image was
+        (an MCP tool's screenshot, say), so what is sent is what was counted.
+        """
+        return False
+
+    async def compact(self, call: ProviderCall) -> ProviderResponse | None:
+        """Compact ``call.messages`` with the provider's own compaction, or ``None``.
+
+        A driver whose provider compacts a transcript natively (OpenAI's
+        ``/responses/compact``) sends it and gives back an assistant message
+        with no text and no tool call whose ``Reasoning.provider_reasoning``
+        holds what the provider returned, exactly as received, including a
+        block its :meth:`replay_rules` name as a ``boundary``: the window
+        then opens at that message for this provider and model, while any
+        other provider is handed the whole history (the state is theirs
+        alone). ``Conversation.compact()`` calls it and commits the message.
+        Default: ``None``, no native compaction.
+
+        Raises:
+            ProviderError: the provider refused or failed the compaction.
         """
         return None
 

@@ -12,8 +12,6 @@ import importlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import attrs
-
 __all__ = ["lazy_members", "publish"]
 
 
@@ -26,6 +24,12 @@ def publish(namespace: dict[str, Any], names: list[str], package: str) -> None:
     module that defined them, so cattrs and ``typing.get_type_hints`` keep
     working after the rename.
     """
+    if not names:
+        return
+    # attrs is imported here, not at the top: the top-level package publishes
+    # each name on first use, and ``import threadline`` should load no attrs.
+    import attrs
+
     for name in names:
         obj = namespace[name]
         if not isinstance(obj, type) and not callable(obj):

@@ -15,6 +15,12 @@ serves everyone who needs it, so they cannot drift apart:
   no malformed bytes, can reach the wire whoever calls it;
 - counting prices what is sent: the rules are the driver's replay projection.
 
+Some state is also a boundary (``ReplayRules.boundary``): OpenAI Responses'
+``compaction`` items carry everything before them. The latest message whose
+sent state holds one opens the window: the messages before it (system
+messages apart) are not sent, and so not counted, while the transcript keeps
+them (:func:`window_start`).
+
 ``Reasoning.provider`` names who produced the state (``"<driver>:<model>"``,
 see :func:`label_of`). State is only meaningful to the provider and model
 that made it (a signature is checked against the model), so state from
@@ -24,6 +30,7 @@ anyone else, or from no one named, is left out, never refused.
 from __future__ import annotations
 
 import enum
+import functools
 import json
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
@@ -40,6 +47,7 @@ __all__ = [
     "Replay",
     "ReplayRules",
     "ReplayScope",
+    "block_types",
     "check_provider_reasoning",
     "cycle_of",
     "label_of",
@@ -47,6 +55,7 @@ __all__ = [
     "reaches",
     "replay_of",
     "replayed",
+    "window_start",
 ]
 
 
@@ -76,6 +85,15 @@ def _blocks(value: Any) -> frozenset[str] | None:
     return found
 
 
+def _boundary(value: Any) -> frozenset[str]:
+    if isinstance(value, str) or not isinstance(value, Iterable):
+        fail("boundary", 'a set of block types ({"compaction"})', value)
+    found = frozenset(value)
+    if not all(isinstance(kind, str) and kind for kind in found):
+        fail("boundary", "a set of non-empty str", value)
+    return found
+
+
 def _scope(value: Any) -> ReplayScope:
     try:
         return ReplayScope(value)
@@ -94,14 +112,19 @@ class ReplayRules:
     ``None`` declares no allow-list (:data:`ANY_REPLAY`, what a driver that
     declares nothing gets): any valid JSON is handed to the driver, except a
     ``{"type": "text"}`` block, which the model would read as the assistant's
-    own words. ``scope`` says which messages' state is sent.
+    own words. ``scope`` says which messages' state is sent. ``boundary``
+    names block types that carry everything before them (OpenAI Responses'
+    ``compaction`` items): a message whose sent state holds one opens the
+    window, and nothing before it but system messages is sent
+    (:func:`window_start`); they must be in ``blocks`` too.
 
     The rules are a replay projection too (``replayed_reasoning``): counting
     prices the strings of the blocks they send, not the envelope.
 
     Raises:
-        InvalidRequestError: ``blocks`` is not a non-empty set of str, or
-            ``scope`` is not a :class:`ReplayScope`.
+        InvalidRequestError: ``blocks`` is not a non-empty set of str,
+            ``scope`` is not a :class:`ReplayScope`, or ``boundary`` names a
+            block type ``blocks`` does not send.
 
     Example::
 
@@ -111,6 +134,26 @@ class ReplayRules:
 
     blocks: frozenset[str] | None = attrs.field(default=None, converter=_blocks)
     scope: ReplayScope = attrs.field(default=ReplayScope.EVERY_TURN, converter=_scope)
+    boundary: frozenset[str] = attrs.field(default=frozenset(), converter=_boundary)
+    kept: frozenset[str] = attrs.field(default=frozenset(), converter=_boundary)
+    """Block types sent back every turn whatever ``scope`` says (Anthropic's
+    ``compaction`` blocks, which stand for the turns before them): a message
+    whose state holds one is in scope; they must be in ``blocks`` too."""
+
+    @boundary.validator
+    def _sent_too(self, _: object, value: frozenset[str]) -> None:
+        if value and (self.blocks is None or not value <= self.blocks):
+            fail("boundary", "block types that blocks sends too", sorted(value))
+
+    @kept.validator
+    def _kept_sent_too(self, _: object, value: frozenset[str]) -> None:
+        if value and (self.blocks is None or not value <= self.blocks):
+            fail("kept", "block types that blocks sends too", sorted(value))
+
+    def opens_window(self, raw: bytes) -> bool:
+        """Whether ``raw``, state these rules send, holds a boundary block (see
+        :func:`window_start`). State that is not JSON holds none."""
+        return bool(self.boundary) and _holds(self.boundary, raw)
 
     def check(self, raw: bytes, *, index: int) -> None:
         """Refuse ``raw`` unless it is state these rules may send (``index``: the
@@ -187,6 +230,24 @@ def _document(raw: bytes, index: int) -> Any:
             f"message {index}: its reasoning's provider_reasoning is not valid JSON ({reason}); "
             "it must be the provider's replay state exactly as the provider sent it"
         ) from None
+
+
+@functools.lru_cache(maxsize=4096)
+def _holds(kinds: frozenset[str], raw: bytes) -> bool:
+    """Whether ``raw`` holds a block of one of ``kinds``; each distinct state parsed once."""
+    if not has_provider_reasoning(raw):
+        return False
+    try:
+        document = _loads(raw)
+    except (ValueError, RecursionError):
+        return False
+    return not kinds.isdisjoint(block_types(document))
+
+
+def block_types(document: object) -> list[str | None]:
+    """The ``"type"`` of each block of a parsed state (one block, or a list of them)."""
+    listed = document if isinstance(document, list) else [document]
+    return [_block_type(block) for block in listed]
 
 
 def _block_type(block: object) -> str | None:
@@ -277,10 +338,15 @@ def cycle_of(rules: ReplayRules, messages: Sequence[Message]) -> int | None:
     return open_tool_cycle(messages) if rules.scope is ReplayScope.OPEN_TOOL_CYCLE else None
 
 
-def reaches(rules: ReplayRules, cycle: int | None, index: int) -> bool:
-    """Whether ``rules`` send the state of message ``index``, ``cycle`` being
-    :func:`cycle_of` its transcript."""
-    return rules.scope is ReplayScope.EVERY_TURN or index == cycle
+def reaches(rules: ReplayRules, cycle: int | None, index: int, raw: bytes = b"") -> bool:
+    """Whether ``rules`` send the state of message ``index`` (``raw``), ``cycle`` being
+    :func:`cycle_of` its transcript: every turn's, the open cycle's, or any that
+    holds a block the rules keep every turn (``ReplayRules.kept``)."""
+    return (
+        rules.scope is ReplayScope.EVERY_TURN
+        or index == cycle
+        or (bool(rules.kept) and _holds(rules.kept, raw))
+    )
 
 
 def replayed(
@@ -304,7 +370,11 @@ def replayed(
         if reasoning is None:
             continue
         verdict = replay_of(
-            reasoning, index=index, label=label, rules=rules, in_scope=reaches(rules, cycle, index)
+            reasoning,
+            index=index,
+            label=label,
+            rules=rules,
+            in_scope=reaches(rules, cycle, index, reasoning.provider_reasoning),
         )
         if verdict is Replay.SENT:
             sent[index] = reasoning.provider_reasoning
@@ -314,3 +384,20 @@ def replayed(
                 f"was not sent to {label} (another provider or model)"
             )
     return sent, foreign
+
+
+def window_start(sent: dict[int, bytes], rules: ReplayRules) -> int:
+    """Where the sent window of a transcript opens: the index of the latest message
+    whose sent state (``sent``, as :func:`replayed` returns it) holds a boundary
+    block of ``rules``, or 0.
+
+    The messages before it, system messages apart, are not sent: the boundary
+    block carries them (OpenAI bills and shows what precedes a compaction item
+    again if it is sent). The transcript still holds them.
+    """
+    if not rules.boundary:
+        return 0
+    for index in sorted(sent, reverse=True):
+        if rules.opens_window(sent[index]):
+            return index
+    return 0

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Generic, cast
 
 import attrs
+from typing_extensions import TypeVar
 
 from threadline._messages import Message, Usage
 from threadline._provider import ProviderResponse
@@ -12,8 +13,15 @@ from threadline._provider import ProviderResponse
 if TYPE_CHECKING:
     from threadline.limiting._budget import Budget
     from threadline.limiting._ledger import DroppedReasoning, LimitingRecord, ToolCallRepair
+    from threadline.limiting._prefix import CacheReport, SentPrompt
 
-__all__ = ["RoundRecord", "RunResult"]
+__all__ = ["OutputT", "RoundRecord", "RunResult"]
+
+OutputT = TypeVar("OutputT", default=str)
+"""The type of ``RunResult.output``: the request's ``output_type``, else ``str``."""
+
+_TEXT: Any = object()
+"""``RunResult``'s output of a run without an ``output_type``: its text."""
 
 
 @attrs.frozen(kw_only=True)
@@ -55,10 +63,21 @@ class RoundRecord:
     reasoning_dropped: tuple[DroppedReasoning, ...] = ()
     """Reasoning replay state left out of this round's call because another
     provider or model produced it (the messages themselves were sent)."""
+    replay_notes: tuple[str, ...] = ()
+    """What the driver did to stored replay state to send this round's call
+    (``ProviderResponse.replay_notes``): a placeholder signature it put where the
+    provider demands one, a signature it left off a part that was changed."""
     tool_calls_repaired: tuple[ToolCallRepair, ...] = ()
     """The first round's: what the request's repair of interrupted tool calls
     changed in the history before anything was sent
     (``RequestSettings.repair_interrupted_tool_calls``)."""
+    output_error: str | None = None
+    """For a run with an ``output_type``: why this round's final answer failed it
+    (``"$.total: field 'total' is required"``), when it did and a repair round followed."""
+    cache: CacheReport | None = None
+    """Why the cache missed, or that it could hit: how this round's prompt relates to
+    the round's before it (in a conversation, the previous turn's last round), the
+    share of the prompt the provider served from its cache, and its own diagnosis."""
 
     @property
     def decided_input_tokens(self) -> int:
@@ -86,12 +105,15 @@ class RoundRecord:
 
 
 @attrs.frozen(kw_only=True)
-class RunResult:
+class RunResult(Generic[OutputT]):
     """The outcome of ``Request.run()``.
 
     ``messages`` is the whole transcript as it stands after the run, each
     message with its origin; limiting may have removed seed messages from it,
     so use :meth:`new_messages` (never a slice offset) for what to persist.
+    :attr:`output` is the validated value of the request's ``output_type``
+    (``RunResult[Invoice]``), or the text when it has none; :attr:`text` is
+    always the raw text of the final answer.
     """
 
     response: ProviderResponse
@@ -101,11 +123,29 @@ class RunResult:
     turn_messages: tuple[Message, ...]
     """This run's own messages (origin ``TURN``) in order, even ones a later
     round's limiting left out."""
+    _output: Any = attrs.field(default=_TEXT, alias="output", repr=False)
+
+    @property
+    def output(self) -> OutputT:
+        """The final answer as a value of the request's ``output_type``, validated;
+        without one, the answer's text."""
+        if self._output is _TEXT:
+            return cast("OutputT", self.response.text)
+        return cast("OutputT", self._output)
+
+    last_prompt: SentPrompt | None = None
+    """What the last round sent (messages and tools): a conversation compares its
+    next turn's prompt with it (``RoundRecord.cache``)."""
 
     @property
     def text(self) -> str:
-        """The final reply's text."""
+        """The final reply's text (the raw JSON of a structured answer)."""
         return self.response.text
+
+    @property
+    def output_repairs(self) -> int:
+        """How many repair rounds the structured answer took (0: it was valid at once)."""
+        return sum(record.output_error is not None for record in self.rounds)
 
     @property
     def usage(self) -> Usage:
@@ -167,6 +207,8 @@ class RunResult:
                 f"; {interrupted} interrupted tool call(s) repaired, "
                 f"{len(repaired) - interrupted} orphan result(s) dropped"
             )
+        if self.output_repairs:
+            line += f"; {self.output_repairs} repair round(s) for an answer that failed its type"
         if self.reasoning_dropped:
             line += (
                 f"; reasoning of {len(self.reasoning_dropped)} message(s) left out "

@@ -37,6 +37,7 @@ from threadline.counting._protocol import (
     is_token_counter,
 )
 from threadline.counting._resolution import ExactCounter
+from threadline.tools._output import output_spec
 
 if TYPE_CHECKING:
     from threadline.limiting._event import TokenLimitHandler
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_EXACT_COUNT_MARGIN",
     "DEFAULT_MAX_ROUNDS",
+    "DEFAULT_OUTPUT_RETRIES",
     "RequestSettings",
     "SettingsChanges",
     "exact_counter_or_none",
@@ -52,6 +54,10 @@ __all__ = [
 
 DEFAULT_MAX_ROUNDS = 10
 """Provider calls one run may make before ``MaxRoundsExceededError``."""
+
+
+DEFAULT_OUTPUT_RETRIES = 1
+"""Repair rounds a structured answer that fails its type gets before ``OutputValidationError``."""
 
 
 DEFAULT_EXACT_COUNT_MARGIN = 0.1
@@ -125,6 +131,12 @@ def _extra_body(name: str, value: Any) -> None:
         fail(name, "a mapping", value)
 
 
+def _output_type(name: str, value: Any) -> None:
+    # Described now, so a type without a JSON schema is refused where it is given.
+    if value is not None:
+        output_spec(value)
+
+
 def _frozen_mapping(value: Any) -> Any:
     return MappingProxyType(dict(value)) if isinstance(value, Mapping) else value
 
@@ -158,6 +170,12 @@ class RequestSettings:
     history whose tool units an interruption broke: a call without a result
     gets one saying it was interrupted, a result for no call is dropped, and
     ``RoundRecord.tool_calls_repaired`` lists each repair (docs/requests.md).
+
+    Structured output (docs/structured-output.md): ``output_type`` (``None``:
+    a text answer) is the type the final answer must be, an attrs class, a
+    dataclass, a ``TypedDict``, a primitive, a ``list[...]`` or a union of
+    classes; ``output_retries`` (default 1) how many repair rounds an answer
+    that fails it gets before ``OutputValidationError``.
 
     Time limits, in seconds (``None``: none; see docs/requests.md):
     ``timeout`` bounds each provider call as a whole, the driver's retries
@@ -219,6 +237,10 @@ class RequestSettings:
     first_token_timeout: float | None = _seconds()
     tool_timeout: float | None = _seconds()
     repair_interrupted_tool_calls: bool = attrs.field(default=False, validator=attrs_check(_bool))
+    output_type: Any = attrs.field(default=None, validator=attrs_check(_output_type))
+    output_retries: int = attrs.field(
+        default=DEFAULT_OUTPUT_RETRIES, validator=attrs_check(non_negative_int)
+    )
 
     def evolve(self, **changes: Unpack[SettingsChanges]) -> RequestSettings:
         """A copy with ``changes`` applied, checked like a new value.
@@ -279,3 +301,5 @@ class SettingsChanges(TypedDict, total=False):
     first_token_timeout: float | None
     tool_timeout: float | None
     repair_interrupted_tool_calls: bool
+    output_type: Any
+    output_retries: int

@@ -67,7 +67,10 @@ class ScriptedDriver(Driver):
     Each reply, in order, is a ``str`` (the assistant's text), an assistant
     ``Message`` (possibly with tool calls) or an exception instance to raise.
     ``calls`` records every ``ProviderCall`` it received. Usage is reported
-    with the cheap ``4 + ceil(bytes / 4)`` estimate so usage code paths run.
+    with the cheap ``4 + ceil(bytes / 4)`` estimate so usage code paths run;
+    each message is priced once, so a long conversation's calls stay as cheap
+    as its first ones (a history cut or edited between calls is repriced from
+    the first message that changed).
 
     Raises:
         ScriptExhaustedError: when called after the last reply.
@@ -87,6 +90,7 @@ class ScriptedDriver(Driver):
         self.calls: list[ProviderCall] = []
         self._counter = token_counter
         self._stream_pieces = max(1, stream_pieces)
+        self._pricing = _InputPricing()
         self.add_replies(replies)
 
     def add_replies(self, replies: Iterable[ScriptedReply]) -> None:
@@ -130,7 +134,7 @@ class ScriptedDriver(Driver):
         message = Message.assistant(reply) if isinstance(reply, str) else reply
         message = message.with_origin(Origin.TURN)
         usage = Usage(
-            input_tokens=sum(estimate_message_tokens(m) for m in call.messages),
+            input_tokens=self._pricing.input_tokens(call.messages),
             output_tokens=estimate_message_tokens(message),
         )
         return ProviderResponse(

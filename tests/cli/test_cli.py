@@ -142,6 +142,9 @@ def test_conversations_list_show_export_import_and_delete(db: Path, tmp_path: Pa
     assert listing.code == 0
     assert listing.out.startswith("talk\t2 messages\tupdated 2")
 
+    # No action lists, as `llm logs` does.
+    assert invoke("conversations", "--db", str(db)).out == listing.out
+
     shown = invoke("conversations", "--db", str(db), "show", "talk")
     assert shown.out.splitlines() == ["user> How are you?", "assistant> Fine, thanks."]
 
@@ -443,6 +446,13 @@ def test_budget_says_what_is_left(db: Path) -> None:
     assert re.search(
         r"[\d,]+ of the 3,840-token budget left \(256 more kept for the answer\)", run.err
     )
+
+
+def test_budget_says_why_the_cache_missed_or_could_hit(db: Path) -> None:
+    driver = ScriptedDriver(["one", "two"])
+    run = invoke("chat", "--db", str(db), driver=driver, stdin="hi\nagain\n/budget\n/exit\n")
+    assert run.code == 0, run.err
+    assert re.search(r"round 1: cache: \d+% of the prompt; prefix kept \(1 message\)", run.err)
 
 
 # -- the chat's own conventions ----------------------------------------------------------

@@ -284,7 +284,7 @@ def test_a_connection_is_a_value() -> None:
         ({"retry_policy": RetryPolicy}, "retry_policy must be a RetryPolicy instance"),
         ({"base_url": "localhost:8080/v1"}, "base_url must be an http:// or https:// URL"),
         ({"api_key": 12345}, "api_key must be a str or None, not int"),
-        ({"transport": "curl"}, "transport must be 'httpx' or 'aiohttp'"),
+        ({"transport": "curl"}, "transport must be 'auto', 'httpx' or 'aiohttp'"),
     ],
 )
 def test_a_connection_refuses_a_bad_field_naming_it(arguments: dict[str, Any], named: str) -> None:

@@ -7,9 +7,11 @@ import logging
 
 import pytest
 
-from threadline import Client, Message, Model, ProviderError, ThreadlineError
+from threadline import NOT_GIVEN, Client, Message, Model, ProviderError, ThreadlineError
 from threadline.drivers import (
     AnthropicDriver,
+    GeminiDriver,
+    HTTPConnection,
     OpenAIChatDriver,
     OpenAIResponsesDriver,
     RetryPolicy,
@@ -63,15 +65,14 @@ ECHOES: dict[str, Act] = {
 }
 
 
-def drivers(url: str) -> dict[str, object]:
+def drivers(url: str, timeout: object = NOT_GIVEN) -> dict[str, object]:
+    policy = RetryPolicy(max_retries=0)
+    connection = HTTPConnection(api_key=KEY, retry_policy=policy, timeout=timeout)  # type: ignore[arg-type]
     return {
-        "openai": OpenAIChatDriver(url, api_key=KEY, retry_policy=RetryPolicy(max_retries=0)),
-        "anthropic": AnthropicDriver(
-            base_url=url, api_key=KEY, retry_policy=RetryPolicy(max_retries=0)
-        ),
-        "openai-responses": OpenAIResponsesDriver(
-            url, api_key=KEY, retry_policy=RetryPolicy(max_retries=0)
-        ),
+        "openai": OpenAIChatDriver(url, connection=connection),
+        "anthropic": AnthropicDriver(base_url=url, connection=connection),
+        "openai-responses": OpenAIResponsesDriver(url, connection=connection),
+        "gemini": GeminiDriver(base_url=url, connection=connection),
     }
 
 
@@ -93,7 +94,7 @@ async def failure(driver: object, mode: str) -> ProviderError:
 
 
 @pytest.mark.parametrize("mode", ["run", "stream"])
-@pytest.mark.parametrize("driver_name", ["openai", "anthropic", "openai-responses"])
+@pytest.mark.parametrize("driver_name", ["openai", "anthropic", "openai-responses", "gemini"])
 @pytest.mark.parametrize("echo", sorted(ECHOES))
 async def test_no_copy_of_an_echoed_key_is_reachable_from_the_error(
     server: FaultServer,
@@ -104,7 +105,10 @@ async def test_no_copy_of_an_echoed_key_is_reachable_from_the_error(
 ) -> None:
     server.script(ECHOES[echo])
     caplog.set_level(logging.DEBUG, logger="threadline")
-    error = await failure(drivers(server.url)[driver_name], mode)
+    # aiohttp (the default pool on asyncio) waits out the read time-out on an illegal
+    # chunk header, quoting nothing: a short one here (test_http_aiohttp proves it).
+    timeout = 2.0 if echo == "an illegal chunk header mid-stream" else NOT_GIVEN
+    error = await failure(drivers(server.url, timeout=timeout)[driver_name], mode)
     assert_unreachable(KEY, error)
     logging.getLogger("an.application").error("the model failed", exc_info=error)
     # threadline's log lines and an application's logging.exception; httpcore's own DEBUG

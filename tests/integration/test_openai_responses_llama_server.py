@@ -19,6 +19,7 @@ import attrs
 import pytest
 
 from threadline import (
+    BadRequestError,
     Client,
     FinalResult,
     Message,
@@ -269,3 +270,21 @@ async def test_a_streamed_tool_call_assembles_from_argument_deltas(
     assert pieces[0].id == first.id
     streamed = "".join(p.arguments for p in pieces if p.index == 0)
     assert streamed == first.arguments
+
+
+async def test_server_state_mode_meets_a_server_that_keeps_no_state(
+    llama_server_upstream: str, llama_model: Model
+) -> None:
+    # llama.cpp's server accepts store: true but keeps nothing, and refuses
+    # previous_response_id: the error says so and names the way out.
+    async with OpenAIResponsesDriver(
+        f"{llama_server_upstream}/v1", api_key="not-needed-locally", server_state=True
+    ) as driver:
+        client = Client(driver, default_model=llama_model)
+        first = await client.request().with_prompt("Say hi.").with_max_output_tokens(8).run()
+        assert first.text.strip()
+        follow = client.request().with_messages(first.messages).with_prompt("Again.")
+        with pytest.raises(BadRequestError) as refused:
+            await follow.with_max_output_tokens(8).run()
+    assert "previous_response_id" in refused.value.message
+    assert "server_state=False" in refused.value.message

@@ -39,7 +39,7 @@ async def test_a_long_conversation_is_summarized_and_the_server_accepts_it(
         agent,
         max_context_tokens=200,
         output_reserve_tokens=48,
-        pre_max_tokens_reached=summarize_oldest(client, keep_last_turns=1, max_summary_tokens=48),
+        pre_max_tokens_reached=summarize_oldest(agent, keep_last_turns=1, max_summary_tokens=64),
         post_max_tokens_reached=drop_oldest_units(None),
     )
     prompts = [
@@ -64,7 +64,11 @@ async def test_a_long_conversation_is_summarized_and_the_server_accepts_it(
         for r in results
         if any(m.text.startswith(SUMMARY_HEADING) for m in r.messages if m.role.value == "user")
     ]
-    assert summarized, "a summary message must have been sent"
+    # A summary cut off at max_summary_tokens is not used (a reported no-op), so the
+    # summaries are written at the agent's temperature 0; the outcomes say why when
+    # none was sent.
+    outcomes = [c for r in results for record in r.limiting for c in record.compactions]
+    assert summarized, f"a summary message must have been sent; outcomes: {outcomes}"
     summary_text = next(
         m.text for m in summarized[-1].messages if m.text.startswith(SUMMARY_HEADING)
     )

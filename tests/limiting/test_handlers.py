@@ -111,9 +111,10 @@ async def test_keep_last_turns_zero_summarizes_everything_before_the_prompt() ->
 async def test_the_prompt_and_the_live_tool_exchange_are_never_summarized() -> None:
     client, driver = summarizer("Earlier: greetings.")
     call = ToolCall(id="live", name="lookup", arguments="{}")
+    # Turns longer than their summary: a summary no shorter than what it covers is not used.
     messages = [
-        Message.user("Hello."),
-        Message.assistant("Hi."),
+        Message.user("Hello, I would like to tell you about my long day at the office."),
+        Message.assistant("Hi. I am listening; tell me about the long day at the office."),
         Message.user("Look it up."),
         Message.assistant(tool_calls=[call]),
         Message.tool("live", "found"),
@@ -211,6 +212,25 @@ async def test_an_agent_can_write_the_summaries_with_its_own_model() -> None:
     assert driver.calls[0].model == CHEAP
     assert driver.calls[0].messages[0].text == "Summarize."
     assert event.messages[1] == summary("From the agent.")
+
+
+async def test_an_agent_writes_the_summaries_with_its_sampling() -> None:
+    driver = ScriptedDriver(["From the agent."])
+    agent = Agent(Client(driver), model=CHEAP, temperature=0, top_p=0.5, seed=7)
+
+    await summarize_oldest(agent, keep_last_turns=0)(event_for(history()))
+
+    sampling = driver.calls[0].sampling
+    assert (sampling.temperature, sampling.top_p, sampling.seed) == (0, 0.5, 7)
+
+
+async def test_a_client_writes_the_summaries_with_the_provider_sampling() -> None:
+    driver = ScriptedDriver(["From the client."])
+
+    await summarize_oldest(Client(driver, default_model=CHEAP))(event_for(history()))
+
+    sampling = driver.calls[0].sampling
+    assert (sampling.temperature, sampling.top_p, sampling.seed) == (None, None, None)
 
 
 def test_summarize_oldest_refuses_what_it_cannot_use() -> None:

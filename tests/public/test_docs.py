@@ -10,9 +10,11 @@ builder, code that needs a real provider) and are not run. The site
 from __future__ import annotations
 
 import doctest
+import importlib.util
 import os
 import pkgutil
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,8 +22,10 @@ from pathlib import Path
 import pytest
 
 import threadline
+from needs import require_or_skip
 
 DOCS = Path(__file__).parents[2] / "docs"
+EXAMPLES = DOCS.parent / "examples"
 PAGES = sorted(DOCS.glob("*.md"))
 REFERENCE = DOCS / "reference"
 # Subpackages with a page of their own in the guide rather than an API reference,
@@ -31,6 +35,8 @@ BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 
 # Pages whose examples load the local model: they run with the integration tests.
 NEEDS_LOCAL_MODEL = {"local.md"}
+# Pages whose examples start an MCP server: they need the mcp extra (a failure in CI).
+NEEDS_MCP = {"tools.md"}
 
 
 def script_blocks(page: Path) -> list[str]:
@@ -57,6 +63,10 @@ def test_there_are_pages_to_check() -> None:
     ],
 )
 def test_the_page_runs(page: Path, tmp_path: Path) -> None:
+    if page.name in NEEDS_MCP and importlib.util.find_spec("mcp") is None:
+        require_or_skip(f"{page.name} starts an MCP server: pip install -e '.[mcp]'")
+    # A page names the examples as a reader of the repository finds them: examples/...
+    shutil.copytree(EXAMPLES, tmp_path / "examples")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_"))}
     result = subprocess.run(
         [sys.executable, "-c", "\n\n".join(script_blocks(page))],

@@ -24,7 +24,10 @@ SUBPACKAGES = (
 
 def test_the_top_level_names_are_exactly_all() -> None:
     # httpx's rule: nothing public sits at the top level unless __all__ lists it
-    # (subpackages are namespaces, not names).
+    # (subpackages are namespaces, not names). The names load on first use, so
+    # each is used first: what is left over would be a name nobody listed.
+    for name in threadline.__all__:
+        getattr(threadline, name)
     public = {
         name
         for name, value in vars(threadline).items()
@@ -97,3 +100,23 @@ def test_lazy_subpackages_still_hand_out_their_members() -> None:
     assert {MemoryStore.__name__, SQLiteStore.__name__} == {"MemoryStore", "SQLiteStore"}
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
         _ = threadline.drivers.Nope  # type: ignore[attr-defined]
+
+
+def _loaded_after(code: str, modules: tuple[str, ...]) -> list[str]:
+    """Which of ``modules`` a fresh interpreter has loaded after running ``code``."""
+    probe = f"import sys\n{code}\nprint([m for m in {modules!r} if m in sys.modules])"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    return [name.strip("' ") for name in out.stdout.strip()[1:-1].split(",") if name.strip()]
+
+
+HEAVY = ("pydantic", "genai_prices", "httpx", "httpcore", "anyio", "attrs", "cattrs", "tiktoken")
+
+
+def test_import_threadline_loads_no_heavy_dependency() -> None:
+    # Every public name loads on first use: a CLI or a serverless start that
+    # only imports the package pays for none of these.
+    assert _loaded_after("import threadline", HEAVY) == []
+
+
+def test_a_top_level_name_loads_its_module_on_first_use() -> None:
+    assert _loaded_after("from threadline import Message", ("attrs", "httpx")) == ["attrs"]

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import shlex
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -34,10 +35,12 @@ from threadline.cli._errors import USER_FACING_ERRORS, CliError, describe
 from threadline.cli._interactive import interactive
 from threadline.cli._io import IO
 from threadline.cli._options import LOCAL_REPEAT_PENALTY
+from threadline.cli._schema import output_type_of
 from threadline.cli._session import ChatSession
 from threadline.cli._setup import NO_LOCAL_MODEL, db_path, open_store, provider_url
 from threadline.counting import TokenCalibration
 from threadline.serialization import ConversationDocument
+from threadline.tools import MCPServer
 
 __all__ = ["DriverFactory", "chat"]
 
@@ -125,8 +128,26 @@ def _conversation(
     return Conversation.from_document(agent, document, store=store, version=version)
 
 
+async def _mcp_servers(
+    args: argparse.Namespace, stack: contextlib.AsyncExitStack
+) -> list[MCPServer]:
+    """Each ``--mcp COMMAND``, started and entered on ``stack``."""
+    servers = []
+    for command in args.mcp:
+        words = shlex.split(command)
+        if not words:
+            raise CliError("--mcp needs a command, like --mcp 'python server.py'")
+        servers.append(await stack.enter_async_context(MCPServer.stdio(words[0], words[1:])))
+    return servers
+
+
 def _agent(
-    client: Client, driver: Driver, model: Model, max_output: int | None, args: argparse.Namespace
+    client: Client,
+    driver: Driver,
+    model: Model,
+    max_output: int | None,
+    args: argparse.Namespace,
+    tools: Sequence[MCPServer] = (),
 ) -> Agent:
     penalty = args.repeat_penalty
     if penalty is None and driver.name == "local":
@@ -135,6 +156,7 @@ def _agent(
         client,
         model=model,
         instructions=args.system,
+        tools=tools,
         max_output_tokens=max_output,
         temperature=args.temperature,
         extra_body={} if penalty is None else {"repeat_penalty": penalty},
@@ -157,6 +179,7 @@ async def chat(args: argparse.Namespace, io: IO, factory: DriverFactory) -> int:
     url: str | None = None
     try:
         async with contextlib.AsyncExitStack() as stack:
+            output_type = None if args.schema is None else output_type_of(args.schema)
             store: ConversationStore | None = None
             reading = args.no_save and (args.conversation or args.resume_last)
             if not args.no_save or (reading and db_path(args).exists()):
@@ -171,7 +194,8 @@ async def chat(args: argparse.Namespace, io: IO, factory: DriverFactory) -> int:
             client = await stack.enter_async_context(
                 Client(driver, default_model=model, calibration=TokenCalibration())
             )
-            agent = _agent(client, driver, model, max_output, effective)
+            servers = await _mcp_servers(args, stack)
+            agent = _agent(client, driver, model, max_output, effective, servers)
             conversation = _conversation(
                 agent,
                 effective,
@@ -186,6 +210,7 @@ async def chat(args: argparse.Namespace, io: IO, factory: DriverFactory) -> int:
                 io=io,
                 args=args,
                 saving=not args.no_save,
+                output_type=output_type,
             )
             if session.window() is None:
                 io.note(_unknown_window(session))

@@ -1,4 +1,4 @@
-"""``threadline conversations list|show|export|import|delete``.
+"""``threadline conversations [list|show|export|import|delete]`` (no action lists).
 
 ``list``, ``show`` and ``export`` only read: they open the database read-only,
 so they never create one and work where the file cannot be written. "Updated"

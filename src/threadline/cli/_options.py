@@ -154,7 +154,7 @@ def _chat_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     where.add_argument(
         "--provider",
-        choices=("openai", "openai-responses", "anthropic", "local"),
+        choices=("openai", "openai-responses", "anthropic", "gemini", "local"),
         help="choose the provider outright (default: $THREADLINE_PROVIDER, see below)",
     )
     _add_budget_options(chat)
@@ -164,7 +164,7 @@ def _chat_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="N",
         help="send at least the last N messages as history (default: 0, all of it)",
     )
-    chat.add_argument("--system", metavar="TEXT", help="the system instructions (default: none)")
+    _add_instructions_and_tools(chat)
     _add_sampling_options(chat)
     _add_db(chat)
     chat.add_argument(
@@ -207,6 +207,26 @@ def _add_budget_options(chat: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_instructions_and_tools(chat: argparse.ArgumentParser) -> None:
+    """What the model is told, what it may call, and what its answer must be."""
+    chat.add_argument("--system", metavar="TEXT", help="the system instructions (default: none)")
+    chat.add_argument(
+        "--schema",
+        metavar="FILE|MODULE:NAME",
+        help="answer as JSON of this schema (a JSON schema file, or a Python type such as "
+        "shop.models:Order), constrained where the provider can and validated; prints the "
+        "validated JSON (default: none, a text answer)",
+    )
+    chat.add_argument(
+        "--mcp",
+        action="append",
+        default=[],
+        metavar="COMMAND",
+        help="start an MCP server over stdio and offer its tools, e.g. --mcp 'python server.py' "
+        "(repeatable; needs pip install 'threadline[mcp]'; default: no tools)",
+    )
+
+
 def _add_sampling_options(chat: argparse.ArgumentParser) -> None:
     chat.add_argument(
         "--temperature",
@@ -227,12 +247,14 @@ def _conversations_parser(commands: argparse._SubParsersAction[argparse.Argument
     conversations = commands.add_parser(
         "conversations",
         help="list, show, export, import or delete saved conversations",
-        description="Manage the saved conversations. list, show and export only read: they "
-        "never create a database and work on a read-only one.",
+        description="Manage the saved conversations; with no action, list them. list, show and "
+        "export only read: they never create a database and work on a read-only one.",
         formatter_class=_Formatter,
     )
     _add_db(conversations)
-    actions = conversations.add_subparsers(dest="action", required=True, metavar="ACTION")
+    # No action lists, as `llm logs` does: the first thing a user wants to see.
+    actions = conversations.add_subparsers(dest="action", metavar="[ACTION]")
+    conversations.set_defaults(action="list")
     listing = actions.add_parser("list", help="every saved conversation, latest first")
     _add_db(listing)
     show = actions.add_parser("show", help="a conversation's messages")

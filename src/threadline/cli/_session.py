@@ -7,12 +7,14 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 import attrs
 
 from threadline import Conversation, FinalResult, Model, RunResult, TextDelta
 from threadline.cli._errors import CliError, describe
 from threadline.cli._io import IO
+from threadline.cli._schema import validated_json
 from threadline.cli._status import check_prompt_fits, check_window, status_line
 from threadline.limiting import Budget
 
@@ -43,6 +45,8 @@ class ChatSession:
     """Set when Ctrl-C stops an answer: nothing more of it is printed."""
     last_result: RunResult | None = None
     """The last answered turn, whose counts ``/budget`` explains."""
+    output_type: Any = None
+    """``--schema``'s type: each answer is validated as one and printed as its JSON."""
 
     def where(self) -> str:
         return f"{self.model.name} at {self.url}" if self.url else f"{self.model.name} (local)"
@@ -72,14 +76,19 @@ class ChatSession:
         self.muted = False
         result: RunResult | None = None
         out = self.io.stdout
-        async with self.conversation.stream(prompt) as events:
+        structured = self.output_type is not None
+        async with self.conversation.stream(prompt, output_type=self.output_type) as events:
             async for event in events:
-                if isinstance(event, TextDelta):
+                # A structured answer is printed once validated, not as it streams.
+                if isinstance(event, TextDelta) and not structured:
                     if not self.muted:
                         out.write(event.text)
                         out.flush()
                 elif isinstance(event, FinalResult):
                     result = event.result
+        if structured and result is not None:
+            out.write(validated_json(result.output))
+            out.flush()
         return result
 
     def status(self, result: RunResult) -> str:

@@ -37,6 +37,10 @@ __all__ = [
     "reply_cap",
 ]
 
+DEFAULT_GEMINI_MODEL = "gemini-2.5-flash"
+GEMINI_CONTEXT = 1_048_576
+"""The window of a Gemini model the catalog does not list: the 2.5 and 3 families' own."""
+
 SMALL_WINDOW = 16_384
 """Below this, the reply's default room is a quarter of the window, not 4,096 tokens."""
 
@@ -101,9 +105,21 @@ def build_driver(args: argparse.Namespace) -> tuple[Driver, Model, int | None]:
         name = args.model or os.environ.get("THREADLINE_MODEL") or "claude-sonnet-4-5"
         model = Model(name, context_size=catalog_context_size(name) or 200_000)
         return AnthropicDriver(base_url=args.base_url), model, args.max_output_tokens
+    if provider == "gemini":
+        return _gemini_driver(args)
     if provider == "local":
         return _local_driver(args)
     return _openai_driver(args, responses=provider == "openai-responses")
+
+
+def _gemini_driver(args: argparse.Namespace) -> tuple[Driver, Model, int | None]:
+    """The Gemini Developer API: the key from GEMINI_API_KEY (else GOOGLE_API_KEY), the
+    root from GEMINI_BASE_URL (``--base-url`` names an OpenAI-compatible server)."""
+    from threadline.drivers.gemini import GeminiDriver
+
+    name = args.model or os.environ.get("THREADLINE_MODEL") or DEFAULT_GEMINI_MODEL
+    model = Model(name, context_size=catalog_context_size(name) or GEMINI_CONTEXT)
+    return GeminiDriver(), model, args.max_output_tokens
 
 
 def _local_driver(args: argparse.Namespace) -> tuple[Driver, Model, int | None]:

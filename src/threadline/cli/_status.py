@@ -96,6 +96,10 @@ def budget_words(conversation: Conversation, last: RunResult | None = None) -> s
     after = "" if gap is None else f"\n{gap}"
     if last is not None and any(step.limited for step in last.limiting):
         after += f"\nlast turn's limiting: {last.limiting_summary()}"
+    if last is not None:
+        after += "".join(
+            f"\nround {record.round}: {record.cache}" for record in last.rounds if record.cache
+        )
     if budget is None:
         return f"{taken}; no budget: the window is unknown, set --max-context-tokens{after}"
     left = budget.prompt_tokens - estimate

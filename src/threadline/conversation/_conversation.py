@@ -19,7 +19,7 @@ import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import Unpack
+from typing import Any, Unpack
 
 import attrs
 
@@ -33,10 +33,11 @@ from threadline._messages import Message, Origin, Role, Usage
 from threadline._models import Model
 from threadline._provider import ProviderResponse
 from threadline._result import RunResult
-from threadline._sentinel import NotGiven
+from threadline._sentinel import NOT_GIVEN, NotGiven
 from threadline._settings import RequestSettings, SettingsChanges
 from threadline._store import ConversationStore
 from threadline._validate import fail, non_negative_int
+from threadline.conversation._compaction import native_compaction
 from threadline.conversation._document import header_settings, restore, restore_calibration
 from threadline.conversation._durability import Header, TurnWrite, TurnWriter, now, read_stored
 from threadline.conversation._lock import TurnLock
@@ -61,6 +62,8 @@ from threadline.engine._agent import Agent, combined_settings
 from threadline.engine._plan import RunPlan, settings_budget, settings_counter
 from threadline.engine._replay import sent_form
 from threadline.engine._request import planned, run_plan, stream_plan, with_checked_history
+from threadline.limiting._ledger import CompactionOutcome
+from threadline.limiting._prefix import SentPrompt
 from threadline.serialization._converter import dumps_conversation, loads_conversation
 from threadline.serialization._documents import (
     ConversationDocument,
@@ -68,6 +71,7 @@ from threadline.serialization._documents import (
     JsonValue,
     id_problem,
 )
+from threadline.tools._output import output_spec
 
 __all__ = ["Conversation", "Turn"]
 
@@ -141,6 +145,9 @@ class Conversation:
         self._window = KeptWindow()
         self._slide: Slide | None = None
         self._writer = TurnWriter(store, self._id)
+        # What the last turn's last round sent: the next turn's prompt is compared
+        # with it, to say why the provider's cache missed (RoundRecord.cache).
+        self._last_prompt: SentPrompt | None = None
 
     # -- state --------------------------------------------------------------------------
 
@@ -297,15 +304,19 @@ class Conversation:
     def token_estimate(self) -> int:
         """The tokens the next request would carry before its prompt: :attr:`model_input`
         (as the driver would be handed it, after the replay rules) and the agent's
-        tools, priced with the counter a turn would use.
+        tools (and the output schema of its settings), priced with the counter a turn would use.
 
         Raises:
             InvalidRequestError: no model to resolve the counter for.
         """
         agent = self._agent
         defaults, model = agent.client.defaults, self._model()
-        counter = settings_counter(self._policy.settings, defaults, model)
-        return counter.count(sent_form(self.model_input, defaults.driver, model), agent.tools)
+        settings = self._policy.settings
+        counter = settings_counter(settings, defaults, model)
+        tools = agent.tools
+        if settings.output_type is not None:  # priced as a turn prices it
+            tools = (*tools, output_spec(settings.output_type).schema.counted_tool())
+        return counter.count(sent_form(self.model_input, defaults.driver, model), tools)
 
     def available_context_tokens(self) -> int | None:
         """Prompt budget left after :meth:`token_estimate`, at least 0; ``None`` without a budget.
@@ -331,10 +342,13 @@ class Conversation:
 
     # -- running ------------------------------------------------------------------------
 
-    async def run(self, prompt: str | Message) -> RunResult:
+    async def run(self, prompt: str | Message, *, output_type: Any = NOT_GIVEN) -> RunResult[Any]:
         """Run one turn and add it to the conversation.
 
         A failed or cancelled run changes nothing, in memory or in the store.
+        ``output_type`` sets this turn's (see ``Request.with_output_type``;
+        ``None``: a text answer), instead of the settings'; the turn saves the
+        answer's raw text, whose value ``Turn.output`` rebuilds when asked.
 
         Raises:
             InvalidRequestError: a prompt that is not a str or a user message,
@@ -345,9 +359,11 @@ class Conversation:
                 answered when the write came while the model worked, with the
                 answer in ``unsaved_result``. Either way the turn is not added.
             ProviderError, HandlerError, MaxRoundsExceededError: as ``Request.run``.
+            OutputValidationError: the answer failed the turn's output type (the
+                turn is not added).
         """
         async with self._lock.held():
-            turn = self._prepare(prompt)
+            turn = self._prepare(prompt, output_type)
             try:
                 await self._writer.write_pending(turn.write, self._pending_header(turn))
                 result = await run_plan(turn.plan)
@@ -358,9 +374,12 @@ class Conversation:
                     await self._writer.abandon(turn.write)
 
     @asynccontextmanager
-    async def stream(self, prompt: str | Message) -> AsyncIterator[AsyncIterator[StreamEvent]]:
+    async def stream(
+        self, prompt: str | Message, *, output_type: Any = NOT_GIVEN
+    ) -> AsyncIterator[AsyncIterator[StreamEvent]]:
         """Run one turn, yielding its events; the turn joins the conversation when the
-        stream completes (before ``FinalResult`` is handed out).
+        stream completes (before ``FinalResult`` is handed out). ``output_type`` as
+        for :meth:`run`.
 
         Leaving the ``async with`` before ``FinalResult`` (``break``, an
         exception, a cancel scope) cancels the turn and changes nothing::
@@ -371,7 +390,7 @@ class Conversation:
                         print(event.text, end="")
         """
         async with self._lock.held():
-            turn = self._prepare(prompt)
+            turn = self._prepare(prompt, output_type)
             try:
                 await self._writer.write_pending(turn.write, self._pending_header(turn))
                 async with stream_plan(turn.plan) as events:
@@ -392,7 +411,7 @@ class Conversation:
                 await self._commit(turn, event.result)
             yield event
 
-    def _prepare(self, prompt: str | Message) -> _Turn:
+    def _prepare(self, prompt: str | Message, output_type: Any = NOT_GIVEN) -> _Turn:
         """The turn sending ``prompt``, its request planned: an invalid one is refused
         here, before anything is written."""
         if isinstance(prompt, str):
@@ -412,9 +431,11 @@ class Conversation:
         else:
             with_checked_history(request, checked)  # a turn costs what its new messages cost
         request.with_prompt(message).with_cache_key(cache_key(self._id))
+        if not isinstance(output_type, NotGiven):
+            request.with_output_type(output_type)
         return _Turn(
             write=self._writer.begin(transcript.next_turn_id, message, transcript.pending),
-            plan=planned(request),
+            plan=attrs.evolve(planned(request), previous_prompt=self._last_prompt),
             sent=sent,
             slide_key=key,
         )
@@ -454,6 +475,7 @@ class Conversation:
         transcript.pending = pending
         transcript.append_turn(events, result.response, result.usage)
         self._window, self._slide = window, slide
+        self._last_prompt = result.last_prompt
 
     # -- rewriting ----------------------------------------------------------------------
 
@@ -484,6 +506,54 @@ class Conversation:
                 ),
                 window=KeptWindow(),
             )
+
+    async def compact(self) -> CompactionOutcome:
+        """Compact the conversation with the provider's own compaction, where it has one.
+
+        What the next turn would send is handed to the driver's
+        ``Driver.compact`` (OpenAI's ``/responses/compact`` for
+        ``OpenAIResponsesDriver``), and its answer, an assistant message with
+        no text holding the opaque compaction, is added at the end of the
+        transcript as a turn of its own, in one versioned write. Later turns
+        to that provider and model send only what follows it (plus what the
+        compaction retained); the transcript and the store keep every turn,
+        so another provider is still handed the whole history, never the
+        opaque state. The call's usage joins :attr:`total_usage`.
+
+        A compaction that cannot be used changes nothing and says why: the
+        returned :class:`~threadline.limiting.CompactionOutcome` is
+        ``"unsupported"`` (the driver has none), ``"failed"`` (the provider
+        refused or failed), ``"empty"`` (no compaction came back, or nothing
+        to compact), else ``"applied"``; ``covered_tokens`` and
+        ``summary_tokens`` are :meth:`token_estimate` before and after.
+
+        Raises:
+            InvalidRequestError: no model.
+            ConcurrentModificationError: the store changed under this
+                conversation; nothing is written.
+        """
+        async with self._lock.held():
+            driver, model = self._agent.client.defaults.driver, self._model()
+            transcript = self._transcript
+            done = await native_compaction(
+                driver,
+                model,
+                sent_form(self.model_input, driver, model),
+                turn_id=transcript.next_turn_id,
+                covered_tokens=self.token_estimate(),
+                cache_key=cache_key(self._id),
+            )
+            if done.event is None:
+                return done.outcome
+            compacted = Transcript(
+                (*transcript.events, done.event),
+                pending=transcript.pending,
+                next_turn_id=transcript.next_turn_id + 1,
+                total_usage=transcript.total_usage + (done.event.usage or Usage()),
+            )
+            compacted.last_response = transcript.last_response  # the answer stays the last
+            await self._rewrite(compacted)  # appended: the kept window's indices still hold
+            return attrs.evolve(done.outcome, summary_tokens=self.token_estimate())
 
     async def reset(self) -> None:
         """Forget the transcript, pending prompts and usage; keep the agent, id and settings.

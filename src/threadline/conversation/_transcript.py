@@ -12,12 +12,14 @@ import itertools
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from operator import attrgetter
+from typing import Any, TypeVar, overload
 
 import attrs
 
 from threadline._errors import (
     ConversationFormatError,
     InvalidRequestError,
+    OutputValidationError,
     TranscriptIntegrityError,
 )
 from threadline._messages import Message, Origin, Role, Usage
@@ -31,10 +33,12 @@ from threadline.serialization._documents import (
     ConversationEvent,
     check_turn_order,
 )
+from threadline.tools._output import OutputProblem, output_spec
 
 __all__ = ["Transcript", "Turn", "checked_replacement", "sum_usage", "turn_events"]
 
 _turn_id_of = attrgetter("turn_id")
+_Value = TypeVar("_Value")
 
 
 @attrs.frozen(kw_only=True)
@@ -70,6 +74,27 @@ class Turn:
     def usage(self) -> Usage:
         """What the turn's provider calls reported, summed."""
         return sum_usage(self.events)
+
+    @overload
+    def output(self, output_type: type[_Value]) -> _Value: ...
+    @overload
+    def output(self, output_type: Any) -> Any: ...
+
+    def output(self, output_type: Any) -> Any:
+        """The turn's answer rebuilt as a value of ``output_type`` from its saved text.
+
+        A conversation saves each answer's raw text; the value is made again, and
+        checked again, only when asked.
+
+        Raises:
+            InvalidRequestError: the type has no JSON schema.
+            OutputValidationError: the saved text is not a valid value of it.
+        """
+        text = self.text
+        try:
+            return output_spec(output_type).parse(text)
+        except OutputProblem as problem:
+            raise OutputValidationError(problem.reason, text=text, path=problem.path) from None
 
 
 def sum_usage(events: Iterable[ConversationEvent]) -> Usage:

@@ -2,7 +2,8 @@
 
 ``OpenAIChatDriver`` speaks OpenAI Chat Completions (and every
 OpenAI-compatible server); ``AnthropicDriver`` the Anthropic Messages API
-(thinking replayed exactly); ``LocalDriver`` runs a GGUF model in process and
+(thinking replayed exactly); ``GeminiDriver`` the Gemini Developer API
+(thought signatures kept on their part); ``LocalDriver`` runs a GGUF model in process and
 needs the ``threadline[local]`` extra. Every HTTP driver connects through an
 ``HTTPConnection`` (base URL, key, client, time-out, retries, headers), which
 drivers may share. The driver contract (``Driver``,
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from threadline.drivers._http import HTTPConnection as HTTPConnection
     from threadline.drivers._http import RetryPolicy as RetryPolicy
     from threadline.drivers.anthropic import AnthropicDriver as AnthropicDriver
+    from threadline.drivers.gemini import GeminiDriver as GeminiDriver
     from threadline.drivers.local import LocalDriver as LocalDriver
     from threadline.drivers.openai_chat import OpenAIChatDriver as OpenAIChatDriver
     from threadline.drivers.openai_responses import OpenAIResponsesDriver as OpenAIResponsesDriver
@@ -48,6 +50,7 @@ if TYPE_CHECKING:
 # is its own folder plus one line here: __all__ below is made from this table.
 _LAZY = {
     "AnthropicDriver": "threadline.drivers.anthropic",
+    "GeminiDriver": "threadline.drivers.gemini",
     "HTTPConnection": "threadline.drivers._http",
     "LocalDriver": "threadline.drivers.local",
     "OpenAIChatDriver": "threadline.drivers.openai_chat",

@@ -24,7 +24,7 @@ from threadline.counting._protocol import TokenCounter
 from threadline.engine._client import Client
 from threadline.engine._plan import settings_counter
 from threadline.engine._request import Request
-from threadline.tools._tools import Tool, Toolset
+from threadline.tools._tools import Tool, Toolset, ToolSource
 
 __all__ = ["Agent", "combined_settings"]
 
@@ -47,7 +47,8 @@ class Agent:
     makes: its one-shot :meth:`run` and :meth:`stream`, and every turn of
     every conversation built on it, loaded ones included. Limiting handlers
     set here reach them all. An agent does not change once built; many
-    conversations can share one.
+    conversations can share one. ``output_type=T`` makes every answer a
+    validated ``T`` in ``RunResult.output`` (docs/structured-output.md).
 
     ``model`` unset uses the client's ``default_model``. Tools are ``Tool``
     objects or typed functions; every tool needs a function, since the agent
@@ -65,7 +66,7 @@ class Agent:
         print((await agent.run("Weather in Porto?")).text)
     """
 
-    __slots__ = ("_client", "_instructions", "_model", "_settings", "_tools")
+    __slots__ = ("_client", "_instructions", "_model", "_settings", "_sources", "_tools")
 
     def __init__(
         self,
@@ -73,7 +74,7 @@ class Agent:
         *,
         model: Model | str | None = None,
         instructions: str | None = None,
-        tools: Iterable[Tool | Callable[..., Any]] = (),
+        tools: Iterable[Tool | ToolSource | Callable[..., Any]] = (),
         settings: RequestSettings | None = None,
         **options: Unpack[SettingsChanges],
     ) -> None:
@@ -85,7 +86,10 @@ class Agent:
             fail("model", "a Model, a name or None", model)
         if instructions is not None and not isinstance(instructions, str):
             fail("instructions", "a str or None", instructions)
-        toolset = Toolset(tuple(tools))
+        given = tuple(tools)
+        # A source (an MCP server) is asked for its tools when a request is planned.
+        sources = tuple(each for each in given if isinstance(each, ToolSource))
+        toolset = Toolset(tuple(each for each in given if not isinstance(each, ToolSource)))
         for each in toolset:
             if each.function is None:
                 raise InvalidRequestError(
@@ -96,6 +100,7 @@ class Agent:
         self._model = model
         self._instructions = instructions
         self._tools = toolset.tools
+        self._sources = sources
         self._settings = combined_settings(RequestSettings(), settings, options)
 
     @property
@@ -115,8 +120,13 @@ class Agent:
 
     @property
     def tools(self) -> tuple[Tool, ...]:
-        """The tools the model may call."""
-        return self._tools
+        """The tools the model may call (a tool source's as it offers them now).
+
+        Raises:
+            InvalidRequestError: a tool source is not ready (an MCP server
+                not entered with ``async with``).
+        """
+        return Toolset((*self._tools, *self._sources)).tools if self._sources else self._tools
 
     @property
     def settings(self) -> RequestSettings:
@@ -146,19 +156,19 @@ class Agent:
             )
         return settings_counter(self._settings, self._client.defaults, model)
 
-    def request(self) -> Request:
+    def request(self) -> Request[Any]:
         """A new request with the agent's setup applied, ready for history and a prompt."""
         request = (
             self._client.request()
             .with_settings(self._settings)
             .with_system(self._instructions)
-            .with_tools(self._tools)
+            .with_tools((*self._tools, *self._sources))
         )
         if self._model is not None:
             request.with_model(self._model)
         return request
 
-    async def run(self, prompt: str | Message) -> RunResult:
+    async def run(self, prompt: str | Message) -> RunResult[Any]:
         """One request with the agent's setup and no memory: nothing before ``prompt``
         is sent, and nothing is kept for next time (use a ``Conversation`` for that).
 
@@ -186,5 +196,6 @@ class Agent:
 
     def __repr__(self) -> str:
         model = self.model.name if self.model is not None else None
-        names = [each.name for each in self._tools]
+        names: list[object] = [each.name for each in self._tools]
+        names += self._sources
         return f"Agent(model={model!r}, tools={names!r})"

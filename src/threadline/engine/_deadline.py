@@ -76,6 +76,11 @@ class CallDeadline:
         if scope.cancelled_caught:
             raise self._error()
 
+    @property
+    def limited(self) -> bool:
+        """Whether the call has a limit at all (``timeout`` or ``first_token_timeout``)."""
+        return self._limited
+
     def first_token(self) -> None:
         """The reply has begun: from now on only the whole call's limit holds."""
         self._first_seen = True

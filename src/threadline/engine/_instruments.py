@@ -16,14 +16,17 @@ from typing import TYPE_CHECKING, Protocol
 
 import attrs
 
-from threadline._messages import ToolCall
+from threadline._messages import Message, ToolCall
 from threadline._provider import Driver, ProviderResponse
+from threadline.counting._protocol import TokenCounter
 from threadline.engine._plan import RunPlan
+from threadline.tools._results import clamped, without_images
 from threadline.tools._tools import ToolOutcome, Toolset
 
 if TYPE_CHECKING:
     from threadline._result import RunResult
     from threadline.limiting._ledger import LimitingRecord
+    from threadline.limiting._prefix import CacheReport
 
 __all__ = [
     "NOTHING",
@@ -52,6 +55,8 @@ class RoundFacts(Protocol):
     def context_retry(self) -> bool: ...
     @property
     def response(self) -> ProviderResponse | None: ...
+    @property
+    def cache(self) -> CacheReport | None: ...
 
 
 class RunObserver(Protocol):
@@ -77,16 +82,47 @@ class ToolRunner(Protocol):
     async def __call__(self, call: ToolCall, *, round_number: int) -> ToolOutcome: ...
 
 
+_NO_BUDGET_RESULT_TOKENS = 25_000
+"""A ``"budget"``-sized result cap when the run has no budget to size it by."""
+
+
 @attrs.frozen
 class ToolsetRunner:
     """Runs a call with the tool of ``toolset`` it names; ``default_timeout`` is the
-    time limit of a tool without its own."""
+    time limit of a tool without its own.
+
+    The outcome is made what enters the transcript here, once: images become
+    notes unless ``images`` (the driver takes them in tool results), and a
+    result over its tool's ``max_result_tokens`` (counted by ``counter``;
+    ``"budget"``: a quarter of ``prompt_tokens``) is cut with a marker.
+    """
 
     toolset: Toolset
     default_timeout: float | None = None
+    counter: TokenCounter | None = None
+    prompt_tokens: int | None = None
+    images: bool = False
 
     async def __call__(self, call: ToolCall, *, round_number: int) -> ToolOutcome:
-        return await self.toolset.invoke(call, default_timeout=self.default_timeout)
+        outcome = await self.toolset.invoke(call, default_timeout=self.default_timeout)
+        if not self.images:
+            outcome = without_images(outcome)
+        found = self.toolset.get(call.name)
+        limit = found.max_result_tokens if found is not None else None
+        if limit is None or self.counter is None:
+            return outcome
+        if limit == "budget":
+            limit = (
+                max(1, self.prompt_tokens // 4)
+                if self.prompt_tokens is not None
+                else _NO_BUDGET_RESULT_TOKENS
+            )
+        counter = self.counter
+        return clamped(outcome, limit, lambda message: _count_one(counter, message))
+
+
+def _count_one(counter: TokenCounter, message: Message) -> int:
+    return counter.count([message], ())
 
 
 class _Nothing(AbstractContextManager[object]):
@@ -125,6 +161,12 @@ class Instruments:
 
 def plain_instruments(plan: RunPlan) -> Instruments:
     """The plan's own driver and tools, unobserved."""
-    return Instruments(
-        driver=plan.driver, tools=ToolsetRunner(plan.toolset, default_timeout=plan.tool_timeout)
+    budget = plan.resolution.budget
+    runner = ToolsetRunner(
+        plan.toolset,
+        default_timeout=plan.tool_timeout,
+        counter=plan.counter,
+        prompt_tokens=budget.prompt_tokens if budget is not None else None,
+        images=plan.driver.tool_result_images(plan.model),
     )
+    return Instruments(driver=plan.driver, tools=runner)

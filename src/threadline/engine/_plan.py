@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import attrs
 
 from threadline._errors import InvalidRequestError, TranscriptIntegrityError
-from threadline._messages import Message
+from threadline._messages import Message, Role
 from threadline._models import Model
 from threadline._provider import Driver, ProviderCall
 from threadline._settings import RequestSettings
@@ -30,9 +30,11 @@ from threadline.engine._replay import check_transcript_reasoning
 from threadline.limiting._budget import BudgetResolution, resolve_budget
 from threadline.limiting._incremental import CheckedHistory
 from threadline.limiting._ledger import ToolCallRepair
+from threadline.limiting._prefix import SentPrompt
 from threadline.limiting._repair import repair_tool_units
 from threadline.limiting._units import check_integrity
-from threadline.tools._tools import Tool, Toolset, tool
+from threadline.tools._output import OutputSpec, output_spec
+from threadline.tools._tools import Tool, Toolset
 
 if TYPE_CHECKING:
     from threadline.limiting._event import TokenLimitHandler
@@ -83,6 +85,25 @@ class RunPlan:
     """The history a conversation vouches for, where it stands in ``transcript``."""
     tool_call_repairs: tuple[ToolCallRepair, ...] = ()
     """What the request's repair of interrupted tool calls changed in its history."""
+    output: OutputSpec | None = None
+    """The request's ``output_type``, described; ``None``: a text answer."""
+    output_retries: int = 0
+    """Repair rounds a final answer that fails ``output`` gets."""
+    output_instruction: str | None = None
+    """What each call adds to its system message, when the driver cannot constrain the
+    answer to ``output`` (its ``output_constraint`` is ``"prompt"``)."""
+
+    @property
+    def counted_tools(self) -> tuple[Tool, ...]:
+        """What every count of a round prices as tools: the tools sent, and the output
+        schema (sent as a field or a system note, priced as a tool declaration is)."""
+        if self.output is None:
+            return self.toolset.tools
+        return (*self.toolset.tools, self.output.schema.counted_tool())
+
+    previous_prompt: SentPrompt | None = None
+    """What the call before this run's first sent (a conversation's previous turn):
+    the first round's prompt is compared with it (``RoundRecord.cache``)."""
 
     def deadline(self, *, streaming: bool) -> CallDeadline:
         """The time limits of one provider call; the first-token one holds for streams."""
@@ -92,13 +113,35 @@ class RunPlan:
             provider=self.driver.name,
         )
 
-    def call(self, messages: tuple[Message, ...], round_number: int) -> ProviderCall:
+    def call(
+        self,
+        messages: tuple[Message, ...],
+        round_number: int,
+        previous_response_id: str | None = None,
+    ) -> ProviderCall:
         """What round ``round_number`` sends: a forcing tool choice applies to the first
         round only, so the model can answer with the tools' results afterwards."""
         choice = self.call_template.tool_choice
         if round_number > 1 and choice not in _UNFORCED:
             choice = "auto"
-        return attrs.evolve(self.call_template, messages=messages, tool_choice=choice)
+        if self.output_instruction is not None:
+            messages = with_instruction(messages, self.output_instruction)
+        return attrs.evolve(
+            self.call_template,
+            messages=messages,
+            tool_choice=choice,
+            previous_response_id=previous_response_id,
+        )
+
+
+def with_instruction(messages: tuple[Message, ...], instruction: str) -> tuple[Message, ...]:
+    """``messages`` with ``instruction`` closing the system message (a new one first when
+    there is none); only the call carries it, never the transcript."""
+    if messages and messages[0].role is Role.SYSTEM:
+        first = messages[0]
+        joined = f"{first.text}\n\n{instruction}" if first.text else instruction
+        return (Message.system(joined, origin=first.origin), *messages[1:])
+    return (Message.system(instruction), *messages)
 
 
 _Built: TypeAlias = tuple[
@@ -180,6 +223,10 @@ def plan_run(
     transcript, prompt_index, checked_history, repairs = built
     resolution = settings_budget(settings, model)
     counter = settings_counter(settings, defaults, model)
+    output = None if settings.output_type is None else output_spec(settings.output_type)
+    instruction = None
+    if output is not None and defaults.driver.output_constraint(model) == "prompt":
+        instruction = output.schema.instruction()
     template = ProviderCall(
         model=model,
         messages=(),
@@ -189,6 +236,7 @@ def plan_run(
         sampling=settings.sampling(),
         extra_body=dict(settings.extra_body),
         cache_key=cache_key,
+        output=None if output is None else output.schema,
     )
     return RunPlan(
         driver=defaults.driver,
@@ -212,6 +260,9 @@ def plan_run(
         tool_timeout=settings.tool_timeout,
         checked_history=checked_history,
         tool_call_repairs=repairs,
+        output=output,
+        output_retries=settings.output_retries,
+        output_instruction=instruction,
     )
 
 
@@ -264,7 +315,8 @@ def settings_counter(
 
 def _toolset(tools: Iterable[Tool | Any], problems: list[str]) -> Toolset | None:
     try:
-        return Toolset(tuple(t if isinstance(t, Tool) else tool(t) for t in tools))
+        # Functions become tools and tool sources (MCP servers) offer their tools now.
+        return Toolset(tuple(tools))
     except (InvalidRequestError, TypeError) as exc:
         problems.append(str(exc))
         return None

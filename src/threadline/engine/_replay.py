@@ -12,7 +12,10 @@ call is handed (:class:`ReplayGuard`): state another provider or model made
 (or no one named) is left out, always, and the round's record says so
 (``RoundRecord.reasoning_dropped``); state outside the rules' scope (an
 earlier turn's, for a driver that replays only the open tool-use cycle) is
-left out silently; what is sent passes the rules' allow-list. Limiting counts
+left out silently; what is sent passes the rules' allow-list. When the
+latest state sent holds a boundary block (``ReplayRules.boundary``: OpenAI
+Responses' compaction items), the messages before it are not handed over
+(system messages apart): that block carries them. Limiting counts
 the transcript as it is handed over, so the estimate, the exact count and the
 ledger count exactly what is sent. The transcript itself keeps everything:
 only what is sent loses it.
@@ -27,7 +30,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from threadline._messages import Message
+from threadline._messages import Message, Role
 from threadline._replay import (
     ANY_REPLAY,
     Replay,
@@ -114,6 +117,20 @@ class Prepared:
     messages: tuple[Message, ...]
     history: CheckedHistory | None
     dropped: tuple[DroppedReasoning, ...]
+    window: int = 0
+    """Where the sent window opens in the messages given (see
+    :func:`~threadline._replay.window_start`); 0 when nothing is cut."""
+    cut: int = 0
+    """How many messages before ``window`` are not handed over (system ones are)."""
+
+    def position(self, index: int | None) -> int | None:
+        """Where the message given at ``index`` stands in :attr:`messages`: ``None``
+        when it is before the window and not a system message (or ``index`` is ``None``)."""
+        if index is None or not self.cut:
+            return index
+        if index >= self.window:
+            return index - self.cut
+        return None
 
 
 class ReplayGuard:
@@ -130,7 +147,7 @@ class ReplayGuard:
         self.rules = rules
         # (id, in scope) -> (the message, what is handed over for it, what became of its
         # state); holding the message keeps its id unique.
-        self._seen: dict[tuple[int, bool], tuple[Message, Message, Replay]] = {}
+        self._seen: dict[tuple[int, bool], tuple[Message, Message, Replay, bool]] = {}
         # id of a copy made here -> the message it stands for (the copy is held in _seen).
         self._originals: dict[int, Message] = {}
 
@@ -149,14 +166,19 @@ class ReplayGuard:
         cycle = cycle_of(rules, messages)
         sent: list[Message] | None = None  # copied only when something is left out
         dropped: list[DroppedReasoning] = []
+        window = 0
         for index in reasoned_indices(messages, history):
             message = messages[index]
-            scoped = reaches(rules, cycle, index)
+            reasoning = message.reasoning
+            raw = reasoning.provider_reasoning if reasoning is not None else b""
+            scoped = reaches(rules, cycle, index, raw)
             entry = self._seen.get((id(message), scoped))
             if entry is None:
                 entry = (message, *self._handed(message, index, scoped))
                 self._seen[id(message), scoped] = entry
-            _, handed, verdict = entry
+            _, handed, verdict, opens = entry
+            if opens:
+                window = index
             if verdict is Replay.FOREIGN:
                 reasoning = message.reasoning
                 assert reasoning is not None
@@ -167,6 +189,8 @@ class ReplayGuard:
                 if sent is None:
                     sent = list(messages)
                 sent[index] = handed
+        if window:
+            return _from_window(sent or messages, history, tuple(dropped), window)
         if sent is None:
             return Prepared(messages=tuple(messages), history=history, dropped=())
         if history is not None:
@@ -189,20 +213,57 @@ class ReplayGuard:
         found = self._originals.get
         return tuple(map(found, map(id, messages), messages))
 
-    def _handed(self, message: Message, index: int, scoped: bool) -> tuple[Message, Replay]:
+    def _handed(self, message: Message, index: int, scoped: bool) -> tuple[Message, Replay, bool]:
+        """What is handed over for ``message``, what became of its state, and whether
+        that state opens the sent window."""
         reasoning = message.reasoning
         if reasoning is None or not reasoning.provider_reasoning:
-            return message, Replay.NONE
+            return message, Replay.NONE, False
         verdict = replay_of(
             reasoning, index=index, label=self.label, rules=self.rules, in_scope=scoped
         )
-        if verdict is Replay.SENT or verdict is Replay.NONE:
-            return message, verdict  # what is sent was checked by the rules themselves
+        if verdict is Replay.SENT:
+            # What is sent was checked by the rules themselves.
+            return message, verdict, self.rules.opens_window(reasoning.provider_reasoning)
+        if verdict is Replay.NONE:
+            return message, verdict, False
         check_provider_reasoning(reasoning.provider_reasoning, index=index)
         # The display text and who made it stay; only the replay state goes.
         stripped = attrs.evolve(message, reasoning=attrs.evolve(reasoning, provider_reasoning=b""))
         self._originals[id(stripped)] = message
-        return stripped, verdict
+        return stripped, verdict, False
+
+
+def _from_window(
+    messages: Sequence[Message],
+    history: CheckedHistory | None,
+    dropped: tuple[DroppedReasoning, ...],
+    window: int,
+) -> Prepared:
+    """``messages`` from ``window`` on, the system messages before it kept in front;
+    ``history`` cut to match (``None`` when the window opens past its end)."""
+    system = tuple(message for message in messages[:window] if message.role is Role.SYSTEM)
+    cut = window - len(system)
+    dropped = tuple(
+        attrs.evolve(note, index=note.index - cut) for note in dropped if note.index >= window
+    )
+    if history is not None:
+        start, end = history.offset, history.offset + len(history.messages)
+        if not start <= window < end:
+            history = None
+        else:
+            skipped = window - start
+            reasoned = history.reasoned
+            history = attrs.evolve(
+                history,
+                messages=tuple(messages[window:end]),
+                offset=len(system),
+                reasoned=None
+                if reasoned is None
+                else tuple(index - skipped for index in reasoned if index >= skipped),
+            )
+    sent = (*system, *messages[window:])
+    return Prepared(messages=sent, history=history, dropped=dropped, window=window, cut=cut)
 
 
 def sent_form(messages: Sequence[Message], driver: Driver, model: Model) -> tuple[Message, ...]:

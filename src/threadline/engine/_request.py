@@ -18,7 +18,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping, Se
 from contextlib import aclosing, asynccontextmanager
 from itertools import repeat
 from operator import attrgetter, is_
-from typing import TYPE_CHECKING, Any, Self, Unpack
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar, Unpack, cast, overload
 
 import attrs
 
@@ -26,7 +26,7 @@ from threadline._errors import InvalidRequestError
 from threadline._events import FinalResult, StreamEvent
 from threadline._messages import Message, Origin, Role
 from threadline._models import Model
-from threadline._result import RunResult
+from threadline._result import OutputT, RunResult
 from threadline._sentinel import NOT_GIVEN, NotGiven
 from threadline._settings import RequestSettings, SettingsChanges
 from threadline._validate import problem
@@ -51,9 +51,10 @@ _ORIGIN = attrgetter("origin")
 
 
 _DEFAULT_SETTINGS = RequestSettings()
+_Answer = TypeVar("_Answer")
 
 
-class Request:
+class Request(Generic[OutputT]):
     """A request to a model, built step by step and then run.
 
     Every ``with_*`` returns the request itself, so calls chain::
@@ -74,6 +75,9 @@ class Request:
     Mistakes in the builder (no model, nothing to send, a negative limit, two
     tools with one name) raise ``InvalidRequestError`` from ``run``,
     ``stream`` and ``budget``, naming every problem.
+
+    ``Request[T]`` is a request whose answer is a ``T`` (:meth:`with_output_type`);
+    a plain ``Request`` answers with text.
     """
 
     def __init__(self, defaults: ClientDefaults) -> None:
@@ -279,6 +283,34 @@ class Request:
             "with_repair_interrupted_tool_calls", repair_interrupted_tool_calls=repair
         )
 
+    @overload
+    def with_output_type(self, output_type: type[_Answer]) -> Request[_Answer]: ...
+    @overload
+    def with_output_type(self, output_type: None) -> Request[str]: ...
+    @overload
+    def with_output_type(self, output_type: Any) -> Request[Any]: ...
+
+    def with_output_type(self, output_type: Any) -> Request[Any]:
+        """The type the final answer must be (``None``: text): an attrs class, a
+        dataclass, a ``TypedDict``, a primitive, a ``list[...]`` or a union of classes.
+
+        The driver constrains the answer to the type's JSON schema where it can;
+        ``RunResult.output`` is then the validated value, ``RunResult.text`` the
+        raw answer. An answer that fails the type gets ``with_output_retries``
+        repair rounds, then raises ``OutputValidationError`` (see
+        docs/structured-output.md)::
+
+            result = await client.request().with_prompt("...").with_output_type(Invoice).run()
+            invoice: Invoice = result.output
+        """
+        self._change("with_output_type", output_type=output_type)
+        return cast("Request[Any]", self)
+
+    def with_output_retries(self, retries: int) -> Self:
+        """How many repair rounds an answer that fails the output type gets (default 1):
+        the model is shown the validation error and answers again."""
+        return self._change("with_output_retries", output_retries=retries)
+
     def _change(self, method: str, **change: Unpack[SettingsChanges]) -> Self:
         # A builder mistake is named when the request is used, not where it is made.
         ((name, _),) = change.items()
@@ -359,20 +391,22 @@ class Request:
         if budget is None:
             return False
         handed = sent_form(plan.transcript, plan.driver, plan.model)
-        return plan.counter.count(handed, plan.toolset.tools) > budget.prompt_tokens
+        return plan.counter.count(handed, plan.counted_tools) > budget.prompt_tokens
 
     # -- running ----------------------------------------------------------------------
 
-    async def run(self) -> RunResult:
+    async def run(self) -> RunResult[OutputT]:
         """Run the request to its final answer.
 
         Raises:
             InvalidRequestError: the request is not valid.
+            OutputValidationError: the answer failed the output type after its
+                repair rounds (``with_output_retries``).
             HandlerError: a limiting handler left a broken transcript.
             MaxRoundsExceededError: the model kept calling tools.
             ProviderError: the provider failed (after the driver's retries).
         """
-        return await run_plan(self._plan())
+        return cast("RunResult[OutputT]", await run_plan(self._plan()))
 
     @asynccontextmanager
     async def stream(self) -> AsyncIterator[AsyncIterator[StreamEvent]]:
@@ -428,7 +462,7 @@ def planned(request: Request) -> RunPlan:
     return request._plan()
 
 
-async def run_plan(plan: RunPlan) -> RunResult:
+async def run_plan(plan: RunPlan) -> RunResult[Any]:
     """Run ``plan`` to its final answer, as ``Request.run`` does."""
     async with aclosing(_events(plan, streaming=False)) as events:
         async for event in events:

@@ -19,12 +19,14 @@ import logging
 import math
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
+from typing import Any
 
 import attrs
 
 from threadline._errors import (
     ContextLengthExceededError,
     MaxRoundsExceededError,
+    OutputValidationError,
     ProviderResponseError,
 )
 from threadline._events import (
@@ -55,7 +57,9 @@ from threadline.engine._replay import ReplayGuard
 from threadline.limiting._budget import Budget
 from threadline.limiting._engine import apply_limits
 from threadline.limiting._ledger import DroppedReasoning, LimitingOutcome, LimitingRecord
+from threadline.limiting._prefix import CacheReport, SentPrompt, compare_prompts
 from threadline.limiting._units import split_units
+from threadline.tools._output import OutputProblem
 from threadline.tools._tools import invoke_concurrently
 
 __all__ = ["Run"]
@@ -64,6 +68,15 @@ logger = logging.getLogger("threadline.request")
 
 _CONTEXT_RETRY_MARGIN = 0.95
 """A tightened budget aims this far under what the provider said would fit."""
+
+_NOT_REPAIRED = {
+    "length": "the answer was cut off at the output limit (raise max_output_tokens)",
+    "content_filter": "the provider stopped the answer (content filter or refusal)",
+    "refusal": "the model refused to answer",
+}
+"""Finish reasons whose failed answer raises at once: asking again would end the same way."""
+
+_NO_OUTPUT: Any = object()
 
 
 @attrs.define(kw_only=True)
@@ -89,6 +102,11 @@ class _Round:
     response: ProviderResponse | None = None
     runnable: bool = False
     reasoning_dropped: tuple[DroppedReasoning, ...] = ()
+    output: Any = _NO_OUTPUT
+    """The final answer's value, when the run has an ``output_type`` and it validated."""
+    output_error: str | None = None
+    """Why the final answer failed the ``output_type``, when a repair round follows."""
+    cache: CacheReport | None = None
 
 
 class Run:
@@ -106,6 +124,7 @@ class Run:
         )
         self.rounds: list[RoundRecord] = []
         self.checked_history = plan.checked_history
+        self.previous: SentPrompt | None = plan.previous_prompt  # what the last call sent
         self.driver = instruments.driver
         self.tools = instruments.tools
         self.observer = instruments.observer
@@ -128,16 +147,42 @@ class Run:
                 async with aclosing(self._run_tools(current)) as tools:
                     async for event in tools:
                         yield event
+                self._check_output(current)
                 yield RoundDone(record=self._record(current))
-                if not current.runnable:
+                if current.output_error is not None:
+                    self._append(_repair_prompt(current.output_error))
+                elif not current.runnable:
                     # No tool calls, or a call to a tool the caller runs itself:
                     # the run ends and hands the transcript back.
                     assert current.response is not None
-                    result = self._result(current.response)
+                    result = self._result(current.response, current.output)
                     self.observer.finished(result)
                     yield FinalResult(result=result)
                     return
             raise MaxRoundsExceededError(self.plan.max_rounds)
+
+    # -- structured output --------------------------------------------------------------
+
+    def _check_output(self, current: _Round) -> None:
+        """Validate a final answer against the ``output_type``: its value, or the error
+        a repair round sends back, or ``OutputValidationError`` when none is left."""
+        output, response = self.plan.output, current.response
+        if output is None or response is None or current.runnable:
+            return
+        if response.message.tool_calls:
+            return  # calls the caller runs: the run hands them back, nothing to validate
+        try:
+            current.output = output.parse(response.text)
+        except OutputProblem as problem:
+            repairs = sum(record.output_error is not None for record in self.rounds)
+            cause = _NOT_REPAIRED.get(response.finish_reason)
+            if cause is not None or repairs >= self.plan.output_retries:
+                reason = problem.reason if cause is None else f"{cause}; {problem.reason}"
+                raise OutputValidationError(
+                    reason, text=response.text, path=problem.path, attempts=repairs + 1
+                ) from None
+            current.output_error = str(problem)
+            logger.info("the answer failed the output type (%s); asking again", problem)
 
     # -- limiting and sending -----------------------------------------------------------
 
@@ -149,7 +194,7 @@ class Run:
             return plan.counter
         budget = None if self.budget is None else self.budget.prompt_tokens
         return plan.calibration.estimate(
-            plan.model.name, plan.counter, handed, plan.toolset.tools, budget=budget
+            plan.model.name, plan.counter, handed, plan.counted_tools, budget=budget
         )
 
     def _exact_always(self) -> bool:
@@ -174,13 +219,13 @@ class Run:
         counter = self._counter(handed.messages)
         outcome = await apply_limits(
             handed.messages,
-            tools=self.plan.toolset.tools,
+            tools=self.plan.counted_tools,
             counter=counter,
             budget=self.budget,
             pre=self.plan.pre,
             post=self.plan.post,
             round=current.number,
-            prompt_index=self.prompt_index,
+            prompt_index=handed.position(self.prompt_index),
             exact_counter=self.plan.exact_counter,
             exact_margin=self.plan.exact_margin,
             exact_always=self._exact_always(),
@@ -194,7 +239,7 @@ class Run:
         current.sent = outcome.messages
         current.estimated = record.tokens_after
         current.exact = record.exact_tokens_sent
-        tools = self.plan.toolset.tools
+        tools = self.plan.counted_tools
         if record.counted_by == "estimate":
             current.raw_estimate, current.calibrated = record.tokens_after, None
         else:
@@ -229,12 +274,38 @@ class Run:
                 async with aclosing(self._limit_again(current, exc)) as limited:
                     async for event in limited:
                         yield event
+        self._compare_prompt(current)
+
+    def _compare_prompt(self, current: _Round) -> None:
+        """Set ``current.cache``: how what the round sent relates to the prompt before
+        it, beside what the provider said of its cache."""
+        response = current.response
+        assert response is not None
+        tools = self.plan.toolset.tools
+        steps = [r for r in (current.limiting, current.retry_limiting) if r is not None]
+        usage = response.usage
+        current.cache = CacheReport(
+            prefix=compare_prompts(self.previous, current.sent, tools, steps),
+            input_tokens=usage.input_tokens,
+            cached_input_tokens=usage.cached_input_tokens,
+            diagnosis=response.cache_diagnosis,
+        )
+        self.previous = SentPrompt(
+            messages=current.sent,
+            tools=tools,
+            response_id=response.response_id or response.request_id,
+        )
 
     async def _send(self, current: _Round) -> AsyncGenerator[StreamEvent, None]:
         driver = self.driver
         handed = self.replay.prepare(self.transcript, self.checked_history)
         current.sent, current.reasoning_dropped = handed.messages, handed.dropped
-        call = self.plan.call(handed.messages, current.number)
+        previous = self.previous
+        call = self.plan.call(
+            handed.messages,
+            current.number,
+            previous_response_id=None if previous is None else previous.response_id,
+        )
         deadline = self.plan.deadline(streaming=self.streaming)
         if not self.streaming:
             with deadline.bound():
@@ -242,11 +313,17 @@ class Run:
             return
         with deadline.bound():
             async with driver.stream(call) as chunks:
+                # Entered per event only when there are limits to lift: once per token.
+                handing_over = deadline.handed_over() if deadline.limited else None
                 async for chunk in chunks:
                     deadline.first_token()
                     event = _event_of(chunk, current)
-                    if event is not None:
-                        async with deadline.handed_over():
+                    if event is None:
+                        continue
+                    if handing_over is None:
+                        yield event
+                    else:
+                        async with handing_over:
                             yield event
         if current.response is None:
             raise ProviderResponseError(
@@ -341,19 +418,35 @@ class Run:
             tool_calls=len(response.message.tool_calls),
             context_retry=current.context_retry,
             reasoning_dropped=current.reasoning_dropped,
+            replay_notes=response.replay_notes,
             tool_calls_repaired=self.plan.tool_call_repairs if current.number == 1 else (),
+            output_error=current.output_error,
+            cache=current.cache,
         )
         self.rounds.append(record)
         return record
 
-    def _result(self, response: ProviderResponse) -> RunResult:
+    def _result(self, response: ProviderResponse, output: Any) -> RunResult[Any]:
+        # Without an output_type the result's output stays its default: the text.
+        valued = {} if output is _NO_OUTPUT else {"output": output}
         return RunResult(
             response=response,
             messages=self.transcript,
             rounds=tuple(self.rounds),
             budget=self.budget,
             turn_messages=tuple(self.turn_messages),
+            last_prompt=self.previous,
+            **valued,
         )
+
+
+def _repair_prompt(error: str) -> Message:
+    """The user message of a repair round: what was wrong, and to answer again."""
+    return Message.user(
+        f"Your answer does not match the required JSON schema: {error}. "
+        "Answer again with only the corrected JSON value.",
+        origin=Origin.TURN,
+    )
 
 
 def _event_of(chunk: StreamChunk, current: _Round) -> StreamEvent | None:

@@ -35,12 +35,18 @@ from threadline.tools._tools import ToolOutcome, Toolset
 if TYPE_CHECKING:
     from threadline._result import RunResult
     from threadline.limiting._ledger import LimitingRecord
+    from threadline.limiting._prefix import CacheReport
 
 __all__ = ["InstrumentedDriver", "TracedRun", "TracedTools", "traced"]
 
 # The GenAI convention's names for the providers threadline's drivers speak to;
 # another driver's own name is used as it is (a custom value is allowed).
-_PROVIDER_NAMES = {"openai-chat": "openai", "openai-responses": "openai", "anthropic": "anthropic"}
+_PROVIDER_NAMES = {
+    "openai-chat": "openai",
+    "openai-responses": "openai",
+    "anthropic": "anthropic",
+    "gemini": "gcp.gemini",
+}
 
 
 def traced(
@@ -152,6 +158,7 @@ class TracedRun:
         attributes = _limiting_attributes(records)
         attributes["threadline.input_tokens.estimated"] = current.estimated
         attributes["threadline.context_retry"] = current.context_retry
+        attributes.update(_cache_attributes(current.cache))
         response = current.response
         if response is not None:
             attributes["gen_ai.response.model"] = response.model
@@ -253,6 +260,26 @@ class TracedTools:
                 outcome = await self._inner(call, round_number=round_number)
             _tool_ended(span, outcome, content=content)
         return outcome
+
+
+def _cache_attributes(cache: CacheReport | None) -> dict[str, Any]:
+    """Why the round's cache missed (or could hit), as span attributes."""
+    if cache is None:
+        return {}
+    prefix = cache.prefix
+    attributes: dict[str, Any] = {
+        "threadline.cache.prefix": prefix.reason,
+        "threadline.cache.kept_messages": prefix.kept_messages,
+    }
+    if prefix.position is not None:
+        attributes["threadline.cache.changed_at"] = prefix.position
+    if cache.cached_share is not None:
+        attributes["threadline.cache.cached_share"] = round(cache.cached_share, 4)
+    if cache.diagnosis is not None:
+        attributes["threadline.cache.provider_diagnosis"] = cache.diagnosis.reason
+        if cache.diagnosis.missed_tokens is not None:
+            attributes["threadline.cache.provider_missed_tokens"] = cache.diagnosis.missed_tokens
+    return attributes
 
 
 def _tool_ended(span: Span, outcome: ToolOutcome, *, content: bool) -> None:

@@ -3,7 +3,9 @@
 A request over its prompt budget runs its handlers on a copy of the
 transcript; ``drop_oldest_units`` (the default) drops whole units oldest
 first, ``cache_stable_units`` cuts a block at once so the prompt's prefix
-stays cached, and ``summarize_oldest`` replaces the oldest with a summary. A
+stays cached, ``summarize_oldest`` replaces the oldest with a summary, and
+``clear_tool_results`` / ``clear_thinking`` keep every turn but send old tool
+output and old reasoning cleared. A
 handler of your own gets a :class:`TokenLimitEvent` and can do everything the
 built-ins do: list the units (``event.units()``), drop some with a reason
 the ledger records (``event.drop_units(units, reason=...)``), recount
@@ -13,6 +15,7 @@ the engine and a conversation. See docs/limiting.md and docs/handlers.md.
 """
 
 from threadline._errors import TranscriptIntegrityError
+from threadline._provider import CacheDiagnosis
 from threadline._public import publish
 from threadline._result import RoundRecord
 from threadline.limiting._budget import Budget, BudgetReport, BudgetResolution
@@ -21,15 +24,25 @@ from threadline.limiting._cache_stable import (
     CacheStableUnits,
     cache_stable_units,
 )
+from threadline.limiting._clearing import (
+    DEFAULT_CLEARED_PLACEHOLDER,
+    ClearingHandler,
+    clear_thinking,
+    clear_tool_results,
+)
 from threadline.limiting._drop_oldest import drop_oldest_units
 from threadline.limiting._event import TokenLimitEvent, TokenLimitHandler
 from threadline.limiting._ledger import (
+    ClearedMessage,
+    CompactionOutcome,
+    CompactionStatus,
     DroppedReasoning,
     DroppedUnit,
     HandlerRun,
     LimitingRecord,
     ToolCallRepair,
 )
+from threadline.limiting._prefix import CacheReport, PrefixChange, PrefixReason, SentPrompt
 from threadline.limiting._summarize import (
     DEFAULT_SUMMARY_INSTRUCTIONS,
     SUMMARY_ACKNOWLEDGEMENT,
@@ -47,6 +60,7 @@ from threadline.limiting._units import (
 )
 
 __all__ = [
+    "DEFAULT_CLEARED_PLACEHOLDER",
     "DEFAULT_LOW_WATER",
     "DEFAULT_SUMMARY_INSTRUCTIONS",
     "SUMMARY_ACKNOWLEDGEMENT",
@@ -54,14 +68,23 @@ __all__ = [
     "Budget",
     "BudgetReport",
     "BudgetResolution",
+    "CacheDiagnosis",
+    "CacheReport",
     "CacheStableUnits",
+    "ClearedMessage",
+    "ClearingHandler",
+    "CompactionOutcome",
+    "CompactionStatus",
     "DroppedReasoning",
     "DroppedUnit",
     "HandlerRun",
     "HandlerTraits",
     "LimitingRecord",
     "PinReason",
+    "PrefixChange",
+    "PrefixReason",
     "RoundRecord",
+    "SentPrompt",
     "TokenLimitEvent",
     "TokenLimitHandler",
     "ToolCallRepair",
@@ -71,6 +94,8 @@ __all__ = [
     "Units",
     "cache_stable_units",
     "check_integrity",
+    "clear_thinking",
+    "clear_tool_results",
     "drop_oldest_units",
     "split_units",
     "summarize_oldest",

@@ -91,6 +91,13 @@ def cache_stable_units(
         InvalidRequestError: ``low_water`` outside ``(0, 1]``, or ``counter``
             is not a token counter.
     """
+    checked_batching(low_water, counter, "cache_stable_units")
+    return CacheStableUnits(float(low_water), counter)
+
+
+def checked_batching(low_water: object, counter: object, who: str) -> None:
+    """Refuse a low-water mark outside ``(0, 1]`` or a counter that is not one: the
+    two settings every handler that cuts in batches (this one, the clearing ones) takes."""
     if (
         isinstance(low_water, bool)
         or not isinstance(low_water, int | float)
@@ -102,9 +109,8 @@ def cache_stable_units(
         )
     if counter is not None and not is_token_counter(counter):
         raise InvalidRequestError(
-            f"cache_stable_units takes a TokenCounter or None, not {type(counter).__name__}"
+            f"{who} takes a TokenCounter or None, not {type(counter).__name__}"
         )
-    return CacheStableUnits(float(low_water), counter)
 
 
 def _cut(event: TokenLimitEvent, counter: TokenCounter, low_water: float) -> None:

@@ -35,7 +35,7 @@ import bisect
 import functools
 import inspect
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import NoReturn, cast
 
 from threadline._errors import HandlerError, ThreadlineError, TranscriptIntegrityError
@@ -53,12 +53,16 @@ from threadline.limiting._event import (
     TokenLimitHandler,
     certified_sources,
     checked_event,
+    compaction_log,
     drop_log,
     handler_name,
     removed_spans,
+    replacements,
 )
 from threadline.limiting._incremental import CheckedHistory, quick_outcome
 from threadline.limiting._ledger import (
+    ClearedMessage,
+    CompactionOutcome,
     CountedBy,
     DroppedUnits,
     HandlerRun,
@@ -121,7 +125,8 @@ async def apply_limits(
             changed a pinned message.
         Exception: whatever a handler raised, unchanged.
     """
-    if history is not None:
+    every_round = pre is not None and traits_of(pre).runs_every_round
+    if history is not None and not every_round:
         quick = quick_outcome(
             messages,
             tools=tools,
@@ -150,7 +155,8 @@ async def apply_limits(
             ("post", post),
         )
         for phase, handler in handlers:
-            if handler is not None and state.tokens > budget.prompt_tokens:
+            over = state.tokens > budget.prompt_tokens
+            if handler is not None and (over or (phase == "pre" and every_round)):
                 await state.run(phase, handler, budget)
     return state.outcome()
 
@@ -160,6 +166,8 @@ class _Limiting:
 
     __slots__ = (
         "budget",
+        "cleared",
+        "compactions",
         "costs",
         "counted_by",
         "counter",
@@ -224,6 +232,8 @@ class _Limiting:
         )
         self.runs: list[HandlerRun] = []
         self.drops: list[Drops] = []
+        self.cleared: list[ClearedMessage] = []
+        self.compactions: list[CompactionOutcome] = []
 
     async def count_exactly(
         self,
@@ -291,6 +301,17 @@ class _Limiting:
         result = handler(event)
         if inspect.isawaitable(result):
             await result
+        self.compactions += (
+            CompactionOutcome(
+                handler=name,
+                status=status,
+                covered_messages=covered,
+                covered_tokens=tokens,
+                summary_tokens=summary,
+                detail=detail,
+            )
+            for status, covered, tokens, summary, detail in compaction_log(event)
+        )
         certified = certified_sources(event)
         if certified is not None:
             rewrite, matches = list(event.messages), list(certified)
@@ -316,7 +337,8 @@ class _Limiting:
         dropped = sum(end - start for start, end in removed)
         if removed or added:
             dropped += self._open_at_a_user_message(name, phase)
-        self._add_run(name, phase, before, dropped, added)
+        cleared = self._record_cleared(event, name, phase)
+        self._add_run(name, phase, before, dropped, added, cleared)
 
     def _slide(self, phase: Phase, name: str, budget: int, costs: list[int]) -> None:
         """``drop_oldest_units(None)``, taken without an event: the cut it makes (see
@@ -403,7 +425,9 @@ class _Limiting:
             self.tokens = counter.count(self.current, self.tools)
         return end - start
 
-    def _add_run(self, name: str, phase: Phase, before: int, dropped: int, added: int) -> None:
+    def _add_run(
+        self, name: str, phase: Phase, before: int, dropped: int, added: int, cleared: int = 0
+    ) -> None:
         """Record one handler's run, which left the transcript at ``self.tokens``."""
         self.runs.append(
             HandlerRun(
@@ -413,8 +437,37 @@ class _Limiting:
                 tokens_after=self.tokens,
                 dropped_messages=dropped,
                 added_messages=added,
+                cleared_messages=cleared,
             )
         )
+
+    def _record_cleared(self, event: TokenLimitEvent, name: str, phase: Phase) -> int:
+        """Put the messages the handler cleared (and that are still sent) in the ledger;
+        return how many. Their sources already point at the messages they replace."""
+        replaced = replacements(event)
+        if not replaced:
+            return 0
+        entries = []
+        for position, message in enumerate(self.current):
+            found = replaced.get(id(message))
+            if found is None:
+                continue
+            _, replacement, what, tokens, reason = found
+            at = self.sources[position]
+            entries.append(
+                ClearedMessage(
+                    handler=name,
+                    phase=phase,
+                    index=-1 if at is None else at,
+                    what=what,
+                    tokens=tokens,
+                    reason=reason,
+                    tool=replacement.name if what == "tool result" else None,
+                    call_id=replacement.tool_call_id,
+                )
+            )
+        self.cleared += entries
+        return len(entries)
 
     def _follow(self, matches: list[int | None], only_kept: bool) -> None:
         """Carry what is pinned, and where each message came from, over to the rewrite."""
@@ -492,7 +545,15 @@ class _Limiting:
                 handler=name,
                 index=exc.index,
             ) from exc
-        matches = match_messages(self.current, rewrite)
+        replaced = replacements(event)
+        probe = rewrite
+        if replaced:
+            # A cleared message stands for the one it replaces: matched by identity.
+            current = self.current
+            probe = [current[r[0]] if (r := replaced.get(id(m))) else m for m in rewrite]
+        matches = match_messages(self.current, probe)
+        if replaced:
+            self._check_cleared(name, rewrite, matches, replaced)
         removed: list[tuple[int, int]] = []
         expected = 0
         for source in matches:
@@ -507,6 +568,24 @@ class _Limiting:
                 if index in self.pinned:
                     self._refuse_pinned_drop(name, index)
         return rewrite, matches, removed, starts
+
+    def _check_cleared(
+        self,
+        name: str,
+        rewrite: list[Message],
+        matches: list[int | None],
+        replaced: Mapping[int, tuple[int, Message, str, int, str]],
+    ) -> None:
+        """Refuse a cleared message that no longer stands for the one it replaced."""
+        for at, message in enumerate(rewrite):
+            found = replaced.get(id(message))
+            if found is not None and (matches[at] != found[0] or found[0] in self.pinned):
+                raise HandlerError(
+                    f"limiting handler {name!r} moved or duplicated a message it cleared "
+                    f"(message {at}); a cleared message stays where the one it replaces stood",
+                    handler=name,
+                    index=at,
+                )
 
     def _record_drops(
         self,
@@ -572,6 +651,8 @@ class _Limiting:
             estimated_tokens=self.estimated_tokens,
             exact_tokens=self.exact_tokens,
             exact_tokens_sent=self.exact_tokens if self._sent_candidate() else None,
+            cleared=tuple(self.cleared),
+            compactions=tuple(self.compactions),
         )
         sources = self.sources
         prompt_at = None

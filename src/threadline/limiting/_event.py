@@ -13,12 +13,14 @@ import bisect
 import itertools
 import operator
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
-from typing import TypeAlias, overload
+from typing import Literal, TypeAlias, get_args, overload
 
 from threadline._errors import InvalidRequestError
-from threadline._messages import Message
+from threadline._messages import Message, Role
+from threadline._validate import fail
 from threadline.counting._protocol import TokenCounter, is_incremental
 from threadline.limiting._budget import message_costs
+from threadline.limiting._ledger import CompactionStatus
 from threadline.limiting._units import (
     PinReason,
     Unit,
@@ -39,16 +41,41 @@ __all__ = [
     "TokenLimitHandler",
     "certified_sources",
     "checked_event",
+    "compaction_log",
     "drop_log",
     "drop_reasons",
     "handler_name",
     "priced",
     "removed_spans",
+    "replacements",
 ]
 
 # Where the messages of a list came from: for each, its index in the messages
 # handed over, or None for a message a handler added.
 _Sources: TypeAlias = Sequence[int | None]
+_Replacement: TypeAlias = tuple[int, Message, Literal["tool result", "reasoning"], int, str]
+_Compaction: TypeAlias = tuple[CompactionStatus, int, int, int | None, str]
+
+
+def _check_same_shape(message: Message, replacement: Message, index: int) -> None:
+    """Refuse a replacement that would change what the transcript's shape rests on."""
+    if not isinstance(replacement, Message):
+        raise InvalidRequestError(
+            f"clear takes a Message to send instead, not {type(replacement).__name__}"
+        )
+    same = (
+        replacement.role is message.role
+        and replacement.tool_call_id == message.tool_call_id
+        and replacement.name == message.name
+        and replacement.tool_calls == message.tool_calls
+        and replacement.origin is message.origin
+    )
+    if not same or message.role not in (Role.TOOL, Role.ASSISTANT):
+        raise InvalidRequestError(
+            f"clear cannot send message {index} ({message.role.value}) as given: only a tool "
+            "result or an assistant message is cleared, keeping its role, tool call id, "
+            "name, tool calls and origin"
+        )
 
 
 class TokenLimitEvent:
@@ -76,11 +103,13 @@ class TokenLimitEvent:
     __slots__ = (
         "_budget_tokens",
         "_checked",
+        "_compactions",
         "_costs",
         "_counter",
         "_drop_log",
         "_layout_cache",
         "_pinned",
+        "_replaced",
         "_round",
         "_snapshot",
         "_tools",
@@ -143,6 +172,10 @@ class TokenLimitEvent:
         # Why messages were dropped, as said: (first, end, reason) over the
         # indices handed over; a later word on an index overrides an earlier one.
         self._drop_log: list[tuple[int, int, str]] = []
+        # Messages cleared in place: id(replacement) -> (index handed over,
+        # replacement, what was cleared, its tokens, why).
+        self._replaced: dict[int, _Replacement] = {}
+        self._compactions: list[_Compaction] = []
 
     @property
     def tools(self) -> tuple[Tool, ...]:
@@ -258,6 +291,67 @@ class TokenLimitEvent:
         rewrites ``messages`` itself (a summary in place of old turns, say).
         """
         self._drop_log.append((index, index + 1, reason))
+
+    def clear(self, index: int, replacement: Message, *, reason: str, tokens: int) -> None:
+        """Send ``replacement`` in place of ``messages[index]``: the same turn, its bulk cleared.
+
+        For a handler that keeps a message but not all of it: an old tool
+        result's content replaced by a short note, an old reply's reasoning left
+        out. ``replacement`` keeps what the transcript's shape rests on: the
+        role, and for a tool result its ``tool_call_id`` and ``name``, for an
+        assistant message its tool calls. ``tokens`` is what the cleared
+        content held (the ledger shows it). The ledger records the message as
+        cleared, not dropped; the conversation's history keeps it whole.
+
+        Raises:
+            InvalidRequestError: ``index`` is outside ``messages``, the message
+                is pinned or was added by the handler, ``replacement`` changes
+                its shape, or ``reason`` is empty.
+        """
+        if not isinstance(reason, str) or not reason.strip():
+            raise InvalidRequestError(f"clear needs a reason: a non-empty str, not {reason!r}")
+        messages = self.messages
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(messages):
+            raise InvalidRequestError(
+                f"clear got index {index!r}, outside the {len(messages)} messages there are now"
+            )
+        sources, whole = self._sources()
+        source = sources[index]
+        if source is None or source in self._pinned:
+            it = "a message the handler added" if source is None else "a pinned message"
+            raise InvalidRequestError(f"clear cannot clear message {index}: it is {it}")
+        _check_same_shape(messages[index], replacement, index)
+        kept = list(messages)
+        kept[index] = replacement
+        self.messages = kept
+        self._view = (list(kept), sources, whole)
+        self._whole_units = False  # a message changed: the engine checks the rewrite
+        what: Literal["tool result", "reasoning"] = (
+            "tool result" if replacement.role is Role.TOOL else "reasoning"
+        )
+        self._replaced[id(replacement)] = (source, replacement, what, max(0, tokens), reason)
+
+    def note_compaction(
+        self,
+        status: CompactionStatus,
+        *,
+        covered_messages: int,
+        covered_tokens: int,
+        summary_tokens: int | None = None,
+        detail: str = "",
+    ) -> None:
+        """Say what a compaction came to, for the ledger (``LimitingRecord.compactions``).
+
+        A handler that summarizes reports each attempt, applied or not, so a
+        summary that came back empty, failed or too long is seen by the user
+        instead of passing silently (see :class:`~threadline.limiting.CompactionOutcome`).
+
+        Raises:
+            InvalidRequestError: ``status`` is not a ``CompactionStatus``.
+        """
+        if status not in get_args(CompactionStatus):
+            fail("status", "one of " + ", ".join(map(repr, get_args(CompactionStatus))), status)
+        self._compactions.append((status, covered_messages, covered_tokens, summary_tokens, detail))
 
     def __repr__(self) -> str:
         return (
@@ -526,6 +620,16 @@ def certified_sources(event: TokenLimitEvent) -> _Sources | None:
     if not whole or not _same_messages(event.messages, known):
         return None
     return sources
+
+
+def replacements(event: TokenLimitEvent) -> dict[int, _Replacement]:
+    """The messages the handler cleared, by ``id`` of the replacement it left."""
+    return dict(event._replaced)
+
+
+def compaction_log(event: TokenLimitEvent) -> list[_Compaction]:
+    """What the handler said its compactions came to, in order."""
+    return list(event._compactions)
 
 
 def drop_log(event: TokenLimitEvent) -> list[tuple[int, int, str]]:

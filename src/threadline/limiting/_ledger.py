@@ -19,6 +19,9 @@ from threadline.limiting._budget import BudgetReport
 from threadline.limiting._units import UnitKind
 
 __all__ = [
+    "ClearedMessage",
+    "CompactionOutcome",
+    "CompactionStatus",
     "CountedBy",
     "DroppedReasoning",
     "DroppedUnit",
@@ -167,6 +170,72 @@ class ToolCallRepair:
 
 
 @attrs.frozen(kw_only=True)
+class ClearedMessage:
+    """A message a handler kept in place but sent with its bulk cleared.
+
+    ``index`` is its position in the transcript given to the limiting step;
+    ``what`` is ``"tool result"`` or ``"reasoning"``; ``tool`` and ``call_id``
+    name the call a cleared result answered (``None`` for reasoning);
+    ``tokens`` is what the cleared content held, as the handler priced it.
+    The conversation's history keeps the message whole: only what was sent
+    this round is cleared.
+    """
+
+    handler: str
+    phase: Phase
+    index: int
+    what: Literal["tool result", "reasoning"]
+    tokens: int
+    reason: str
+    tool: str | None = None
+    call_id: str | None = None
+
+
+CompactionStatus: TypeAlias = Literal[
+    "applied", "reused", "empty", "failed", "cancelled", "too long", "unsupported"
+]
+"""What a compaction came to: ``"applied"`` (a new summary replaced the turns it
+covers), ``"reused"`` (a summary written before still covers them), or a no-op:
+the summarizer returned nothing (``"empty"``), raised (``"failed"``), ran out of
+its time (``"cancelled"``), or wrote more than it may (``"too long"``), or the
+driver has no native compaction (``"unsupported"``, ``Conversation.compact()``)."""
+
+
+@attrs.frozen(kw_only=True)
+class CompactionOutcome:
+    """What one compaction attempt came to, for the ledger (``LimitingRecord.compactions``).
+
+    A compaction that is not ``applied`` or ``reused`` changed nothing: the
+    transcript went on as it was (the Post handler, if any, then cut what did
+    not fit), and nothing of it reached the conversation's history.
+    ``covered_messages`` and ``covered_tokens`` are what the summary replaces
+    (or would have); ``summary_tokens`` what the summary costs (``None``: none
+    was written); ``detail`` says why a no-op was one (the error's type and
+    message, the length refused).
+    """
+
+    handler: str
+    status: CompactionStatus
+    covered_messages: int
+    covered_tokens: int
+    summary_tokens: int | None = None
+    detail: str = ""
+
+    @property
+    def applied(self) -> bool:
+        """True when the transcript sent holds a summary in place of the turns covered."""
+        return self.status in ("applied", "reused")
+
+    def __str__(self) -> str:
+        said = f"{self.handler}: compaction {self.status} ({self.covered_messages} messages"
+        said += f", {self.covered_tokens} tokens"
+        if self.summary_tokens is not None:
+            said += f" -> summary of {self.summary_tokens} tokens"
+        said += ")"
+        return f"{said}: {self.detail}" if self.detail else said
+
+
+@attrs.frozen(kw_only=True)
 class HandlerRun:
     """One handler call: the counts around it and how much it changed."""
 
@@ -176,6 +245,7 @@ class HandlerRun:
     tokens_after: int
     dropped_messages: int
     added_messages: int
+    cleared_messages: int = 0
 
 
 @attrs.frozen(kw_only=True)
@@ -219,6 +289,12 @@ class LimitingRecord:
     """The exact count taken, when the exact counter was asked."""
     exact_tokens_sent: int | None = None
     """The exact count of what was sent, when it is what was counted exactly."""
+    cleared: tuple[ClearedMessage, ...] = ()
+    """The messages kept in place with their bulk cleared (``clear_tool_results``,
+    ``clear_thinking``), oldest first within each handler."""
+    compactions: tuple[CompactionOutcome, ...] = ()
+    """What each compaction a handler tried this round came to (``summarize_oldest``):
+    applied, reused, or a no-op and why."""
 
     @property
     def limited(self) -> bool:
@@ -247,8 +323,16 @@ class LimitingRecord:
     def _handler_summary(self, run: HandlerRun) -> str:
         units = [u for u in self.dropped if u.handler == run.handler and u.phase == run.phase]
         did = f"{run.handler} ({run.phase})"
-        if not units and not run.dropped_messages and not run.added_messages:
+        cleared = [c for c in self.cleared if c.handler == run.handler and c.phase == run.phase]
+        tried = [c for c in self.compactions if c.handler == run.handler]
+        if not units and not run.dropped_messages and not run.added_messages and not cleared:
+            if tried and tried[-1].status not in ("applied", "reused"):
+                return f"{did} changed nothing ({tried[-1]})"
             return f"{did} changed nothing"
+        if not units and not run.dropped_messages and not run.added_messages:
+            tokens = sum(c.tokens for c in cleared)
+            plural = "s" if len(cleared) != 1 else ""
+            return f"{did} cleared {len(cleared)} message{plural} ({tokens} tokens)"
         kinds: dict[str, int] = {}
         for unit in units:
             kinds[unit.kind.value] = kinds.get(unit.kind.value, 0) + 1

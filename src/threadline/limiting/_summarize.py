@@ -12,6 +12,16 @@ enough::
         pre_max_tokens_reached=summarize_oldest(cheap_client, keep_last_turns=2),
         post_max_tokens_reached=drop_oldest_units(None),
     )
+
+A compaction is a transaction: the summary is written first, and only a
+usable one changes what is sent. A summarizer that fails, runs out of time,
+returns nothing, or writes a summary no shorter than what it covers leaves
+the transcript as it was, and the round's ledger says what happened
+(``LimitingRecord.compactions``): no error text, placeholder or empty summary
+ever stands in for the turns. In a conversation the summary and the
+cut are committed with the turn in one versioned write (the store keeps every
+turn; the summary heads the window), or refused with
+``ConcurrentModificationError`` when another writer got in first.
 """
 
 from __future__ import annotations
@@ -21,13 +31,18 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 
+import anyio
+import attrs
+
 from threadline._errors import InvalidRequestError
 from threadline._messages import Message, Role
 from threadline._models import Model
 from threadline.limiting._event import TokenLimitEvent, TokenLimitHandler
+from threadline.limiting._ledger import CompactionStatus
 from threadline.limiting._units import PinReason, UnitKind
 
 if TYPE_CHECKING:
+    from threadline._settings import RequestSettings
     from threadline.engine._agent import Agent
     from threadline.engine._client import Client
     from threadline.engine._request import Request
@@ -168,36 +183,49 @@ def summarize_oldest(
     keep_last_turns: int = 2,
     instructions: str = DEFAULT_SUMMARY_INSTRUCTIONS,
     max_summary_tokens: int | None = None,
+    timeout: float | None = None,
 ) -> TokenLimitHandler:
     """Build a Pre handler that summarizes the oldest turns into one message.
 
     ``summarizer`` writes the summaries: a ``Client`` (with ``model``, or its
-    ``default_model``) or an ``Agent`` (its client and model; ``model``
-    overrides). Each time the transcript is over budget, the droppable turns
-    before the last ``keep_last_turns`` turns are replaced by one user
-    message starting with :data:`SUMMARY_HEADING`; when a user message
-    follows it, an assistant message (:data:`SUMMARY_ACKNOWLEDGEMENT`) comes
-    between them, so roles still alternate for every provider. Cuts fall only at user
-    messages; the first system message, the current prompt and this run's
-    live tool exchange are never summarized. A summary already written is
-    reused while it still fits, and extended with the turns that follow it
-    when it does not, so a long conversation does not pay for the same
-    summary every turn.
+    ``default_model``) or an ``Agent`` (its client, model and sampling: ``temperature``,
+    ``top_p``, ``seed``; ``model`` overrides). Each time the transcript is over budget,
+    the droppable turns before the last ``keep_last_turns`` turns are replaced by one
+    user message starting with :data:`SUMMARY_HEADING`; when a user message follows it,
+    an assistant message (:data:`SUMMARY_ACKNOWLEDGEMENT`) comes between them, so roles
+    still alternate for every provider. Cuts fall only at user messages; the first
+    system message, the current prompt and this run's live tool exchange are never
+    summarized. A summary already written is reused while it still fits, and extended
+    with the turns that follow it when it does not, so a long conversation does not pay
+    for the same summary every turn.
 
-    A blank summary leaves the transcript as it was (the Post handler then
-    drops what does not fit); a failing summarizer aborts the run with its
-    error.
+    Nothing but a usable summary changes the transcript: a summarizer that
+    raises, takes longer than ``timeout`` seconds, returns a blank summary, or
+    one no shorter than the turns it covers leaves it as it was (the Post
+    handler then drops what does not fit), and the round's ledger records the outcome
+    (``LimitingRecord.compactions``, a :class:`~threadline.limiting.CompactionOutcome`).
+    A summary cut off at ``max_summary_tokens`` is the cap doing its job: it
+    is used, and its outcome's ``detail`` says it was cut.
+    Cancelling the run itself still cancels it.
 
     Raises:
-        InvalidRequestError: no model to summarize with, or a negative
-            ``keep_last_turns``.
+        InvalidRequestError: no model to summarize with, a negative
+            ``keep_last_turns``, or a ``timeout`` that is not a positive number.
     """
-    client, summary_model = _summarizing_client(summarizer, model)
+    client, summary_model, sampling = _summarizing_client(summarizer, model)
     if isinstance(keep_last_turns, bool) or not isinstance(keep_last_turns, int):
         raise InvalidRequestError(f"keep_last_turns must be an int, not {keep_last_turns!r}")
     if keep_last_turns < 0:
         raise InvalidRequestError(f"keep_last_turns must be 0 or more, not {keep_last_turns}")
-    write_summary = _summary_writer(client, summary_model, instructions, max_summary_tokens)
+    if timeout is not None and (
+        isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
+    ):
+        raise InvalidRequestError(f"timeout is in seconds, more than 0, or None: not {timeout!r}")
+    write_summary = _summary_writer(
+        client, summary_model, instructions, max_summary_tokens, sampling
+    )
+    if timeout is not None:
+        write_summary = _with_timeout(write_summary, float(timeout))
     memory = _SummaryMemory()
 
     async def handler(event: TokenLimitEvent) -> None:
@@ -227,18 +255,23 @@ class _SummarizingAgent(Protocol):
     @property
     def model(self) -> Model | None: ...
 
+    @property
+    def settings(self) -> RequestSettings: ...
+
 
 def _summarizing_client(
     summarizer: object, model: Model | str | None
-) -> tuple[_SummarizingClient, Model | str]:
+) -> tuple[_SummarizingClient, Model | str, RequestSettings | None]:
     """The client that writes the summaries and the model it writes them with.
 
     Told apart by what they have, not by their class: the limiting room sits
     below the client and the agent, and never imports them.
     """
+    sampling: RequestSettings | None = None
     if isinstance(summarizer, _SummarizingAgent):
         client: _SummarizingClient = summarizer.client
         model = model or summarizer.model
+        sampling = summarizer.settings
     elif isinstance(summarizer, _SummarizingClient):
         client = summarizer
         model = model or client.default_model
@@ -251,7 +284,19 @@ def _summarizing_client(
         raise InvalidRequestError(
             "summarize_oldest has no model: pass model=..., or give the Client a default_model"
         )
-    return client, model
+    return client, model, sampling
+
+
+@attrs.frozen
+class _Written:
+    """What the summarizer came back with: the summary, or why there is none."""
+
+    text: str = ""
+    status: CompactionStatus = "applied"
+    detail: str = ""
+
+
+_Writer = Callable[[Sequence[Message]], Awaitable[_Written]]
 
 
 def _summary_writer(
@@ -259,10 +304,13 @@ def _summary_writer(
     model: Model | str,
     instructions: str,
     max_summary_tokens: int | None,
-) -> Callable[[Sequence[Message]], Awaitable[str]]:
-    """A function that asks ``model`` for a summary of some messages."""
+    sampling: RequestSettings | None,
+) -> _Writer:
+    """A function that asks ``model`` for a summary of some messages; what it raises
+    comes back as a ``"failed"`` outcome; a summary cut off at the cap is used, and
+    its outcome's detail says it was cut."""
 
-    async def write_summary(material: Sequence[Message]) -> str:
+    async def write_summary(material: Sequence[Message]) -> _Written:
         request = (
             client.request()
             .with_model(model)
@@ -271,16 +319,42 @@ def _summary_writer(
         )
         if max_summary_tokens is not None:
             request.with_max_output_tokens(max_summary_tokens)
-        return (await request.run()).text.strip()
+        if sampling is not None:  # an Agent's sampling: a temperature-0 agent sums up alike
+            request.with_temperature(sampling.temperature).with_top_p(sampling.top_p)
+            request.with_seed(sampling.seed)
+        try:
+            result = await request.run()
+        except Exception as exc:  # any failure of the summarizer is a no-op, reported
+            return _Written(status="failed", detail=f"{type(exc).__name__}: {exc}")
+        if result.response.finish_reason == "length":
+            # max_summary_tokens is the user's cap on a summary, so one that reached
+            # it is used as written (if shorter than what it covers); the outcome says so.
+            return _Written(
+                result.text.strip(),
+                detail=f"the summary was cut off at max_summary_tokens ({max_summary_tokens})",
+            )
+        return _Written(result.text.strip())
 
     return write_summary
+
+
+def _with_timeout(write_summary: _Writer, timeout: float) -> _Writer:
+    """``write_summary`` given ``timeout`` seconds: after that, a ``"cancelled"`` outcome."""
+
+    async def bounded(material: Sequence[Message]) -> _Written:
+        with anyio.move_on_after(timeout) as scope:
+            return await write_summary(material)
+        assert scope.cancelled_caught
+        return _Written(status="cancelled", detail=f"no summary within {timeout:g} seconds")
+
+    return bounded
 
 
 async def _fold_oldest(
     event: TokenLimitEvent,
     keep_last_turns: int,
     memory: _SummaryMemory,
-    write_summary: Callable[[Sequence[Message]], Awaitable[str]],
+    write_summary: _Writer,
 ) -> None:
     """Replace the oldest turns of ``event.messages`` with one summary, reusing what is known."""
     found = _summary_range(event, keep_last_turns)
@@ -296,17 +370,55 @@ async def _fold_oldest(
         summary, end, earlier = known
         reused = _folded(messages, start, end, summary)
         if end == cut or event.counter.count(reused, event.tools) <= event.budget_tokens:
+            event.note_compaction(
+                "reused",
+                covered_messages=end - start,
+                covered_tokens=_cost(event, messages[start:end]),
+                summary_tokens=_cost(event, [summary]),
+            )
             _replace(event, start, end, summary)
             return
         material = [summary, *messages[end:cut]]
         covered = earlier + tuple(messages[end:cut])
-    text = await write_summary(material)
-    if not text:
-        logger.warning("the summarizing model returned nothing; the transcript is left as it was")
+    covered_tokens = _cost(event, messages[start:cut])
+    written = await write_summary(material)
+    outcome = (
+        written
+        if written.status != "applied" or written.text
+        else _Written(status="empty", detail="the summarizing model returned nothing")
+    )
+    summary = Message.user(f"{SUMMARY_HEADING}\n{outcome.text}")
+    summary_tokens = _cost(event, [summary]) if outcome.text else None
+    longer = summary_tokens is not None and summary_tokens >= covered_tokens
+    if outcome.status == "applied" and longer:
+        outcome = _Written(
+            status="too long",
+            detail=f"the summary ({summary_tokens} tokens) is no shorter than the "
+            f"{covered_tokens} tokens it covers",
+        )
+    event.note_compaction(
+        outcome.status,
+        covered_messages=cut - start,
+        covered_tokens=covered_tokens,
+        summary_tokens=summary_tokens,
+        detail=outcome.detail,
+    )
+    if outcome.status != "applied":
+        logger.warning(
+            "compaction by summarize_oldest did not happen (%s: %s); the transcript is left "
+            "as it was",
+            outcome.status,
+            outcome.detail,
+        )
         return
-    summary = Message.user(f"{SUMMARY_HEADING}\n{text}")
     memory.remember(covered, summary)
     _replace(event, start, cut, summary)
+
+
+def _cost(event: TokenLimitEvent, messages: Sequence[Message]) -> int:
+    """What ``messages`` cost by the event's counter, without the request's overhead."""
+    counter = event.counter
+    return counter.count(messages, ()) - counter.count([], ())
 
 
 def _folded(messages: Sequence[Message], start: int, end: int, summary: Message) -> list[Message]:

@@ -57,10 +57,18 @@ class HandlerTraits:
     cut keep the prompt's prefix (as ``cache_stable_units`` does). A
     conversation whose Pre or Post handler declares it keeps its window's
     start where the last cut left it, and saves it (see docs/limiting.md).
+
+    ``runs_every_round``: as Pre, the handler is called on every round with a
+    budget, over it or not (a transcript that fits is still handed over), because
+    it repeats on each round what it did on the ones before, so the prompt's
+    prefix holds (as ``clear_tool_results`` re-clears the results it cleared).
+    Such a handler must leave a transcript that fits as it found it unless it
+    is repeating itself.
     """
 
     slides_one_unit: bool = attrs.field(default=False, validator=attrs_check(_flag))
     keeps_stable_prefix: bool = attrs.field(default=False, validator=attrs_check(_flag))
+    runs_every_round: bool = attrs.field(default=False, validator=attrs_check(_flag))
 
 
 NO_TRAITS = HandlerTraits()

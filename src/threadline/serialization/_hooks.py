@@ -382,6 +382,7 @@ def make_argument_converter(fits: FitTest) -> Converter:
     _register_choices(converter)
     _register_unions(converter, fits)
     _register_attrs_arguments(converter)
+    _register_typed_dicts(converter)
     return converter
 
 
@@ -486,6 +487,20 @@ def _register_attrs_arguments(converter: Converter) -> None:
     converter.register_structure_hook_factory(
         lambda hint: isinstance(hint, type) and attrs.has(hint), attrs_class
     )
+
+
+def _register_typed_dicts(converter: Converter) -> None:
+    # Each key present is built by its hint; which keys must be there the schema
+    # checked already (cattrs' own hook reads __required_keys__, which postponed
+    # annotations get wrong before Python 3.13).
+    def typed_dict(value: Any, hint: Any) -> Any:
+        hints = typing.get_type_hints(hint)
+        return {
+            key: converter.structure(item, hints[key]) if key in hints else item
+            for key, item in value.items()
+        }
+
+    converter.register_structure_hook_func(typing.is_typeddict, typed_dict)
 
 
 def _structure_as(converter: Converter, hint: Any) -> Hook:

@@ -11,20 +11,21 @@ of a request and finds the one a call names.
 
 from __future__ import annotations
 
+import abc
 import functools
 import inspect
 import json
 import logging
 import re
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, overload
+from typing import Any, Literal, overload
 
 import anyio
 import anyio.to_thread
 import attrs
 
 from threadline._errors import InvalidRequestError, ToolArgumentsError
-from threadline._messages import Message, Origin, ToolCall
+from threadline._messages import ToolCall
 from threadline._validate import attrs_check, positive_seconds_or_none
 from threadline.tools._check import check
 from threadline.tools._docstrings import parse_docstring
@@ -33,7 +34,8 @@ from threadline.tools._results import (
     ToolOutcome,
     ToolResult,
     describe_exception,
-    result_text,
+    reported_error_outcome,
+    result_message,
     timed_out_outcome,
     unknown_tool_outcome,
 )
@@ -43,6 +45,7 @@ __all__ = [
     "Tool",
     "ToolOutcome",
     "ToolResult",
+    "ToolSource",
     "Toolset",
     "invoke_concurrently",
     "tool",
@@ -76,6 +79,15 @@ def _check_name(instance: Any, attribute: Any, value: Any) -> None:
         raise InvalidRequestError(
             f"tool name {value!r} is not allowed: providers accept 1 to 64 characters, "
             "each a letter, a digit, '_' or '-' (pass name=... to @tool to choose another)"
+        )
+
+
+def _check_result_cap(instance: Any, attribute: Any, value: Any) -> None:
+    if value is None or value == "budget":
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidRequestError(
+            f"max_result_tokens must be a positive int, 'budget' or None, not {value!r}"
         )
 
 
@@ -114,6 +126,11 @@ class Tool:
     cancelled at its limit; a sync function's worker thread cannot be
     stopped, so it is abandoned and runs on to its end in the background.
 
+    ``max_result_tokens`` caps a result: a longer one is cut once, when it
+    enters the transcript, with a marker saying how much was left out.
+    ``"budget"`` sizes the cap to the run (a quarter of its prompt budget);
+    ``None`` (the default of ``@tool``) keeps every result whole.
+
     Raises:
         InvalidRequestError: a name providers refuse (they accept
             ``^[a-zA-Z0-9_-]{1,64}$``), parameters that are not a JSON
@@ -129,6 +146,9 @@ class Tool:
     in_thread: bool = True
     timeout: float | None = attrs.field(
         default=None, validator=attrs_check(positive_seconds_or_none)
+    )
+    max_result_tokens: int | Literal["budget"] | None = attrs.field(
+        default=None, validator=_check_result_cap
     )
     _binder: Binder | None = attrs.field(default=None, alias="_binder", repr=False)
 
@@ -224,14 +244,15 @@ class Tool:
             (value.content, value.inject) if isinstance(value, ToolResult) else (value, ())
         )
         try:
-            text = result_text(content)
+            message = result_message(call, self.name, content)
         except Exception as exc:
             # json's own refusals say enough; anything else also says what it was.
             plain = isinstance(exc, TypeError | ValueError)
             detail = describe_exception(exc, kind=not plain)
             reason = f"the tool's result could not be turned into text: {detail}"
             return self._failure(call, reason, exc)
-        message = Message.tool(call.id, text, name=self.name, origin=Origin.TURN)
+        if isinstance(value, ToolResult) and value.is_error:
+            return reported_error_outcome(call, self.name, message.text)
         return ToolOutcome(call=call, message=message, injected=injected)
 
     async def _run(
@@ -342,8 +363,39 @@ def tool(
 # Toolset
 
 
-def _to_tools(values: Iterable[Tool | Callable[..., Any]]) -> tuple[Tool, ...]:
-    tools = tuple(value if isinstance(value, Tool) else tool(value) for value in values)
+class ToolSource(abc.ABC):
+    """Something that offers tools it learns at run time (an MCP server), passed in
+    ``tools=`` beside ``Tool`` values; its tools are read each time a request is planned."""
+
+    @property
+    @abc.abstractmethod
+    def source_name(self) -> str:
+        """A short name, put in front of a tool's name (``NAME_tool``) when two collide."""
+
+    @property
+    @abc.abstractmethod
+    def prefix(self) -> str | None:
+        """``None``: prefix a tool's name only when it collides; a string: always
+        put it in front; ``""``: never (a collision is then an error)."""
+
+    @abc.abstractmethod
+    def current_tools(self) -> tuple[Tool, ...]:
+        """The tools offered now.
+
+        Raises:
+            InvalidRequestError: the source is not ready (not connected).
+        """
+
+
+def _to_tools(values: Iterable[Tool | ToolSource | Callable[..., Any]]) -> tuple[Tool, ...]:
+    plain: list[Tool] = []
+    sources: list[ToolSource] = []
+    for value in values:
+        if isinstance(value, ToolSource):
+            sources.append(value)
+        else:
+            plain.append(value if isinstance(value, Tool) else tool(value))
+    tools = tuple(plain) + _source_tools(sources, plain)
     seen: set[str] = set()
     for each in tools:
         if each.name in seen:
@@ -354,11 +406,37 @@ def _to_tools(values: Iterable[Tool | Callable[..., Any]]) -> tuple[Tool, ...]:
     return tools
 
 
+def _source_tools(sources: Sequence[ToolSource], plain: Sequence[Tool]) -> tuple[Tool, ...]:
+    """The sources' tools, each named with its source's prefix when it has one, or when
+    its name collides with another tool's and the source prefixes on collision."""
+    offered = [(source, source.current_tools()) for source in sources]
+    counts: dict[str, int] = {}
+    for name in [t.name for t in plain] + [t.name for _, ts in offered for t in ts]:
+        counts[name] = counts.get(name, 0) + 1
+    named: list[Tool] = []
+    for source, tools in offered:
+        prefix = source.prefix
+        for each in tools:
+            clash = counts[each.name] > 1
+            if prefix or (prefix is None and clash):
+                each = attrs.evolve(each, name=_prefixed(prefix or source.source_name, each.name))
+            named.append(each)
+    return tuple(named)
+
+
+def _prefixed(prefix: str, name: str) -> str:
+    joined = f"{prefix}_{name}"
+    # Providers take at most 64 characters: the prefix gives way, never the tool's name.
+    return joined if len(joined) <= 64 else f"{prefix[: max(1, 63 - len(name))]}_{name}"[-64:]
+
+
 @attrs.frozen(eq=False)
 class Toolset:
     """The tools of a request, by name.
 
-    Plain functions are made tools with :func:`tool`.
+    Plain functions are made tools with :func:`tool`; a :class:`ToolSource`
+    (an MCP server) gives its tools as it offers them now, each named with
+    its source's prefix when it has one or when its name collides.
 
     Raises:
         InvalidRequestError: two tools with one name, or a function that

@@ -127,8 +127,9 @@ def test_the_driver_declares_its_rules_as_data() -> None:
     driver = AnthropicDriver(base_url=BASE, api_key="k")
     assert driver.replay_rules(MODEL) is THINKING_REPLAY
     assert driver.replay_projection(MODEL) is THINKING_REPLAY
-    assert THINKING_REPLAY.blocks == {"thinking", "redacted_thinking"}
+    assert THINKING_REPLAY.blocks == {"thinking", "redacted_thinking", "compaction"}
     assert THINKING_REPLAY.scope is ReplayScope.OPEN_TOOL_CYCLE
+    assert THINKING_REPLAY.kept == {"compaction"}  # sent every turn, whatever the scope
 
 
 @tool

@@ -317,3 +317,30 @@ def test_the_message_cache_keeps_only_long_histories_and_changes_no_byte() -> No
         cached = encode_request(call(count), cache=cache, **args)
         assert cached.body == encode_request(call(count), **args).body
         assert len(cache) == kept  # nine turns and the system message make ten
+
+
+async def test_an_image_a_tool_returned_goes_in_its_tool_result() -> None:
+    messages = (
+        Message.user("Show me the chart."),
+        Message.assistant(tool_calls=[ToolCall(id="toolu_a", name="chart")]),
+        Message(
+            role="tool",
+            tool_call_id="toolu_a",
+            content=(TextPart(text="the chart:"), ImagePart(url="data:image/png;base64,AAAA")),
+        ),
+    )
+    body = await sent_body(ProviderCall(model=MODEL, messages=messages))
+    assert body["messages"][2]["content"] == [
+        {
+            "type": "tool_result",
+            "tool_use_id": "toolu_a",
+            "content": [
+                {"type": "text", "text": "the chart:"},
+                {
+                    "type": "image",
+                    "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"},
+                },
+            ],
+        }
+    ]
+    assert AnthropicDriver(api_key="k").tool_result_images(MODEL)

@@ -7,12 +7,15 @@ talk to a real HTTP/1.1 server on 127.0.0.1 (the standard library's, in a thread
 from __future__ import annotations
 
 import json
+import ssl
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 
@@ -24,9 +27,19 @@ from threadline import (
     ProviderUnavailableError,
     TextDelta,
 )
-from threadline.drivers import AnthropicDriver, OpenAIChatDriver, ProviderCall, ResponseDone
+from threadline.drivers import (
+    AnthropicDriver,
+    HTTPConnection,
+    OpenAIChatDriver,
+    ProviderCall,
+    ResponseDone,
+)
+from threadline.drivers._http import DEFAULT_LIMITS
+from threadline.drivers._http._transport import AutoTransport
 
 pytest.importorskip("httpx_aiohttp", reason="the aiohttp extra: pip install -e '.[aiohttp]'")
+
+from threadline.drivers._http._aiohttp import SafeAiohttpTransport
 
 KEY = "sk-FAKE-aiohttp-test-key-0000000000"
 MODEL = Model("m", context_size=8192)
@@ -187,7 +200,9 @@ async def test_aiohttp_refuses_trio_naming_the_cause(
     base, seen = server
     call = ProviderCall(model=MODEL, messages=(Message.user("hi"),))
     async with OpenAIChatDriver(f"{base}/v1", transport="aiohttp") as driver:
-        with pytest.raises(InvalidRequestError, match=r"only on asyncio.*transport='httpx'"):
+        with pytest.raises(
+            InvalidRequestError, match=r"only on asyncio.*transport='httpx' or the default 'auto'"
+        ):
             await driver.complete(call)
     assert seen == []
 
@@ -204,7 +219,136 @@ def test_without_the_extra_the_error_names_the_install(monkeypatch: pytest.Monke
 
 
 def test_transport_is_checked_when_the_driver_is_built() -> None:
-    with pytest.raises(InvalidRequestError, match="'httpx' or 'aiohttp', not 'curl'"):
+    with pytest.raises(InvalidRequestError, match="'auto', 'httpx' or 'aiohttp', not 'curl'"):
         OpenAIChatDriver(transport="curl")  # type: ignore[arg-type]
     with pytest.raises(InvalidRequestError, match="http_client="):
         AnthropicDriver(http_client=httpx.AsyncClient(), transport="aiohttp")
+
+
+# --- the default, transport="auto" ----------------------------------------------------------
+
+
+def _pool_of(driver: OpenAIChatDriver) -> httpx.AsyncBaseTransport:
+    transport = driver._client._transport
+    assert isinstance(transport, AutoTransport)
+    return transport.pool()
+
+
+def test_the_default_pool_limits_are_httpx_own() -> None:
+    # Measured: httpcore scans every pooled connection for every request, and a
+    # pool of 100 kept-alive connections cost 2.7x the CPU of httpx's 20 (bench_request).
+    assert httpx.Limits(max_connections=100, max_keepalive_connections=20) == DEFAULT_LIMITS
+    assert HTTPConnection().transport == "auto"
+
+
+@pytest.mark.anyio
+async def test_the_default_sends_through_aiohttp_on_asyncio(
+    server: tuple[str, list[dict[str, str]]],
+) -> None:
+    base, seen = server
+    driver = OpenAIChatDriver(f"{base}/v1", api_key=KEY)
+    async with Client(driver, default_model=MODEL) as client:
+        result = await client.request().with_prompt("Capital of Portugal?").run()
+        assert isinstance(_pool_of(driver), SafeAiohttpTransport)
+    assert result.text == "Lisbon."
+    assert seen[0]["authorization"] == f"Bearer {KEY}"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["trio"])
+async def test_the_default_falls_back_to_httpx_on_trio(
+    server: tuple[str, list[dict[str, str]]],
+) -> None:
+    base, _ = server
+    driver = OpenAIChatDriver(f"{base}/v1", api_key=KEY)
+    async with Client(driver, default_model=MODEL) as client:
+        result = await client.request().with_prompt("Capital of Portugal?").run()
+        async with client.request().with_prompt("Again, streamed").stream() as events:
+            streamed = [event.text async for event in events if isinstance(event, TextDelta)]
+        assert isinstance(_pool_of(driver), httpx.AsyncHTTPTransport)
+    assert (result.text, streamed) == ("Lisbon.", WORDS)
+
+
+@pytest.mark.anyio
+async def test_the_default_falls_back_to_httpx_without_the_package(
+    server: tuple[str, list[dict[str, str]]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "httpx_aiohttp", None)  # as if not installed
+    base, _ = server
+    driver = OpenAIChatDriver(f"{base}/v1", api_key=KEY)  # built without an error
+    async with Client(driver, default_model=MODEL) as client:
+        result = await client.request().with_prompt("Capital of Portugal?").run()
+        assert isinstance(_pool_of(driver), httpx.AsyncHTTPTransport)
+    assert result.text == "Lisbon."
+
+
+def test_building_a_driver_does_not_import_aiohttp() -> None:
+    # aiohttp takes ~200 ms to import: the first request on asyncio pays it, not a
+    # driver that is built and never used (a CLI's --help, a test).
+    code = (
+        "import sys; from threadline.drivers import OpenAIChatDriver; "
+        "OpenAIChatDriver('http://127.0.0.1:9/v1'); print('aiohttp' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
+
+
+async def _read_all(http: httpx.AsyncClient, port: int) -> None:
+    async with http.stream("POST", f"http://127.0.0.1:{port}/", content=b"{}") as response:
+        async for _ in response.aiter_bytes():
+            pass
+
+
+@pytest.mark.anyio
+async def test_an_aiohttp_failure_arrives_as_an_httpx_error_quoting_nothing() -> None:
+    secret = b"sk-ECHOED-0000"
+
+    async def answer_badly(reader: Any, writer: Any) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            b"transfer-encoding: chunked\r\n\r\n7\r\ndata: 1\r\nzz " + secret + b"\r\n"
+        )
+        await writer.drain()
+        writer.close()
+        await writer.wait_closed()
+
+    import asyncio  # the test's own server: asyncio is the backend under test
+
+    listener = await asyncio.start_server(answer_badly, "127.0.0.1", 0)
+    port = listener.sockets[0].getsockname()[1]
+    async with (
+        listener,
+        httpx.AsyncClient(transport=AutoTransport(ssl.create_default_context())) as http,
+    ):
+        with pytest.raises(httpx.RemoteProtocolError) as caught:
+            await _read_all(http, port)
+    assert "ClientResponseError" in str(caught.value)
+    assert secret.decode() not in str(caught.value)
+    assert caught.value.__context__ is None
+
+
+@pytest.mark.anyio
+async def test_a_body_that_stops_arriving_ends_within_the_read_timeout() -> None:
+    # aiohttp's own read time-out does not fire once its parser has refused a chunk
+    # header that came after the body began; the transport enforces httpx's.
+    import asyncio
+
+    async def begin_then_break(reader: Any, writer: Any) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            b"transfer-encoding: chunked\r\n\r\n7\r\ndata: 1\r\n"
+        )
+        await writer.drain()
+        await anyio.wait_all_tasks_blocked()
+        writer.write(b"zz not a chunk size\r\n")
+        await reader.read()  # the client's close
+        writer.close()
+
+    listener = await asyncio.start_server(begin_then_break, "127.0.0.1", 0)
+    port = listener.sockets[0].getsockname()[1]
+    transport = AutoTransport(ssl.create_default_context())
+    async with listener, httpx.AsyncClient(transport=transport, timeout=0.5) as http:
+        with anyio.fail_after(10), pytest.raises(httpx.TransportError):
+            await _read_all(http, port)

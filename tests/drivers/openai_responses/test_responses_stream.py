@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -392,3 +393,28 @@ async def test_a_delta_for_an_item_never_added_is_malformed() -> None:
         async with OpenAIResponsesDriver(BASE) as driver:
             with pytest.raises(ProviderResponseError, match="never added"):
                 await read(driver)
+
+
+@pytest.mark.parametrize("line_end", [b"\n", b"\r\n"])
+@pytest.mark.parametrize("size", [1, 7, 64, 10_000])
+async def test_a_stream_read_in_any_pieces_assembles_the_same(line_end: bytes, size: int) -> None:
+    """Events split across reads, several in one read, CR LF line ends: one answer."""
+
+    class Pieces(httpx.AsyncByteStream):
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            body = TOOL_ROUND.replace(b"\n", line_end)
+            for start in range(0, len(body), size):
+                yield body[start : start + size]
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        headers = {"content-type": "text/event-stream"}
+        return httpx.Response(200, headers=headers, stream=Pieces())
+
+    with respx.mock() as mock:
+        mock.post(URL).mock(return_value=streamed(TOOL_ROUND))
+        async with OpenAIResponsesDriver(BASE) as driver:
+            whole = await read(driver)
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as http:
+        pieces = await read(OpenAIResponsesDriver(BASE, http_client=http))
+    assert pieces == whole
+    assert isinstance(pieces[-1], ResponseDone)

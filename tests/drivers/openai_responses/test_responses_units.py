@@ -63,8 +63,8 @@ class WordCounter:
 # -- histories: every reasoning item names the message it was made for ---------------------
 
 
-def reasoning_for(owner: str, provider: str, items: int) -> Reasoning:
-    made = [
+def reasoning_for(owner: str, provider: str, items: int, *, compacted: bool = False) -> Reasoning:
+    made: list[dict[str, Any]] = [
         {
             "id": f"rs_{owner}_{k}",
             "type": "reasoning",
@@ -73,7 +73,11 @@ def reasoning_for(owner: str, provider: str, items: int) -> Reasoning:
         }
         for k in range(items)
     ]
-    raw = json.dumps(made[0] if items == 1 else made)
+    if compacted:
+        # Server-side compaction: the compaction item comes first in the answer.
+        tag = "ours" if provider == LABEL else "foreign"
+        made.insert(0, {"id": f"cmp_{owner}_{tag}", "type": "compaction", "encrypted_content": "c"})
+    raw = json.dumps(made[0] if len(made) == 1 else made)
     return Reasoning(text=f"thinking about {owner}", provider_reasoning=raw, provider=provider)
 
 
@@ -92,7 +96,8 @@ def histories(draw: st.DrawFn) -> tuple[list[Message], dict[str, str]]:
         if kind == "none":
             return None
         provider = LABEL if kind == "ours" else "openai-responses:other-model"
-        return reasoning_for(owner, provider, draw(st.integers(1, 2)))
+        compacted = draw(st.integers(0, 5)) == 0
+        return reasoning_for(owner, provider, draw(st.integers(1, 2)), compacted=compacted)
 
     messages: list[Message] = []
     if draw(st.booleans()):
@@ -110,9 +115,12 @@ def histories(draw: st.DrawFn) -> tuple[list[Message], dict[str, str]]:
             if thought is not None and thought.provider == LABEL:
                 owners[owner] = owner
         if draw(st.integers(0, 6)) == 0:
-            # A reply cut off while reasoning: nothing for its items to precede.
+            # A reply cut off while reasoning: nothing for its items to precede (or
+            # only a compaction item, as /responses/compact answers).
             cut = f"cut{next(serial)}"
-            messages.append(Message.assistant("", reasoning=reasoning_for(cut, LABEL, 1)))
+            compacted = draw(st.booleans())
+            thought = reasoning_for(cut, LABEL, 1, compacted=compacted)
+            messages.append(Message.assistant("", reasoning=thought))
         if draw(st.integers(0, 4)) > 0:
             answer = f"answer {next(serial)} " * draw(st.integers(1, 6))
             thought = reasoning(answer)
@@ -161,7 +169,16 @@ def owner_of(item: dict[str, Any]) -> str | None:
     return None
 
 
+def check_window(items: list[dict[str, Any]]) -> None:
+    """Only this model's compaction items are sent, and only the latest, first of all."""
+    compactions = [at for at, item in enumerate(items) if item.get("type") == "compaction"]
+    assert compactions in ([], [0]), f"compaction items at {compactions}"
+    assert all(str(items[at]["id"]).endswith("_ours") for at in compactions)
+
+
 def check_pairs(items: list[dict[str, Any]], owners: dict[str, str]) -> None:
+    check_window(items)
+    items = [item for item in items if item.get("type") != "compaction"]
     for position, item in enumerate(items):
         if item.get("type") == "reasoning":
             owner = str(item["id"]).split("_")[1]
@@ -232,6 +249,7 @@ def test_no_cut_parts_a_reasoning_item_from_its_item(
         check_pairs(body["input"], owners)
         items = body["input"]
         event(f"reasoning sent: {any(item.get('type') == 'reasoning' for item in items)}")
+        event(f"window opened: {any(item.get('type') == 'compaction' for item in items)}")
         event(f"cut: {len(items) < sum(m.role is not Role.SYSTEM for m in messages)}")
 
 
@@ -242,3 +260,9 @@ def test_the_check_itself_catches_an_orphan_and_a_widow() -> None:
     with pytest.raises(AssertionError):
         check_pairs([{"role": "assistant", "content": "x"}], {"x": "x"})
     check_pairs([reasoning, {"role": "assistant", "content": "x"}], {"x": "x"})
+    ours = {"type": "compaction", "id": "cmp_x_ours"}
+    with pytest.raises(AssertionError):
+        check_window([{"role": "user", "content": "q"}, ours])
+    with pytest.raises(AssertionError):
+        check_window([{**ours, "id": "cmp_x_foreign"}])
+    check_window([ours, {"role": "user", "content": "q"}])

@@ -11,7 +11,9 @@
 - ``_errors``: a provider's failure mapped to threadline's error tree;
 - ``_sse``: the server-sent events decoder;
 - ``_wire``: JSON on the wire (encoding once, untrusted decoding);
-- ``_aiohttp``: the aiohttp transport, imported only when asked for;
+- ``_transport``: the default transport, aiohttp's pool on asyncio where
+  it is installed, httpx's elsewhere;
+- ``_aiohttp``: the aiohttp-only client, imported only when asked for;
 - ``_openai``: what the two OpenAI drivers share (endpoint, account headers,
   the cache-key rule).
 

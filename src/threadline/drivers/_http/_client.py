@@ -35,7 +35,12 @@ import attrs
 import httpx
 
 from threadline._errors import InvalidRequestError
-from threadline.drivers._http._errors import ErrorMapper, context_length_details, parse_error_body
+from threadline.drivers._http._errors import (
+    ErrorMapper,
+    context_length_details,
+    parse_error_body,
+    retry_info_seconds,
+)
 from threadline.drivers._http._sse import StreamProgress
 
 __all__ = [
@@ -63,8 +68,11 @@ logger = logging.getLogger("threadline.http")
 DEFAULT_TIMEOUT = httpx.Timeout(600.0, connect=5.0)
 """A long read time-out (a model may think for minutes), a short connect time-out."""
 
-DEFAULT_LIMITS = httpx.Limits(max_connections=1000, max_keepalive_connections=100)
-"""A pool that does not become the bottleneck of many concurrent conversations."""
+DEFAULT_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=20)
+"""httpx's own limits. On httpx's pool they cost a third of the CPU of a larger
+one (1.6 ms against 4.4 ms a request at 50 concurrent with 100 kept alive,
+``benchmarks/bench_request.py``): httpcore scans every connection for every
+request. aiohttp's pool (the default on asyncio) is capped at 100 connections."""
 
 _RETRYABLE_TRANSPORT_ERRORS = (
     httpx.TimeoutException,
@@ -75,10 +83,11 @@ _RETRYABLE_TRANSPORT_ERRORS = (
 local protocol error will not improve, so those are raised at once."""
 
 
-Transport = Literal["httpx", "aiohttp"]
-"""Which connection pool sends: httpx's own (the default, asyncio and trio), or
-aiohttp's (``pip install 'threadline[aiohttp]'``; asyncio only, much faster at
-high concurrency)."""
+Transport = Literal["auto", "httpx", "aiohttp"]
+"""Which connection pool sends: ``"auto"`` (the default) aiohttp's on asyncio
+when ``threadline[aiohttp]`` is installed, else httpx's; ``"httpx"`` httpx's own
+always (asyncio and trio; what respx's default mocker patches); ``"aiohttp"``
+aiohttp's always (asyncio only; an error on trio or without the package)."""
 
 _AIOHTTP_MISSING = (
     "transport='aiohttp' needs the httpx-aiohttp package: pip install 'threadline[aiohttp]'"
@@ -160,24 +169,30 @@ def build_http_client(
     timeout: httpx.Timeout | float | None = DEFAULT_TIMEOUT,
     limits: httpx.Limits = DEFAULT_LIMITS,
     headers: Mapping[str, str] | None = None,
-    transport: Transport = "httpx",
+    transport: Transport = "auto",
 ) -> httpx.AsyncClient:
     """A pooled ``httpx.AsyncClient`` with timeouts and limits fit for model calls.
 
-    ``transport="aiohttp"`` sends through aiohttp's pool (see
-    :mod:`threadline.drivers._http._aiohttp`); the client is the same ``httpx``
-    interface either way. Redirects are not followed: an API endpoint that
-    redirects is misconfigured, and following it would resend the credentials
-    elsewhere.
+    ``transport="auto"`` sends through aiohttp's pool on asyncio when it is
+    installed and through httpx's otherwise (see
+    :mod:`threadline.drivers._http._transport`); ``"aiohttp"`` always through
+    aiohttp's (:mod:`threadline.drivers._http._aiohttp`), ``"httpx"`` always
+    through httpx's. The client is the same ``httpx`` interface either way.
+    Redirects are not followed: an API endpoint that redirects is
+    misconfigured, and following it would resend the credentials elsewhere.
 
     Raises:
-        InvalidRequestError: ``transport`` is not ``"httpx"`` or ``"aiohttp"``.
+        InvalidRequestError: ``transport`` is not ``"auto"``, ``"httpx"`` or ``"aiohttp"``.
         ImportError: ``"aiohttp"`` without httpx-aiohttp installed; the message
             names the ``pip install``.
     """
     check_transport(transport, None)
     client_class: type[httpx.AsyncClient] = httpx.AsyncClient
-    if transport == "aiohttp":
+    if transport == "auto":
+        from threadline.drivers._http._transport import AutoClient
+
+        client_class = AutoClient
+    elif transport == "aiohttp":
         try:
             from threadline.drivers._http._aiohttp import AiohttpClient
         except ImportError as exc:
@@ -195,12 +210,15 @@ def check_transport(transport: Transport, http_client: httpx.AsyncClient | None)
     """Refuse an unknown ``transport``, or a choice next to a client of the caller's own.
 
     Raises:
-        InvalidRequestError: ``transport`` is not ``"httpx"`` or ``"aiohttp"``,
-            or both an ``http_client`` and ``transport="aiohttp"`` were given.
+        InvalidRequestError: ``transport`` is not ``"auto"``, ``"httpx"`` or
+            ``"aiohttp"``, or both an ``http_client`` and ``transport="aiohttp"``
+            were given.
     """
     if transport not in get_args(Transport):
-        raise InvalidRequestError(f"transport must be 'httpx' or 'aiohttp', not {transport!r}")
-    if http_client is not None and transport != "httpx":
+        raise InvalidRequestError(
+            f"transport must be 'auto', 'httpx' or 'aiohttp', not {transport!r}"
+        )
+    if http_client is not None and transport == "aiohttp":
         raise InvalidRequestError(
             f"transport={transport!r} chooses the pool of the driver's own client; with "
             "http_client= the given client sends as it is (build it on the transport you want)"
@@ -420,7 +438,10 @@ async def send_with_retries(
         ):
             retry += 1
             wait = policy.delay(
-                retry, headers=response.headers, now=clock.now(), random_value=random_value()
+                retry,
+                headers=_asked(response.headers, body),
+                now=clock.now(),
+                random_value=random_value(),
             )
             _log_retry(request, retry, policy, wait, f"status {status}", request_id)
             await clock.sleep(wait)
@@ -432,6 +453,15 @@ async def send_with_retries(
             reason=response.reason_phrase,
             headers=response.headers,
         )
+
+
+def _asked(headers: Mapping[str, str], body: str) -> Mapping[str, str]:
+    """The headers a wait is read from: the response's, or, when they name none, the
+    ``RetryInfo.retryDelay`` of a google.rpc error body (Gemini's) as a ``retry-after``."""
+    if "retry-after" in headers or "retry-after-ms" in headers:
+        return headers
+    seconds = retry_info_seconds(body)
+    return headers if seconds is None else {"retry-after": str(seconds)}
 
 
 def _log_retry(

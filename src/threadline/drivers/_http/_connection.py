@@ -234,10 +234,12 @@ class HTTPConnection:
             A driver does not close a client it was given, so drivers may
             share one. ``None``: each driver builds a pooled one of its own,
             which its ``aclose()`` closes.
-        transport: the connection pool of a driver's own client: ``"httpx"``
-            (default; asyncio and trio) or ``"aiohttp"`` (``pip install
-            'threadline[aiohttp]'``; asyncio only, several times the requests
-            per second at high concurrency). Not with ``http_client``.
+        transport: the connection pool of a driver's own client: ``"auto"``
+            (default: aiohttp's on asyncio when ``threadline[aiohttp]`` is
+            installed, several times the requests per second of httpx's; else
+            httpx's), ``"httpx"`` (httpx's always; asyncio and trio) or
+            ``"aiohttp"`` (aiohttp's always; asyncio only). ``"aiohttp"`` is
+            not taken with ``http_client``, which sends as it is.
         timeout: per-request time-out: seconds, an ``httpx.Timeout``, or
             ``None`` for none. Not given, a driver's own client uses
             ``DEFAULT_TIMEOUT`` (600 s read, 5 s connect) and a given client
@@ -279,7 +281,7 @@ class HTTPConnection:
         base_url: str | None = None,
         api_key: str | None = None,
         http_client: httpx.AsyncClient | None = None,
-        transport: Transport = "httpx",
+        transport: Transport = "auto",
         timeout: float | httpx.Timeout | NotGiven | None = NOT_GIVEN,
         max_retries: int | None = None,
         retry_policy: RetryPolicy | None = None,

@@ -44,6 +44,7 @@ __all__ = [
     "ProviderErrorDetails",
     "context_length_details",
     "parse_error_body",
+    "retry_info_seconds",
     "snippet",
 ]
 
@@ -133,6 +134,7 @@ _CONTEXT_PHRASES = (
     "exceed context limit",
     "input length exceeds",
     "`max_new_tokens` must be <=",
+    "exceeds the maximum number of tokens allowed",
 )
 _CONTEXT_CODES = frozenset({"context_length_exceeded", "exceed_context_size_error"})
 _LIMIT_PATTERNS = (
@@ -143,6 +145,7 @@ _LIMIT_PATTERNS = (
     re.compile(r" tokens > " + _NUMBER + r" maximum"),
     re.compile(r"must be <= " + _NUMBER),
     re.compile(r"exceed context limit: \d[\d,]* \+ \d[\d,]* > " + _NUMBER),
+    re.compile(r"maximum number of tokens allowed \(?" + _NUMBER),
 )
 _PROMPT_PATTERNS = (
     re.compile(r"\(" + _NUMBER + r" in the messages"),
@@ -155,6 +158,7 @@ _PROMPT_PATTERNS = (
     re.compile(r"prompt is too long: " + _NUMBER + r" tokens"),
     re.compile(r"given: " + _NUMBER + r" `inputs` tokens"),
     re.compile(r"exceed context limit: " + _NUMBER + r" \+"),
+    re.compile(r"input token count \(?" + _NUMBER),
 )
 
 
@@ -185,6 +189,24 @@ def context_length_details(details: ProviderErrorDetails) -> ContextLengthDetail
     if context_limit is None:
         context_limit = _first_number(_LIMIT_PATTERNS, text)
     return ContextLengthDetails(prompt_tokens=prompt_tokens, context_limit=context_limit)
+
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)s$")
+
+
+def retry_info_seconds(body: str) -> float | None:
+    """The wait a ``google.rpc.RetryInfo`` in an error body asks for (Gemini's 429s:
+    ``{"error": {"details": [{"@type": ".../google.rpc.RetryInfo", "retryDelay": "23s"}]}}``),
+    or ``None``."""
+    if "retryDelay" not in body:
+        return None
+    details = parse_error_body(body).extra.get("details")
+    for detail in details if isinstance(details, list) else ():
+        delay = detail.get("retryDelay") if isinstance(detail, dict) else None
+        match = _DURATION.match(delay) if isinstance(delay, str) else None
+        if match:
+            return float(match.group(1))
+    return None
 
 
 def _body_request_id(body: str) -> str | None:

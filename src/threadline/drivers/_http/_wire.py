@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sized
+from json.encoder import encode_basestring
 from typing import Any, Final
 
 from threadline._errors import InvalidRequestError
-from threadline._messages import Message
+from threadline._messages import Message, Role
 
 __all__ = [
     "DEFAULT_CACHE_BYTES",
@@ -31,7 +32,11 @@ __all__ = [
     "optional_str",
 ]
 
-DEFAULT_CACHE_BYTES = 32 * 1024 * 1024
+DEFAULT_CACHE_BYTES = 1024 * 1024
+"""What one driver's :class:`JSONCache` holds at most: a history of ~500 KB of
+JSON (~125k tokens) stays warm, and memory does not grow with the number of
+conversations a driver serves (at 32 MiB, memory per conversation was 1.9 times
+the messages' own size at 40 turns, ``benchmarks/bench_memory.py``)."""
 DEFAULT_CACHE_MIN_MESSAGES = 64
 """The shortest history whose messages :class:`JSONCache` keeps: encoding fewer
 costs less than 0.2 ms a request, and keeping their JSON would double the
@@ -82,6 +87,25 @@ def encode_body(body: Mapping[str, Any]) -> bytes:
         ) from None
 
 
+_PROBE = "threadline-probe-text"
+_QUOTED_PROBE = b'"' + _PROBE.encode() + b'"'
+
+
+def _plain_text(message: Message) -> str | None:
+    """Text (not empty: a driver may leave an empty text out) and a role, nothing else:
+    its JSON is the driver's frame for the role around the text."""
+    content = message.content
+    plain = (
+        type(content) is str
+        and content != ""
+        and message.name is None
+        and not message.tool_calls
+        and message.tool_call_id is None
+        and message.reasoning is None
+    )
+    return content if plain and isinstance(content, str) else None
+
+
 class JSONCache:
     """Each message's JSON, encoded once and reused while it is still sent.
 
@@ -93,6 +117,13 @@ class JSONCache:
     newer fills, so what is no longer sent is forgotten. A message whose JSON
     alone is larger than a generation is encoded every time.
 
+    The bound is small (:data:`DEFAULT_CACHE_BYTES`): a driver serving many
+    conversations re-encodes most messages, so a miss must be cheap. A plain
+    message (text and a role, most of a conversation) is encoded as the
+    driver's frame for its role (learnt once, by encoding a probe message)
+    around its text escaped in C, at a third of the cost of the driver's own
+    encoder.
+
     Only long histories are kept (:meth:`serves`): a request of fewer than
     ``min_messages`` messages is encoded afresh, since keeping a second copy
     of every short conversation's text costs more than encoding it again.
@@ -102,6 +133,7 @@ class JSONCache:
 
     __slots__ = (
         "_encode_message",
+        "_frames",
         "_generation_bytes",
         "_min_messages",
         "_previous",
@@ -121,6 +153,30 @@ class JSONCache:
         self._recent: dict[Message, bytes] = {}
         self._previous: dict[Message, bytes] = {}
         self._recent_bytes = 0
+        self._frames: dict[Role, tuple[bytes, bytes] | None] = {}
+
+    def _frame(self, role: Role) -> tuple[bytes, bytes] | None:
+        """What the driver writes before and after a plain message's quoted text."""
+        if role not in self._frames:
+            encoded = self._encode_message(Message(role=role, content=_PROBE))
+            before, found, after = encoded.partition(_QUOTED_PROBE)
+            plain = found and _QUOTED_PROBE not in after
+            self._frames[role] = (before, after) if plain else None
+        return self._frames[role]
+
+    def _plain_json(self, message: Message) -> bytes | None:
+        """``message``'s JSON when it is plain and its role has a frame, else ``None``."""
+        content = _plain_text(message)
+        if content is None:
+            return None
+        frame = self._frame(message.role)
+        if frame is None:
+            return None
+        try:
+            text = encode_basestring(content).encode("utf-8")
+        except UnicodeEncodeError:
+            return None  # a lone surrogate: the driver's encoder names it
+        return frame[0] + text + frame[1]
 
     def __len__(self) -> int:
         return len(self._recent) + len(self._previous)
@@ -138,7 +194,7 @@ class JSONCache:
         if encoded is None:
             encoded = self._previous.get(message)
             if encoded is None:
-                encoded = self._encode_message(message)
+                encoded = self._plain_json(message) or self._encode_message(message)
             self._remember(message, encoded)
         return encoded
 
@@ -178,10 +234,23 @@ def loads_or_not(content: bytes | str) -> object:
     ``doc``, and as the ``__context__`` of an error raised while handling it,
     it would keep whatever secret a server echoed there.
     """
+    if type(content) is str:
+        # One streamed event's data is decoded per token: the decoder's own entry
+        # point first, which json.loads reaches after two whitespace scans.
+        try:
+            value, end = _RAW_DECODE(content)
+        except ValueError:
+            pass  # leading whitespace, or not JSON: json.loads decides below
+        else:
+            if end == len(content):
+                return value
     try:
         return json.loads(content)
     except ValueError:  # JSONDecodeError, or bytes that are not UTF-8
         return NOT_JSON
+
+
+_RAW_DECODE = json.JSONDecoder().raw_decode
 
 
 def json_kind(value: object) -> str:

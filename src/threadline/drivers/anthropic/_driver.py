@@ -16,6 +16,7 @@ from threadline._errors import ProviderError
 from threadline._messages import Message
 from threadline._models import Model
 from threadline._provider import (
+    OutputConstraint,
     ProviderCall,
     ProviderResponse,
     ResponseDone,
@@ -51,6 +52,7 @@ from threadline.tools._tools import Tool
 
 __all__ = [
     "ANTHROPIC_VERSION",
+    "CACHE_DIAGNOSIS_BETA",
     "DEFAULT_BASE_URL",
     "DEFAULT_MAX_TOKENS",
     "AnthropicDriver",
@@ -59,6 +61,9 @@ __all__ = [
 
 DEFAULT_BASE_URL: Final = "https://api.anthropic.com"
 ANTHROPIC_VERSION: Final = "2023-06-01"
+CACHE_DIAGNOSIS_BETA: Final = "cache-diagnosis-2026-04-07"
+"""The beta header cache diagnosis was introduced under; sent with it (the API
+accepts it still where the feature no longer needs it)."""
 DEFAULT_MAX_TOKENS: Final = 4096
 """``max_tokens`` when a request sets no ``max_output_tokens`` (the API requires one);
 the same as the default output reserve, so the budget keeps room for it."""
@@ -94,6 +99,14 @@ class AnthropicDriver(HTTPDriver):
             before the current prompt, and at the end of the request (three
             of the four the API allows), so a conversation's stable prefix is
             read from the prompt cache. ``False`` sends none.
+        cache_diagnosis: ask the API why its prompt cache missed: every call
+            carries ``diagnostics.previous_message_id`` (the previous
+            response's id, ``null`` on a first call) and the
+            ``cache-diagnosis-2026-04-07`` beta, and the answer's
+            ``diagnostics.cache_miss_reason`` becomes
+            ``ProviderResponse.cache_diagnosis`` (the round's
+            ``RoundRecord.cache``). Off by default: the API keeps a
+            fingerprint (hashes and token counts) of each request that asks.
 
     Raises:
         InvalidRequestError: an argument of the wrong kind, named: a base URL
@@ -118,6 +131,7 @@ class AnthropicDriver(HTTPDriver):
         anthropic_version: str = ANTHROPIC_VERSION,
         betas: Sequence[str] = (),
         prompt_caching: bool = True,
+        cache_diagnosis: bool = False,
         **options: Unpack[ConnectionOptions],
     ) -> None:
         self._default_max_tokens = positive_int("default_max_tokens", default_max_tokens)
@@ -125,6 +139,7 @@ class AnthropicDriver(HTTPDriver):
             fail("thinking", "a Thinking (Thinking.enabled(2048)) or None", thinking)
         self._thinking = thinking
         self._prompt_caching = check_bool("prompt_caching", prompt_caching)
+        self._diagnosis = check_bool("cache_diagnosis", cache_diagnosis)
         connection = connection_of(
             "AnthropicDriver", connection, base_url=base_url, api_key=api_key, options=options
         )
@@ -143,8 +158,11 @@ class AnthropicDriver(HTTPDriver):
         }
         if isinstance(betas, str) or not all(isinstance(beta, str) for beta in betas):
             fail("betas", "a sequence of str (a list, not one str)", betas)
-        if betas:
-            headers["anthropic-beta"] = ",".join(betas)
+        sent = list(betas)
+        if self._diagnosis and CACHE_DIAGNOSIS_BETA not in sent:
+            sent.append(CACHE_DIAGNOSIS_BETA)
+        if sent:
+            headers["anthropic-beta"] = ",".join(sent)
         self._http = HTTPEndpoint(
             _NAME,
             connection,
@@ -169,6 +187,15 @@ class AnthropicDriver(HTTPDriver):
     def exact_token_counter(self, model: Model) -> AnthropicTokenCounter:
         """An exact counter for ``model`` backed by ``/v1/messages/count_tokens``."""
         return AnthropicTokenCounter(self, model)
+
+    def output_constraint(self, model: Model) -> OutputConstraint:
+        """``"schema"``: the answer is constrained by the Messages API's native
+        structured output (``output_config.format``, a JSON schema)."""
+        return "schema"
+
+    def tool_result_images(self, model: Model) -> bool:
+        """``True``: a ``tool_result`` block carries image blocks beside its text."""
+        return True
 
     def replay_projection(self, model: Model) -> ReplayProjection:
         """Reasoning is counted as it is sent: :meth:`replay_rules` price what they send.
@@ -200,6 +227,7 @@ class AnthropicDriver(HTTPDriver):
             thinking=self._thinking,
             cache=self._message_json,
             breakpoints=self._prompt_caching,
+            diagnostics=self._diagnosis,
         )
         return self._http.request(self._url, encoded.body, stream=stream)
 

@@ -30,8 +30,9 @@ import attrs
 from threadline._errors import InvalidRequestError
 from threadline._messages import ImagePart, Message, Role, TextPart, ToolCall
 from threadline._provider import ProviderCall
-from threadline._replay import ReplayRules, ReplayScope, replayed
+from threadline._replay import ReplayRules, ReplayScope, open_tool_cycle, replayed
 from threadline.drivers._http._wire import JSONCache, encode_body
+from threadline.tools._output import OutputSchema
 from threadline.tools._tools import Tool
 
 __all__ = [
@@ -50,12 +51,19 @@ logger = logging.getLogger("threadline.drivers.anthropic")
 MIN_THINKING_BUDGET: Final = 1024
 """The smallest ``budget_tokens`` the API accepts for enabled thinking."""
 
+COMPACTION_BLOCK: Final = "compaction"
+"""Server-side compaction's block (``context_management``): its summary stands
+for the turns before it, so it goes back every turn, where it was."""
+
 THINKING_REPLAY: Final = ReplayRules(
-    frozenset({"thinking", "redacted_thinking"}), scope=ReplayScope.OPEN_TOOL_CYCLE
+    frozenset({"thinking", "redacted_thinking", COMPACTION_BLOCK}),
+    scope=ReplayScope.OPEN_TOOL_CYCLE,
+    kept={COMPACTION_BLOCK},
 )
 """What the driver sends back of stored reasoning: the thinking blocks of the
-tool-use cycle still open, and nothing else (a stored ``text`` or ``tool_use``
-block would reach the model as words or calls the assistant never made)."""
+tool-use cycle still open, every ``compaction`` block this model made, and
+nothing else (a stored ``text`` or ``tool_use`` block would reach the model
+as words or calls the assistant never made)."""
 
 _TOOL_ERROR_PREFIX: Final = "error: "
 # The fields /v1/messages/count_tokens takes; anything else is refused there.
@@ -182,7 +190,18 @@ def _tool_use_block(call: ToolCall) -> bytes:
 def _tool_result_block(message: Message) -> bytes:
     text = message.text
     block: dict[str, Any] = {"type": "tool_result", "tool_use_id": message.tool_call_id}
-    if text:
+    if not isinstance(message.content, str) and any(
+        isinstance(part, ImagePart) for part in message.content
+    ):
+        # An image the tool returned (an MCP tool's screenshot) goes as an image block.
+        block["content"] = [
+            _image_block(part)
+            if isinstance(part, ImagePart)
+            else {"type": "text", "text": part.text}
+            for part in message.content
+            if isinstance(part, ImagePart) or part.text
+        ]
+    elif text:
         block["content"] = text
     if text.startswith(_TOOL_ERROR_PREFIX):
         block["is_error"] = True
@@ -222,7 +241,23 @@ def _replayed(messages: Sequence[Message], label: str, left_out: list[str]) -> d
     note in ``left_out`` for each message whose reasoning another provider made."""
     sent, foreign = replayed(messages, label=label, rules=THINKING_REPLAY)
     left_out.extend(foreign)
-    return {index: _thinking_blocks(raw) for index, raw in sent.items()}
+    cycle = open_tool_cycle(messages)
+    return {
+        index: _thinking_blocks(raw) if index == cycle else _compaction_blocks(raw)
+        for index, raw in sent.items()
+    }
+
+
+def _compaction_blocks(raw: bytes) -> bytes:
+    """The ``compaction`` blocks of checked state, for a message outside the open
+    cycle: its thinking is not sent (the API strips earlier turns' thinking)."""
+    document = json.loads(raw)
+    listed = document if isinstance(document, list) else [document]
+    return b",".join(
+        encode_body(block)
+        for block in listed
+        if isinstance(block, dict) and block.get("type") == COMPACTION_BLOCK
+    )
 
 
 def _turn(role: bytes, blocks: list[bytes]) -> bytes:
@@ -376,11 +411,25 @@ def _fields(
             fields[field] = value
     # seed, presence_penalty and frequency_penalty have no Anthropic equivalent.
     extra = dict(call.extra_body)
+    if call.output is not None:
+        # An output_config of extra_body's (an effort) keeps its keys; the format joins them.
+        given = extra.pop("output_config", None)
+        config = dict(given) if isinstance(given, dict) else {}
+        config.setdefault("format", _output_format(call.output))
+        fields["output_config"] = config
     chosen = extra.pop("thinking", thinking)
     if chosen is not None:
         fields["thinking"] = _thinking_json(chosen, max_tokens)
     fields.update(extra)
     return fields
+
+
+def _output_format(output: OutputSchema) -> dict[str, Any]:
+    """The native structured-output format: the schema under strict rules where it
+    follows them (every property listed as required, optional ones nullable, no
+    ``default``), else as it is."""
+    schema = output.schema if output.strict_schema is None else output.strict_schema
+    return {"type": "json_schema", "schema": dict(schema)}
 
 
 def _assemble(head: dict[str, Any], system: list[bytes], messages: bytes) -> bytes:
@@ -399,6 +448,7 @@ def encode_request(
     thinking: Thinking | None = None,
     cache: JSONCache | None = None,
     breakpoints: bool = False,
+    diagnostics: bool = False,
 ) -> EncodedRequest:
     """The body of ``POST /v1/messages`` for ``call``.
 
@@ -406,7 +456,10 @@ def encode_request(
     ``max_tokens`` is the call's ``max_output_tokens`` or ``default_max_tokens``.
     ``breakpoints`` places the prompt cache's ``cache_control`` marks: on the
     last system block (or, without a system prompt, the last tool) and on the
-    stable prefix of the messages (see ``_place_breakpoints``).
+    stable prefix of the messages (see ``_place_breakpoints``). ``diagnostics``
+    asks for the cache diagnosis against ``call.previous_response_id`` (``null``
+    on a first call, which opts in with nothing to compare); a call's
+    ``extra_body={"diagnostics": ...}`` wins.
 
     Raises:
         InvalidRequestError: refused replay state, an unknown forced tool, a
@@ -418,6 +471,8 @@ def encode_request(
     )
     head: dict[str, Any] = {"model": call.model.name}
     head.update(_fields(call, max_tokens=max_tokens, thinking=thinking))
+    if diagnostics:
+        head.setdefault("diagnostics", {"previous_message_id": call.previous_response_id})
     tools = head.get("tools")
     if breakpoints and not system and isinstance(tools, list) and tools:
         head["tools"] = [*tools[:-1], {**tools[-1], "cache_control": {"type": "ephemeral"}}]

@@ -21,6 +21,7 @@ from typing import Any, Final
 
 from threadline._messages import Message, Origin, Reasoning, ToolCall, Usage
 from threadline._provider import (
+    CacheDiagnosis,
     ProviderResponse,
     ReasoningChunk,
     StreamChunk,
@@ -36,7 +37,15 @@ from threadline.drivers._http._wire import (
     optional_str,
 )
 
-__all__ = ["FINISH_REASONS", "STREAM_EVENTS", "StreamAssembler", "parse_message", "parse_usage"]
+__all__ = [
+    "FINISH_REASONS",
+    "STREAM_EVENTS",
+    "StreamAssembler",
+    "compaction_usage",
+    "parse_diagnosis",
+    "parse_message",
+    "parse_usage",
+]
 
 FINISH_REASONS: Final = {
     "end_turn": "stop",
@@ -66,6 +75,9 @@ STREAM_EVENTS: Final = frozenset(
 Any other, ``ping`` or a type added later, is skipped unread."""
 
 _THINKING_TYPES: Final = frozenset({"thinking", "redacted_thinking"})
+_KEPT_TYPES: Final = frozenset({*_THINKING_TYPES, "compaction"})
+"""Blocks kept opaque as the message's replay state: thinking, and server-side
+compaction's ``compaction`` block (the summary that stands for the turns before it)."""
 
 
 def finish_reason(stop_reason: str | None, has_tool_calls: bool) -> str:
@@ -96,8 +108,51 @@ def parse_usage(value: object, where: str = "usage", base: Usage | None = None) 
     return Usage(input_tokens=input_tokens, output_tokens=output, cached_input_tokens=cached)
 
 
+def compaction_usage(value: object, where: str = "usage") -> Usage:
+    """What the server-side compaction iterations of ``usage.iterations`` cost.
+
+    With compaction (``context_management``), the top-level counts are the
+    answer's own iteration only; each ``{"type": "compaction"}`` entry of
+    ``iterations`` is a summarizing call of its own, billed beside it, so the
+    run's totals add them. No iterations: nothing.
+    """
+    usage = value if isinstance(value, dict) else {}
+    iterations = usage.get("iterations")
+    total = Usage()
+    if not isinstance(iterations, list):
+        return total
+    for position, entry in enumerate(iterations):
+        if isinstance(entry, dict) and entry.get("type") == "compaction":
+            total = total + parse_usage(entry, f"{where}.iterations[{position}]")
+    return total
+
+
 def _field(usage: Mapping[str, Any], key: str, where: str) -> int | None:
     return count_field(usage, key, where) if usage.get(key) is not None else None
+
+
+_REASON_CHARS: Final = 100
+"""A provider's word is kept to this length: a response is untrusted input."""
+
+
+def parse_diagnosis(value: object, provider: str) -> CacheDiagnosis | None:
+    """A message's ``diagnostics`` (cache diagnosis, asked with
+    ``diagnostics.previous_message_id``) as a :class:`CacheDiagnosis`.
+
+    ``{"cache_miss_reason": {"type": "tools_changed", "cache_missed_input_tokens": N}}``;
+    a ``null`` reason (no divergence, or the comparison still running when the
+    message was sent), a missing object or one of another shape give ``None``:
+    a diagnosis is a report, never a reason to fail the answer.
+    """
+    reason = value.get("cache_miss_reason") if isinstance(value, dict) else None
+    kind = reason.get("type") if isinstance(reason, dict) else None
+    if not isinstance(kind, str) or not kind:
+        return None
+    assert isinstance(reason, dict)
+    missed = reason.get("cache_missed_input_tokens")
+    if isinstance(missed, bool) or not isinstance(missed, int) or missed < 0:
+        missed = None
+    return CacheDiagnosis(provider=provider, reason=kind[:_REASON_CHARS], missed_tokens=missed)
 
 
 def _reasoning(blocks: list[dict[str, Any]], provider: str) -> Reasoning | None:
@@ -147,7 +202,7 @@ def parse_message(
         kind = block.get("type")
         if kind == "text":
             texts.append(optional_str(block, "text", where) or "")
-        elif kind in _THINKING_TYPES:
+        elif kind in _KEPT_TYPES:
             thinking.append(block)
         elif kind == "tool_use":
             calls.append(_tool_call(block, where))
@@ -161,10 +216,17 @@ def parse_message(
             origin=Origin.TURN,
         ),
         finish_reason=finish_reason(optional_str(body, "stop_reason", "the response"), bool(calls)),
-        usage=Usage() if usage is None else parse_usage(usage),
+        usage=Usage() if usage is None else parse_usage(usage) + compaction_usage(usage),
         model=optional_str(body, "model", "the response") or requested_model,
         request_id=request_id,
+        response_id=_id_of(body),
+        cache_diagnosis=parse_diagnosis(body.get("diagnostics"), provider),
     )
+
+
+def _id_of(body: Mapping[str, Any]) -> str | None:
+    value = body.get("id")
+    return value if isinstance(value, str) and value else None
 
 
 class _Block:
@@ -189,6 +251,9 @@ class StreamAssembler:
         self._model: str | None = None
         self._usage = Usage()
         self._stop_reason: str | None = None
+        self._id: str | None = None
+        self._compaction = Usage()  # server-side compaction iterations, as last reported
+        self._diagnosis: CacheDiagnosis | None = None
         self.started = False
         self.finished = False
 
@@ -219,6 +284,10 @@ class StreamAssembler:
         usage = message.get("usage")
         if usage is not None:
             self._usage = parse_usage(usage, "message_start.message.usage")
+            self._iterations(usage)
+        self._id = _id_of(message)
+        # The cache diagnosis comes with message_start only.
+        self._diagnosis = parse_diagnosis(message.get("diagnostics"), self._provider)
         self.started = True
 
     def _message_delta(self, event: dict[str, Any]) -> None:
@@ -232,6 +301,12 @@ class StreamAssembler:
         usage = event.get("usage")
         if usage is not None:
             self._usage = parse_usage(usage, "message_delta.usage", base=self._usage)
+            self._iterations(usage)
+
+    def _iterations(self, usage: object) -> None:
+        # Cumulative, like the counts beside them: the latest report replaces.
+        if isinstance(usage, dict) and isinstance(usage.get("iterations"), list):
+            self._compaction = compaction_usage(usage)
 
     def _index(self, event: dict[str, Any], where: str) -> int:
         index = event.get("index")
@@ -294,6 +369,10 @@ class StreamAssembler:
             if piece:
                 state.text.append(piece)
                 return [ReasoningChunk(text=piece)]
+        elif kind == "compaction_delta":
+            # The summary of a compaction block, in pieces: kept, never shown.
+            piece = optional_str(delta, "content", "content_block_delta.delta") or ""
+            state.json.setdefault("content", []).append(piece)
         elif kind == "signature_delta":
             # Appended, never replaced: a signature may arrive in several pieces.
             piece = optional_str(delta, "signature", "content_block_delta.delta") or ""
@@ -313,7 +392,7 @@ class StreamAssembler:
             state = self._blocks[index]
             if state.kind == "text":
                 texts.append("".join(state.text))
-            elif state.kind in _THINKING_TYPES:
+            elif state.kind in _KEPT_TYPES:
                 thinking.append(_finished_thinking(state))
             elif state.kind == "tool_use":
                 calls.append(_finished_call(state, index))
@@ -325,9 +404,11 @@ class StreamAssembler:
                 origin=Origin.TURN,
             ),
             finish_reason=finish_reason(self._stop_reason, bool(calls)),
-            usage=self._usage,
+            usage=self._usage + self._compaction,
             model=self._model or self._requested_model,
             request_id=request_id,
+            response_id=self._id,
+            cache_diagnosis=self._diagnosis,
         )
 
     @property

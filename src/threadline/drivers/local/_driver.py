@@ -29,6 +29,7 @@ from threadline._messages import Message
 from threadline._models import Model
 from threadline._provider import (
     Driver,
+    OutputConstraint,
     ProviderCall,
     ProviderResponse,
     ResponseDone,
@@ -231,6 +232,11 @@ class LocalDriver(AsyncClosing, Driver):
     def token_counter(self) -> TokenCounter:
         """An exact counter: the model's tokenizer over the prompt as the driver renders it."""
         return LocalTokenCounter(self)
+
+    def output_constraint(self, model: Model) -> OutputConstraint:
+        """``"grammar"``: a structured answer is sampled under a grammar made from its
+        JSON schema, as a tool call's arguments are."""
+        return "grammar"
 
     def replay_projection(self, model: Model) -> ReplayProjection:
         """Nothing is replayed: reasoning never goes back to a local model."""

@@ -150,7 +150,7 @@ class Generation:
         sampler = _Sampler(self, model)
         call = prepared.call
         if not prepared.uses_functions:
-            text, finish = sampler.text(prepared.prompt, stop=call.sampling.stop or ())
+            text, finish = sampler.answer(prepared.prompt, call)
             return self._response({"role": "assistant", "content": text}, finish)
 
         names = [tool.name for tool in call.tools]
@@ -169,7 +169,7 @@ class Generation:
         except _OutOfRoom:
             return self._response({"role": "assistant", "content": ""}, "length")
         if opening == MESSAGE_PREFIX:
-            text, finish = sampler.text(prepared.prompt + opening, stop=call.sampling.stop or ())
+            text, finish = sampler.answer(prepared.prompt + opening, call)
             return self._response({"role": "assistant", "content": text}, finish)
 
         # One call per reply: small models asked for more repeat the first
@@ -277,6 +277,22 @@ class _Sampler:
         if len(text) > sent:
             self._generation._send(TextChunk(text=text[sent:]))
         return text, self.ended
+
+    def answer(self, prompt: str, call: ProviderCall) -> tuple[str, str]:
+        """The reply's message: free text, or JSON under the grammar of the call's
+        output schema (``output_type``), sent on as ``TextChunk`` pieces."""
+        if call.output is None:
+            return self.text(prompt, stop=call.sampling.stop or ())
+        schema = json.loads(json.dumps(call.output.schema))
+        grammar = self._host.bindings().grammar_from_schema(schema)
+        text = ""
+        for _, piece in self._tokens(prompt, grammar=grammar):
+            text += piece
+            if piece:
+                self._generation._send(TextChunk(text=piece))
+            if text.rstrip().endswith("}") and _is_json_object(text):
+                return text, "stop"
+        return text, "stop" if _is_json_object(text) else "length"
 
     def choose(self, prompt: str, gbnf: str, options: Sequence[str]) -> str:
         """Which of ``options`` the model opens its reply with."""

@@ -16,6 +16,7 @@ import httpx
 from threadline._errors import ProviderError
 from threadline._models import Model
 from threadline._provider import (
+    OutputConstraint,
     ProviderCall,
     ProviderResponse,
     ResponseDone,
@@ -44,8 +45,10 @@ from threadline.drivers._http._sse import ServerSentEvent, StreamProgress, aiter
 from threadline.drivers._http._wire import NOT_JSON, loads_or_not
 from threadline.drivers.openai_chat._llama_cpp_counting import LlamaCppTokenCounter, server_root
 from threadline.drivers.openai_chat._wire import (
+    OUTPUT_STYLES,
     MalformedResponse,
     MessageJSONCache,
+    OutputStyle,
     StreamAssembler,
     encode_request,
     parse_completion,
@@ -91,6 +94,13 @@ class OpenAIChatDriver(HTTPDriver):
             ``Request.with_cache_key``) as ``prompt_cache_key``, which routes
             OpenAI's prompt cache. ``None`` sends it to OpenAI's own API only:
             some compatible servers refuse fields they do not know.
+        structured_output: how an ``output_type``'s schema goes to the server:
+            ``"json_schema"`` (``response_format`` of that type, strict where
+            the schema allows; OpenAI, ``llama-server``, vLLM), ``"json_object"``
+            (``{"type": "json_object", "schema": ...}``, the only form
+            llama-cpp-python's server takes; ``llama-server`` takes it too) or
+            ``"prompt"`` (for servers that refuse ``response_format``: the run
+            asks in the system message instead).
         exact_counting: ``"llama.cpp"`` for the upstream llama.cpp server
             (``llama-server``): :meth:`exact_token_counter` then asks the
             server itself (``/apply-template``, ``/tokenize``), and limiting
@@ -120,8 +130,12 @@ class OpenAIChatDriver(HTTPDriver):
         stream_usage: bool = True,
         send_cache_key: bool | None = None,
         exact_counting: Literal["llama.cpp"] | None = None,
+        structured_output: OutputStyle = "json_schema",
         **options: Unpack[ConnectionOptions],
     ) -> None:
+        if structured_output not in OUTPUT_STYLES:
+            fail("structured_output", "'json_schema', 'json_object' or 'prompt'", structured_output)
+        self._output_style: OutputStyle = structured_output
         if exact_counting not in (None, "llama.cpp"):
             fail("exact_counting", "'llama.cpp' or None", exact_counting)
         if max_tokens_field not in ("max_tokens", "max_completion_tokens"):
@@ -167,6 +181,11 @@ class OpenAIChatDriver(HTTPDriver):
                 "server?): exact counting is off for this driver; limiting decides on the estimate"
             )
 
+    def output_constraint(self, model: Model) -> OutputConstraint:
+        """``"schema"``: the server constrains the answer (``response_format``); with
+        ``structured_output="prompt"``, ``"prompt"``."""
+        return "prompt" if self._output_style == "prompt" else "schema"
+
     def replay_projection(self, model: Model) -> ReplayProjection:
         """Nothing is replayed: ``reasoning_content`` never goes back to the model."""
         return NO_REPLAY
@@ -180,6 +199,7 @@ class OpenAIChatDriver(HTTPDriver):
             max_tokens_field=self._max_tokens_field,
             stream_usage=self._stream_usage,
             cache=self._message_json,
+            output_style=self._output_style,
         )
 
     def _request(self, call: ProviderCall, *, stream: bool) -> httpx.Request:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final, Literal, TypeAlias
 
 from threadline._errors import InvalidRequestError
 from threadline._messages import (
@@ -49,17 +49,26 @@ from threadline.drivers._http._wire import (
     optional_str,
 )
 from threadline.drivers._tool_calls import tool_call_dicts
+from threadline.tools._output import OutputSchema
 from threadline.tools._tools import Tool
 
 __all__ = [
+    "OUTPUT_STYLES",
     "MalformedResponse",
     "MessageJSONCache",
+    "OutputStyle",
     "StreamAssembler",
     "encode_body",
     "encode_request",
     "parse_completion",
     "request_body",
 ]
+
+OutputStyle: TypeAlias = Literal["json_schema", "json_object", "prompt"]
+"""How a call's output schema goes in the body: ``response_format`` of type
+``json_schema`` (OpenAI, llama-server, vLLM), of type ``json_object`` with a
+``schema`` (llama-cpp-python's server, which takes no other), or not at all."""
+OUTPUT_STYLES: Final = ("json_schema", "json_object", "prompt")
 
 _ROLE_NAMES = {role: role.value for role in Role}
 _TOOL_CHOICE_MODES = frozenset({"auto", "none", "required"})
@@ -126,8 +135,32 @@ def _encode_tool_choice(choice: str, tools: tuple[Tool, ...]) -> str | dict[str,
     return {"type": "function", "function": {"name": choice}}
 
 
+def response_format(output: OutputSchema, style: OutputStyle) -> dict[str, Any] | None:
+    """The ``response_format`` that constrains the answer to ``output`` (``None``: none).
+
+    ``json_schema`` is strict where the schema follows strict mode's rules
+    (``OutputSchema.strict_schema``), and otherwise sent as it is, non-strict.
+    """
+    if style == "prompt":
+        return None
+    if style == "json_object":
+        return {"type": "json_object", "schema": dict(output.schema)}
+    strict = output.strict_schema
+    described: dict[str, Any] = {"name": output.name}
+    if output.description:
+        described["description"] = output.description
+    described["schema"] = dict(output.schema if strict is None else strict)
+    described["strict"] = strict is not None
+    return {"type": "json_schema", "json_schema": described}
+
+
 def _fields(
-    call: ProviderCall, *, stream: bool, max_tokens_field: str, stream_usage: bool
+    call: ProviderCall,
+    *,
+    stream: bool,
+    max_tokens_field: str,
+    stream_usage: bool,
+    output_style: OutputStyle = "json_schema",
 ) -> dict[str, Any]:
     """Every field of the body but ``model`` and ``messages``, before ``extra_body``."""
     fields: dict[str, Any] = {}
@@ -137,6 +170,10 @@ def _fields(
         fields["tool_choice"] = _encode_tool_choice(call.tool_choice, call.tools)
     if call.max_output_tokens is not None:
         fields[max_tokens_field] = call.max_output_tokens
+    if call.output is not None:
+        constraint = response_format(call.output, output_style)
+        if constraint is not None:
+            fields["response_format"] = constraint
     sampling = call.sampling
     for field, value in (
         ("temperature", sampling.temperature),
@@ -161,6 +198,7 @@ def request_body(
     stream: bool,
     max_tokens_field: str = "max_tokens",
     stream_usage: bool = True,
+    output_style: OutputStyle = "json_schema",
 ) -> dict[str, Any]:
     """The JSON body (as a dict) of ``call``; ``extra_body`` is merged last.
 
@@ -174,7 +212,13 @@ def request_body(
         "messages": [_encode_message(message) for message in call.messages],
     }
     body.update(
-        _fields(call, stream=stream, max_tokens_field=max_tokens_field, stream_usage=stream_usage)
+        _fields(
+            call,
+            stream=stream,
+            max_tokens_field=max_tokens_field,
+            stream_usage=stream_usage,
+            output_style=output_style,
+        )
     )
     body.update(call.extra_body)
     return body
@@ -202,6 +246,7 @@ def encode_request(
     max_tokens_field: str = "max_tokens",
     stream_usage: bool = True,
     cache: MessageJSONCache | None = None,
+    output_style: OutputStyle = "json_schema",
 ) -> bytes:
     """The encoded body of ``call``: what :func:`request_body` builds, as UTF-8 JSON.
 
@@ -214,13 +259,23 @@ def encode_request(
     """
     if cache is None or not cache.serves(call.messages) or "messages" in call.extra_body:
         body = request_body(
-            call, stream=stream, max_tokens_field=max_tokens_field, stream_usage=stream_usage
+            call,
+            stream=stream,
+            max_tokens_field=max_tokens_field,
+            stream_usage=stream_usage,
+            output_style=output_style,
         )
         _force_stream(body, stream)
         return encode_body(body)
     head: dict[str, Any] = {"model": call.model.name}
     head.update(
-        _fields(call, stream=stream, max_tokens_field=max_tokens_field, stream_usage=stream_usage)
+        _fields(
+            call,
+            stream=stream,
+            max_tokens_field=max_tokens_field,
+            stream_usage=stream_usage,
+            output_style=output_style,
+        )
     )
     head.update(call.extra_body)
     _force_stream(head, stream)
@@ -345,9 +400,13 @@ def parse_completion(
     finish_reason = optional_str(choice, "finish_reason", "choices[0]")
     usage = body.get("usage")
     model = optional_str(body, "model", "the response")
+    # A structured answer the model declines comes as "refusal", not "content".
+    refusal = optional_str(message, "refusal", "choices[0].message")
+    if refusal:
+        finish_reason = "refusal"
     return ProviderResponse(
         message=Message.assistant(
-            _text_content(message, "choices[0].message"),
+            refusal or _text_content(message, "choices[0].message"),
             tool_calls=tool_calls,
             reasoning=_reasoning(_reasoning_text(message, "choices[0].message"), provider),
             origin=Origin.TURN,
@@ -379,6 +438,7 @@ class StreamAssembler:
         self._requested_model = requested_model
         self._provider = provider
         self._text: list[str] = []
+        self._refusal: list[str] = []
         self._reasoning: list[str] = []
         self._calls: dict[int, _PartialToolCall] = {}
         self._last_call_index: int | None = None
@@ -441,6 +501,11 @@ class StreamAssembler:
                 optional_str(delta, "content", f"a stream event's choices[{position}].delta")
             self._text.append(text)
             chunks.append(TextChunk(text=text))
+        refusal = delta.get("refusal")
+        if refusal:
+            self._refusal.append(
+                optional_str(delta, "refusal", f"a stream event's choices[{position}].delta") or ""
+            )
         tool_calls = delta.get("tool_calls")
         if tool_calls is None:
             return
@@ -496,14 +561,17 @@ class StreamAssembler:
                     arguments="".join(partial.arguments) or "{}",
                 )
             )
+        refusal = "".join(self._refusal)
         return ProviderResponse(
             message=Message.assistant(
-                "".join(self._text),
+                refusal or "".join(self._text),
                 tool_calls=tool_calls,
                 reasoning=_reasoning("".join(self._reasoning), self._provider),
                 origin=Origin.TURN,
             ),
-            finish_reason=self.finish_reason or ("tool_calls" if tool_calls else "stop"),
+            finish_reason="refusal"
+            if refusal
+            else self.finish_reason or ("tool_calls" if tool_calls else "stop"),
             usage=self._usage or Usage(),
             model=self._model or self._requested_model,
             request_id=request_id,

@@ -7,9 +7,10 @@ What the driver does with the protocol is described in
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from typing import Final, Literal, Unpack
+from typing import Final, Literal, Unpack, cast
 
 import httpx
 
@@ -17,6 +18,7 @@ from threadline._errors import BadRequestError, ProviderError
 from threadline._messages import Message
 from threadline._models import Model
 from threadline._provider import (
+    OutputConstraint,
     ProviderCall,
     ProviderResponse,
     ResponseDone,
@@ -25,7 +27,6 @@ from threadline._provider import (
 )
 from threadline._replay import ReplayRules
 from threadline._validate import fail
-from threadline.counting._projection import NO_REPLAY
 from threadline.counting._protocol import ReplayProjection, TokenCounter
 from threadline.drivers._http import (
     ConnectionOptions,
@@ -43,22 +44,29 @@ from threadline.drivers._http._openai import (
     sends_cache_key,
     with_cache_key,
 )
-from threadline.drivers._http._sse import StreamProgress, aiter_sse
+from threadline.drivers._http._sse import SSEDecoder, StreamProgress
 from threadline.drivers._http._wire import NOT_JSON, MalformedResponse, loads_or_not
 from threadline.drivers.openai_responses._request import (
     REASONING_REPLAY,
+    EncodedRequest,
+    encode_compact_request,
     encode_count_request,
+    encode_input,
     encode_request,
     new_message_cache,
 )
 from threadline.drivers.openai_responses._response import (
     ResponseFailed,
     StreamAssembler,
+    parse_compaction,
     parse_response,
 )
+from threadline.drivers.openai_responses._state import ServerState
 from threadline.tools._tools import Tool
 
 __all__ = ["DEFAULT_BASE_URL", "OpenAIResponsesDriver", "ResponsesTokenCounter"]
+
+logger = logging.getLogger("threadline.drivers.openai_responses")
 
 DEFAULT_BASE_URL: Final = OPENAI_BASE_URL
 _NAME: Final = "openai-responses"
@@ -67,10 +75,16 @@ _SUMMARIES: Final = ("auto", "concise", "detailed")
 _MISSING_ITEM = re.compile(r"item with id '[^']*' not found", re.IGNORECASE)
 _MISSING_ITEM_NOTE: Final = (
     " — the request named an item by id alone, which only a server that stored it"
-    " (store: true) can find; this driver sends store: false and replays reasoning"
-    " items whole, with their encrypted_content, so the item must have come from"
-    " elsewhere (a transcript edited by hand, or reasoning saved without it)"
+    " (store: true) can find; this driver replays reasoning items whole, with their"
+    " encrypted_content, and sends store: false unless server_state=True, so the item"
+    " must have come from elsewhere (a transcript edited by hand, reasoning saved"
+    " without its encrypted_content, or a stored response the server has dropped)"
 )
+_NO_STATE_NOTE: Final = (
+    " — OpenAIResponsesDriver(server_state=True) sent previous_response_id, which a server"
+    " that keeps no state (llama.cpp's, for one) refuses: use server_state=False there"
+)
+_MISSING_RESPONSE = re.compile(r"previous response with id '[^']*' not found", re.IGNORECASE)
 
 
 class OpenAIResponsesDriver(HTTPDriver):
@@ -103,6 +117,21 @@ class OpenAIResponsesDriver(HTTPDriver):
             only be named by id, which a stateless call cannot do.
         send_cache_key: send a call's ``cache_key`` as ``prompt_cache_key``.
             ``None`` sends it to OpenAI's own API only.
+        server_state: keep the conversation on the server too: every call is
+            sent with ``store: true``, and a call whose history is exactly
+            what the server holds for the last reply (nothing cut, edited or
+            replaced since) sends ``previous_response_id`` and only the new
+            items. Any other call is sent whole, and a log record of
+            ``threadline.drivers.openai_responses`` says why. A stored response
+            the server no longer has is forgotten and the call sent whole.
+            Off by default: stateless calls keep nothing on the server.
+        cache_diagnosis: ask the API why its prompt cache missed: a call
+            after an earlier one carries
+            ``prompt_cache_options.comparison_response_id`` (the previous
+            response's id), and the answer's ``prompt_cache_diagnostics``
+            becomes ``ProviderResponse.cache_diagnosis`` (the round's
+            ``RoundRecord.cache``). Off by default; models that do not
+            diagnose answer without the field, and nothing is recorded.
 
     Raises:
         InvalidRequestError: an argument of the wrong kind, named.
@@ -126,6 +155,8 @@ class OpenAIResponsesDriver(HTTPDriver):
         reasoning_summary: Literal["auto", "concise", "detailed"] | None = None,
         encrypted_reasoning: bool = True,
         send_cache_key: bool | None = None,
+        server_state: bool = False,
+        cache_diagnosis: bool = False,
         **options: Unpack[ConnectionOptions],
     ) -> None:
         if reasoning_effort is not None and reasoning_effort not in _EFFORTS:
@@ -135,6 +166,8 @@ class OpenAIResponsesDriver(HTTPDriver):
         reasoning = {"effort": reasoning_effort, "summary": reasoning_summary}
         self._reasoning = {key: value for key, value in reasoning.items() if value is not None}
         self._encrypted = check_bool("encrypted_reasoning", encrypted_reasoning)
+        self._state = ServerState() if check_bool("server_state", server_state) else None
+        self._diagnose = check_bool("cache_diagnosis", cache_diagnosis)
         connection = connection_of(
             "OpenAIResponsesDriver", connection, base_url=base_url, api_key=api_key, options=options
         )
@@ -142,6 +175,7 @@ class OpenAIResponsesDriver(HTTPDriver):
         self._base_url = self._http.base_url
         self._url = httpx.URL(f"{self._base_url}/responses")
         self._count_url = httpx.URL(f"{self._base_url}/responses/input_tokens")
+        self._compact_url = httpx.URL(f"{self._base_url}/responses/compact")
         self._send_cache_key = sends_cache_key(self._base_url, send_cache_key)
         self._client = self._http.client
         self._errors = self._http.errors
@@ -161,16 +195,22 @@ class OpenAIResponsesDriver(HTTPDriver):
         """An exact counter for ``model`` backed by ``/responses/input_tokens``."""
         return ResponsesTokenCounter(self, model)
 
-    def replay_projection(self, model: Model) -> ReplayProjection:
-        """Replayed reasoning is counted as nothing by the estimate.
+    def output_constraint(self, model: Model) -> OutputConstraint:
+        """``"schema"``: the answer is constrained by ``text.format`` (a JSON schema)."""
+        return "schema"
 
-        What is sent is encrypted: its length says little of what the model
-        reads, and the API drops reasoning of turns before the last user
-        message. The exact counter (``/responses/input_tokens``) counts it as
-        the API does, near the budget's edge, and the run's context-length
-        retry covers the rest.
+    def replay_projection(self, model: Model) -> ReplayProjection:
+        """Replayed reasoning and compaction items are counted as sent: :meth:`replay_rules`
+        price the string values of the items they send.
+
+        That is their ``encrypted_content`` and summary texts, as o200k tokens.
+        Encrypted content is base64, which tokenizes to more tokens than the
+        reasoning it holds, and the API drops reasoning of turns before the last
+        user message; so the estimate errs large, the safe side for a budget.
+        The exact counter (``/responses/input_tokens``) counts them as the API
+        does, near the budget's edge.
         """
-        return NO_REPLAY
+        return REASONING_REPLAY
 
     def replay_rules(self, model: Model) -> ReplayRules:
         """This driver's own reasoning items go back, every turn
@@ -183,16 +223,43 @@ class OpenAIResponsesDriver(HTTPDriver):
 
     # --- sending -------------------------------------------------------------
 
-    def _request(self, call: ProviderCall, *, stream: bool) -> httpx.Request:
-        encoded = encode_request(
+    def _encode(
+        self, call: ProviderCall, *, stream: bool, continued: bool = True
+    ) -> EncodedRequest:
+        return encode_request(
             with_cache_key(call, self._send_cache_key),
             stream=stream,
             label=self._label(call),
             reasoning=self._reasoning,
             cache=self._message_json,
             encrypted=self._encrypted,
+            store=self._state is not None,
+            server_state=self._state if continued else None,
+            diagnose=self._diagnose,
         )
-        return self._http.request(self._url, encoded.body, stream=stream)
+
+    async def _send_call(self, call: ProviderCall, *, stream: bool) -> httpx.Response:
+        """``call`` sent; in server-state mode, sent whole again when the response it
+        continues is no longer on the server."""
+        encoded = self._encode(call, stream=stream)
+        request = self._http.request(self._url, encoded.body, stream=stream)
+        lost = encoded.previous_response_id
+        if lost is None or self._state is None:
+            return await self._send(request, stream=stream)
+        refused: BadRequestError | None = None
+        try:
+            return await self._send(request, stream=stream)
+        except BadRequestError as exc:
+            if not _MISSING_RESPONSE.search(exc.message):
+                if "previous_response_id" not in exc.message:
+                    raise
+                refused = _explained(exc, _NO_STATE_NOTE)
+        if refused is not None:
+            raise refused  # past the except block: see _decode
+        self._state.forget(lost)
+        logger.info("sent whole, without previous_response_id: the server no longer has %s", lost)
+        whole = self._encode(call, stream=stream, continued=False).body
+        return await self._send(self._http.request(self._url, whole, stream=stream), stream=stream)
 
     async def _send(self, request: httpx.Request, *, stream: bool = False) -> httpx.Response:
         """``request`` sent with retries; a missing stored item's refusal explained."""
@@ -202,14 +269,18 @@ class OpenAIResponsesDriver(HTTPDriver):
         except BadRequestError as exc:
             if not _MISSING_ITEM.search(exc.message):
                 raise
-            failure = BadRequestError(
-                exc.message + _MISSING_ITEM_NOTE,
-                status=exc.status,
-                body=exc.body,
-                request_id=exc.request_id,
-                provider=exc.provider,
-            )
+            failure = _explained(exc, _MISSING_ITEM_NOTE)
         raise failure  # past the except block: see _decode
+
+    def _remember(self, call: ProviderCall, reply: Message, response_id: object) -> None:
+        """In server-state mode, note that ``response_id`` holds ``call``'s history and
+        ``reply``, as the next call will encode them."""
+        if self._state is None or not isinstance(response_id, str) or not response_id:
+            return
+        messages = (*call.messages, reply)
+        encoded = encode_input(messages, self._label(call), self._message_json)
+        start = encoded.reply[0] if encoded.reply is not None else len(encoded.items)
+        self._state.remember(encoded.items, start, response_id)
 
     # Errors are raised past their except blocks: no __context__ may keep the raw body.
 
@@ -241,7 +312,7 @@ class OpenAIResponsesDriver(HTTPDriver):
         payload = self._decode(content, request_id, content_type=content_type)
         failure: ProviderError
         try:
-            return parse_response(
+            parsed = parse_response(
                 payload,
                 requested_model=call.model.name,
                 provider=self._label(call),
@@ -251,6 +322,10 @@ class OpenAIResponsesDriver(HTTPDriver):
             failure = self._errors.malformed(str(exc), request_id=request_id)
         except ResponseFailed as exc:
             failure = self._failed(exc, request_id)
+        else:
+            assert isinstance(payload, dict)  # parse_response took it as a response object
+            self._remember(call, parsed.message, payload.get("id"))
+            return parsed
         raise failure
 
     async def complete(self, call: ProviderCall) -> ProviderResponse:
@@ -262,7 +337,7 @@ class OpenAIResponsesDriver(HTTPDriver):
             ProviderError: the mapped failure, after retries where they apply;
                 a response whose status is ``failed`` is mapped from its error.
         """
-        response = await self._send(self._request(call, stream=False))
+        response = await self._send_call(call, stream=False)
         return self._parse(response, response.content, call)
 
     async def count_tokens(self, call: ProviderCall) -> int:
@@ -286,6 +361,41 @@ class OpenAIResponsesDriver(HTTPDriver):
             )
         return tokens
 
+    async def compact(self, call: ProviderCall) -> ProviderResponse:
+        """Compact ``call``'s transcript with ``POST /responses/compact`` (stateless).
+
+        The transcript goes as a call would send it (from the latest compaction
+        on); the answer is an assistant message with no text whose state is the
+        compact output, in order: the messages it retained, then the compaction
+        item. Kept opaque with this driver's and model's tag, it opens the
+        window of later calls to this model, which send that whole output
+        (see :mod:`threadline.drivers.openai_responses`).
+
+        Raises:
+            InvalidRequestError: refused replay state.
+            ProviderError: the mapped failure, or an output that is not a
+                compaction (no compaction item, an item of another type).
+        """
+        body = encode_compact_request(
+            with_cache_key(call, self._send_cache_key),
+            label=self._label(call),
+            cache=self._message_json,
+        )
+        response = await self._send(self._http.request(self._compact_url, body, stream=False))
+        request_id = request_id_of(response.headers)
+        content_type = response.headers.get("content-type", "")
+        payload = self._decode(response.content, request_id, content_type=content_type)
+        try:
+            return parse_compaction(
+                payload,
+                requested_model=call.model.name,
+                provider=self._label(call),
+                request_id=request_id,
+            )
+        except MalformedResponse as exc:
+            reason = str(exc)
+        raise self._errors.malformed(reason, request_id=request_id)
+
     @contextlib.asynccontextmanager
     async def stream(self, call: ProviderCall) -> AsyncIterator[AsyncIterator[StreamChunk]]:
         """Send ``call`` with ``stream: true``; yield chunks ending with ``ResponseDone``.
@@ -296,7 +406,7 @@ class OpenAIResponsesDriver(HTTPDriver):
                 refusal is ``ContextLengthExceededError``), a broken
                 connection, or a malformed event (``ProviderResponseError``).
         """
-        response = await self._send(self._request(call, stream=True), stream=True)
+        response = await self._send_call(call, stream=True)
         chunks = self._chunks(response, call)
         try:
             yield chunks
@@ -318,19 +428,40 @@ class OpenAIResponsesDriver(HTTPDriver):
                 yield chunk
             return
         assembler = StreamAssembler(requested_model=call.model.name, provider=self._label(call))
-        events = aiter_sse(response.aiter_bytes(), progress)
+        # The body's reads are decoded here, not through aiter_sse: a stream is
+        # hundreds of small events, and each async step per event costs.
+        # httpx's aiter_bytes is an async generator, closed by finish_reading.
+        reads = cast("AsyncGenerator[bytes, None]", response.aiter_bytes())
+        decoder = SSEDecoder(progress)
         failure: ProviderError | None = None
+        ended = False  # "[DONE]", or the response's last event
         try:
-            async for event in events:
-                if event.data == "[DONE]":
+            async for read in reads:
+                for event in decoder.feed(read):
+                    ended = event.data == "[DONE]" or assembler.finished
+                    if ended:
+                        break
+                    payload = loads_or_not(event.data)
+                    if (
+                        type(payload) is not dict
+                        or "error" in payload
+                        or payload.get("type") == "error"
+                    ):
+                        payload = self._decode(event.data, request_id)  # the careful way
+                    for chunk in assembler.add(payload):
+                        yield chunk
+                if ended or assembler.finished:
                     break
-                payload = self._decode(event.data, request_id)
-                for chunk in assembler.add(payload):
-                    yield chunk
-                if assembler.finished:
-                    break
+            else:
+                for event in decoder.flush():
+                    if event.data == "[DONE]" or assembler.finished:
+                        break
+                    for chunk in assembler.add(self._decode(event.data, request_id)):
+                        yield chunk
             if assembler.finished:
-                yield ResponseDone(response=assembler.finish(request_id=request_id))
+                done = assembler.finish(request_id=request_id)
+                self._remember(call, done.message, assembler.response_id)
+                yield ResponseDone(response=done)
             else:
                 failure = self._errors.stream_ended(
                     progress, "no response.completed", request_id=request_id
@@ -342,9 +473,21 @@ class OpenAIResponsesDriver(HTTPDriver):
         except httpx.TransportError as exc:
             failure = self._errors.from_transport(exc, progress=progress)
         finally:
-            await finish_reading(events, drain=assembler.finished)
+            await finish_reading(reads, drain=assembler.finished)
         if failure is not None:
             raise failure
+
+
+def _explained(exc: BadRequestError, note: str) -> BadRequestError:
+    """``exc`` with ``note`` after its message: what the refusal means for this driver.
+    A new error, so the caller raises it past its except block (no ``__context__``)."""
+    return BadRequestError(
+        exc.message + note,
+        status=exc.status,
+        body=exc.body,
+        request_id=exc.request_id,
+        provider=exc.provider,
+    )
 
 
 class ResponsesTokenCounter:

@@ -1,13 +1,26 @@
 """The Responses answer: a whole response object or a stream of events, to threadline.
 
 Pure translation, no I/O. Output items become one assistant message:
-``message`` items its text, ``function_call`` items its tool calls, and
-``reasoning`` items its ``Reasoning``: ``provider_reasoning`` is the item's
-JSON as received (every field kept, compact JSON), or a JSON list of them
-when the answer held several, ``text`` the summary a person may read (or,
-from servers that send no summary, the reasoning text), ``provider`` the
-driver and model. Other item types (built-in tools) are not threadline's to
-keep.
+``message`` items its text, ``function_call`` items its tool calls, and the
+opaque items, ``reasoning`` and ``compaction``, its ``Reasoning``:
+``provider_reasoning`` is the item's JSON as received (every field kept,
+compact JSON), or a JSON list of them in output order when the answer held
+several, ``text`` the reasoning summary a person may read (or, from servers
+that send no summary, the reasoning text; a compaction item shows nothing),
+``provider`` the driver and model. Other item types (built-in tools) are not
+threadline's to keep.
+
+The representation of a compaction item, for whoever builds on it: a
+``{"type": "compaction", "id": ..., "encrypted_content": ...}`` object kept
+exactly as received, in the ``provider_reasoning`` of the assistant message
+of the answer that returned it (beside that answer's reasoning items, in
+output order), tagged ``"openai-responses:<model>"``. An answer of
+``/responses/compact`` (:func:`parse_compaction`) is an assistant message
+with no text and no tool call whose state is the whole output in order:
+the ``message`` items the compaction retained, then its compaction item.
+When sending, the latest compaction item this model made opens the window,
+with the message items straight before it (see ``_request``); the store
+keeps everything.
 
 A stream is ``response.created``; per output item ``output_item.added``,
 its deltas (``output_text``, ``function_call_arguments``,
@@ -24,6 +37,7 @@ from typing import Any, Final
 
 from threadline._messages import Message, Origin, Reasoning, ToolCall, Usage
 from threadline._provider import (
+    CacheDiagnosis,
     ProviderResponse,
     ReasoningChunk,
     StreamChunk,
@@ -43,6 +57,8 @@ __all__ = [
     "INCOMPLETE_REASONS",
     "ResponseFailed",
     "StreamAssembler",
+    "parse_compaction",
+    "parse_diagnosis",
     "parse_response",
     "parse_usage",
 ]
@@ -118,6 +134,19 @@ def _message_text(item: Mapping[str, Any], where: str) -> str:
     return "".join(texts)
 
 
+def _refused(output: list[Any]) -> bool:
+    """True when the answer's messages hold a ``refusal`` part and no ``output_text``:
+    the model declined, which a structured request must not take for a bad answer."""
+    kinds: set[object] = set()
+    for item in output:
+        content = (
+            item.get("content") if type(item) is dict and item.get("type") == "message" else None
+        )
+        if type(content) is list:
+            kinds.update(part.get("type") for part in content if type(part) is dict)
+    return "refusal" in kinds and "output_text" not in kinds
+
+
 def _summary_text(item: Mapping[str, Any], where: str) -> str:
     """The summary's text; else the reasoning text a server sent instead (llama.cpp's)."""
     for field in ("summary", "content"):
@@ -148,18 +177,94 @@ def _tool_call(item: Mapping[str, Any], where: str) -> ToolCall:
 
 
 def _reasoning(items: list[dict[str, Any]], texts: list[str], provider: str) -> Reasoning | None:
+    """The ``Reasoning`` of an answer's opaque items (reasoning and compaction, in
+    output order) and its reasoning summaries."""
     if not items:
         return None
     shown = "\n\n".join(t for t in texts if t)
-    if not all(isinstance(item.get("encrypted_content"), str) for item in items):
+    if not all(
+        isinstance(item.get("encrypted_content"), str)
+        for item in items
+        if item.get("type") == "reasoning"
+    ):
         # Without its encrypted content an item can only be named by id, which a
         # stateless call cannot do (the API answers 404): kept for display only.
-        return Reasoning(text=shown, provider=provider) if shown else None
+        items = [item for item in items if item.get("type") != "reasoning"]
+        if not items:
+            return Reasoning(text=shown, provider=provider) if shown else None
     if len(items) == 1:
         raw = encode_body(items[0])
     else:
         raw = b"[" + b",".join(encode_body(item) for item in items) + b"]"
     return Reasoning(text=shown, provider_reasoning=raw, provider=provider)
+
+
+_COMPACTED: Final = frozenset({"message", "compaction", "reasoning"})
+"""The item types a ``/responses/compact`` window may hold and this driver sends back."""
+
+
+def parse_compaction(
+    payload: object, *, requested_model: str, provider: str, request_id: str | None
+) -> ProviderResponse:
+    """The ``ProviderResponse`` of ``/responses/compact``: an assistant message with
+    no text and no tool call whose state is the whole output, in order (the
+    messages the compaction retained, then its compaction item).
+
+    Raises:
+        MalformedResponse: not a compaction response: no output list, an item
+            of another type, or no compaction item at all.
+    """
+    body = json_object(payload, "the compaction response")
+    output = body.get("output")
+    if not isinstance(output, list):
+        raise MalformedResponse(
+            f"the compaction's output should be a list, not {json_kind(output)}"
+        )
+    items = [json_object(item, f"output[{index}]") for index, item in enumerate(output)]
+    kinds = [item.get("type") for item in items]
+    strange = [kind for kind in kinds if kind not in _COMPACTED]
+    if strange:
+        shown = json_kind(strange[0]) if not isinstance(strange[0], str) else strange[0][:40]
+        raise MalformedResponse(f"the compaction's output holds a {shown!r} item")
+    if "compaction" not in kinds:
+        raise MalformedResponse("the compaction's output holds no compaction item")
+    raw = b"[" + b",".join(encode_body(item) for item in items) + b"]"
+    usage = body.get("usage")
+    return ProviderResponse(
+        message=Message.assistant(
+            "", reasoning=Reasoning(provider_reasoning=raw, provider=provider), origin=Origin.TURN
+        ),
+        finish_reason="compaction",
+        usage=Usage() if usage is None else parse_usage(usage),
+        model=optional_str(body, "model", "the compaction response") or requested_model,
+        request_id=request_id,
+        response_id=response_id if isinstance(response_id := body.get("id"), str) else None,
+    )
+
+
+_REASON_CHARS: Final = 100
+"""A provider's word is kept to this length: a response is untrusted input."""
+
+
+def parse_diagnosis(value: object, provider: str) -> CacheDiagnosis | None:
+    """A response's ``prompt_cache_diagnostics`` (asked with
+    ``prompt_cache_options.comparison_response_id``) as a :class:`CacheDiagnosis`.
+
+    ``{"type": "cache_miss", "reason": ..., "cache_missed_tokens": N}`` gives its
+    reason; ``cache_hit``, ``comparison_response_not_found`` and ``unavailable``
+    give their type as the reason. Missing, or of another shape: ``None``, since
+    a diagnosis is a report, never a reason to fail the answer.
+    """
+    kind = value.get("type") if isinstance(value, dict) else None
+    if not isinstance(kind, str) or not kind:
+        return None
+    assert isinstance(value, dict)
+    reason = value.get("reason") if kind == "cache_miss" else None
+    word = reason if isinstance(reason, str) and reason else kind
+    missed = value.get("cache_missed_tokens")
+    if isinstance(missed, bool) or not isinstance(missed, int) or missed < 0:
+        missed = None
+    return CacheDiagnosis(provider=provider, reason=word[:_REASON_CHARS], missed_tokens=missed)
 
 
 def build_response(
@@ -186,6 +291,8 @@ def build_response(
         elif kind == "reasoning":
             reasoning.append(item)
             summaries.append(_summary_text(item, where))
+        elif kind == "compaction":
+            reasoning.append(item)  # opaque, like reasoning; a boundary when sent back
     usage = body.get("usage")
     return ProviderResponse(
         message=Message.assistant(
@@ -194,10 +301,12 @@ def build_response(
             reasoning=_reasoning(reasoning, summaries, provider),
             origin=Origin.TURN,
         ),
-        finish_reason=_finish_reason(body, bool(calls)),
+        finish_reason="refusal" if _refused(output) else _finish_reason(body, bool(calls)),
         usage=Usage() if usage is None else parse_usage(usage),
         model=optional_str(body, "model", "the response") or requested_model,
         request_id=request_id,
+        response_id=response_id if isinstance(response_id := body.get("id"), str) else None,
+        cache_diagnosis=parse_diagnosis(body.get("prompt_cache_diagnostics"), provider),
     )
 
 
@@ -256,6 +365,8 @@ class StreamAssembler:
         self._final: dict[str, Any] | None = None
         self._model: str | None = None
         self.finished = False
+        self.response_id: str | None = None
+        """The response's ``id``, once an event named it."""
 
     def add(self, payload: object) -> list[StreamChunk]:
         """Take one event's JSON; return the chunks it carries.
@@ -306,6 +417,7 @@ class StreamAssembler:
         response = event.get("response")
         if isinstance(response, dict):
             self._model = optional_str(response, "model", "response.created") or self._model
+            self.response_id = optional_str(response, "id", "response.created") or self.response_id
 
     def _added(self, event: Mapping[str, Any]) -> list[StreamChunk]:
         item = json_object(event.get("item"), f"{event.get('type')}.item")
@@ -378,6 +490,7 @@ class StreamAssembler:
         if kind == "response.failed" or response.get("status") == "failed":
             raise ResponseFailed(response.get("error"))
         self._final = response
+        self.response_id = optional_str(response, "id", kind) or self.response_id
         self.finished = True
 
     def finish(self, *, request_id: str | None) -> ProviderResponse:
@@ -393,6 +506,7 @@ class StreamAssembler:
             output = [self._items[key].assembled() for key in self._items]
         body = dict(final)
         body.setdefault("model", self._model)
+        body.setdefault("id", self.response_id)
         return build_response(
             body,
             output,
