@@ -1,5 +1,6 @@
 """The sessions a contributor runs: ``nox -s tests lint typecheck docs examples bench`` (and
-``bench_cache`` and ``bench_accuracy``, the benchmarks on real llama.cpp servers)."""
+``bench_cache`` and ``bench_accuracy``, the benchmarks on real llama.cpp servers, and
+``bench_heldout``, on other families' tokenizers)."""
 
 from __future__ import annotations
 
@@ -136,6 +137,14 @@ def bench_accuracy(session: nox.Session) -> None:
     llama.cpp builds and SmolLM2)."""
     session.install("-e", ".[bench,test]")
     session.run("python", "benchmarks/bench_counting_accuracy.py", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def bench_heldout(session: nox.Session) -> None:
+    """Calibration on tokenizer families it was never tuned on (needs the test extra's
+    llama-cpp-python; its sdist's vocabularies are fetched once with pip)."""
+    session.install("-e", ".[bench,test]")
+    session.run("python", "benchmarks/bench_counting_heldout.py", *session.posargs)
 
 
 @nox.session(python=PYTHON)

@@ -27,6 +27,8 @@ from threadline.counting import (
     TokenCalibration,
     TokenCounter,
 )
+from threadline.counting._calibration._classes import CLASSES
+from threadline.counting._calibration._priors import PRIOR_UNCERTAINTY
 from threadline.testing import ScriptedDriver
 
 MODEL = Model("m", context_size=100_000)
@@ -222,6 +224,13 @@ _ZERO = dict.fromkeys(("framing", "tool", "latin", "cyrillic", "cjk", "other"), 
         (1e-300, "$.settings.token_calibration.m"),
         (1e300, "$.settings.token_calibration.m"),
         ({**_FIT, "slopes": _ZERO}, "$.settings.token_calibration.m.slopes.latin"),
+        ({**_FIT, "version": 3}, "$.settings.token_calibration.m.version"),
+        ({**_FIT, "version": "2"}, "$.settings.token_calibration.m.version"),
+        ({**_FIT, "version": 2}, "$.settings.token_calibration.m"),  # no uncertainty
+        (
+            {**_FIT, "version": 2, "uncertainty": {"latin": -0.1}},
+            "$.settings.token_calibration.m.uncertainty.latin",
+        ),
     ],
 )
 def test_a_saved_calibration_no_provider_could_have_taught_is_refused_naming_the_field(
@@ -316,3 +325,28 @@ def history(turns: int) -> list[Message]:
     for n in range(turns):
         messages += [Message.user(f"q{n}"), Message.assistant(f"a{n}")]
     return messages
+
+
+def test_a_fit_saved_before_calibration_knew_its_uncertainty_still_loads() -> None:
+    # Version 1: no version, no uncertainty, and one "other" class for every script but
+    # Latin, Cyrillic and CJK.
+    old = {"ratio": 1.5, "intercept": 20.0, "slopes": {"latin": 1.1, "cyrillic": 2.5, "other": 3.0}}
+    calibration = TokenCalibration()
+    calibration.restore({"m": old})
+    fitted = calibration.fitted("m")
+    assert fitted is not None
+    names = list(CLASSES)
+    assert fitted.slopes[names.index("latin")] == 1.1
+    assert fitted.slopes[names.index("other")] == 3.0
+    prior = PRIOR_UNCERTAINTY
+    # As unsure as the prior: a resumed conversation's first turn is priced high.
+    assert fitted.uncertainty == prior
+    saved = calibration.saved_of("m")["m"]
+    assert isinstance(saved, dict)
+    assert saved["version"] == 2  # saved again in the current form
+    again = TokenCalibration()
+    again.restore({"m": saved})
+    refitted = again.fitted("m")
+    assert refitted is not None
+    assert refitted.slopes == pytest.approx(fitted.slopes)
+    assert refitted.uncertainty == pytest.approx(fitted.uncertainty)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from collections.abc import Sequence
 
 import attrs
 import pytest
@@ -23,20 +22,27 @@ from threadline.counting import BuiltinTokenCounter, TokenCalibration
 # what these tests pin down.
 from threadline.counting._calibration._classes import (
     CLASSES,
+    SCRIPTS,
     classify_text,
     message_classes,
     transcript_classes,
 )
-from threadline.counting._calibration._slopes import PRIOR_SLOPES, UPWARD_BIAS, fit
+from threadline.counting._calibration._priors import PRIOR_SLOPES
+from threadline.counting._calibration._slopes import Posterior, fit
 from threadline.testing import ScriptedDriver
 
 COUNTER = BuiltinTokenCounter()
 MODEL = Model("m", context_size=100_000)
-LATIN, CYRILLIC, CJK, OTHER = range(4)
+LATIN, CYRILLIC, CJK = (SCRIPTS.index(name) for name in ("latin", "cyrillic", "cjk"))
+WIDTH = len(CLASSES) + len(SCRIPTS)
 
 
 def test_text_is_split_into_runs_of_one_script() -> None:
-    assert classify_text("Hello, world 42!") == [(LATIN, "Hello, world 42!")]
+    assert classify_text("Hello, world!") == [(LATIN, "Hello, world!")]
+    assert classify_text("Hello, world 42!") == [
+        (LATIN, "Hello, world "),
+        (SCRIPTS.index("digits"), "42!"),
+    ]
     assert classify_text("Привет, мир! Как дела? OK") == [
         (CYRILLIC, "Привет, мир! Как дела? "),
         (LATIN, "OK"),
@@ -46,9 +52,27 @@ def test_text_is_split_into_runs_of_one_script() -> None:
         (LATIN, "Tokyo"),
     ]
     assert classify_text("Grüße aus München, señor") == [(LATIN, "Grüße aus München, señor")]
-    assert classify_text("مرحبا") == [(OTHER, "مرحبا")]
     assert classify_text("") == []
     assert classify_text("¡…!") == [(LATIN, "¡…!")]  # no letter at all: Latin
+
+
+@pytest.mark.parametrize(
+    ("text", "script"),
+    [
+        ("مرحبا بالعالم", "arabic"),
+        ("שלום עולם", "hebrew"),
+        ("नमस्ते दुनिया", "indic"),
+        ("สวัสดีชาวโลก", "thai"),
+        ("Γειά σου κόσμε", "greek"),
+        ("안녕하세요 세계", "hangul"),
+        ("你好，世界", "cjk"),
+        ("🎒👕🧦 ✅", "emoji"),
+        ("2026-04-05 118.50", "digits"),
+        ("Բարեւ աշխարհ", "other"),
+    ],
+)
+def test_each_script_is_a_class_of_its_own(text: str, script: str) -> None:
+    assert classify_text(text) == [(SCRIPTS.index(script), text)]
 
 
 @given(st.text(max_size=60))
@@ -66,9 +90,14 @@ def test_a_message_is_split_into_framing_tool_and_script_classes() -> None:
     tooled = message_classes(COUNTER, Message.assistant(tool_calls=[call]))
     assert tooled[CLASSES.index("tool")] > 0
     assert tooled[CLASSES.index("latin")] == 0
+    result = message_classes(COUNTER, Message.tool("call-1", "Погода: 3 °C"))
+    assert result[CLASSES.index("tool_result")] > 0
+    assert result[CLASSES.index("cyrillic")] == 0  # a result's text is kept apart...
+    assert result[len(CLASSES) + CYRILLIC] > 0  # ...by its script
     for message in (Message.user("Where is the station?"), Message.assistant(tool_calls=[call])):
         # The classes add up to the estimate (the framing class is what the text leaves).
-        assert sum(message_classes(COUNTER, message)) == COUNTER.message_tokens(message)
+        counts = message_classes(COUNTER, message)
+        assert sum(counts[: len(CLASSES)]) == COUNTER.message_tokens(message)
 
 
 def test_a_transcripts_classes_are_its_messages_summed() -> None:
@@ -78,39 +107,58 @@ def test_a_transcripts_classes_are_its_messages_summed() -> None:
     assert total == tuple(map(sum, zip(*parts, strict=True)))
 
 
-def test_without_reports_every_slope_is_the_prior() -> None:
-    assert fit([]) == PRIOR_SLOPES
-    assert fit([((4, 0, 10, 0, 0, 0), 50)]) == PRIOR_SLOPES
-    assert fit([((4, 0, 10, 0, 0, 0), 50)], prior=(2.0,) * 6) == (2.0,) * 6
+def counts_of(**by_class: int) -> tuple[int, ...]:
+    counts = [0] * WIDTH
+    for name, value in by_class.items():
+        counts[CLASSES.index(name)] = value
+    return tuple(counts)
 
 
-def synthetic(
-    truth: Sequence[float], intercept: float, seed: int
-) -> list[tuple[tuple[int, ...], int]]:
-    """Reports of a growing transcript whose cost is ``intercept + truth . counts``."""
+def test_without_steps_between_reports_every_slope_is_the_prior() -> None:
+    assert fit([]) == Posterior.prior()
+    assert fit([(counts_of(framing=4, latin=10), 50)]) == Posterior.prior()
+    given_prior = Posterior.of((2.0,) * len(CLASSES), (0.5,) * len(CLASSES))
+    assert fit([(counts_of(framing=4, latin=10), 50)], prior=given_prior) == given_prior
+
+
+TRUTH = {"framing": 2.5, "latin": 1.05, "cyrillic": 3.0, "cjk": 1.5, "arabic": 2.0}
+
+
+def synthetic(seed: int, intercept: float = 120) -> list[tuple[tuple[int, ...], int]]:
+    """Reports of a growing transcript whose cost is ``intercept + truth . counts``,
+    two messages (eight tokens of framing) and one script's text each step."""
     observations = []
-    counts = [4, 0, 20, 0, 0, 0]
-    for step in range(12):
-        counts[0] += 4 * (1 + step % 3)
-        counts[2 + (step + seed) % 4] += 15 + (step * 7 + seed) % 40
-        counts[1] += 20 if step % 5 == 3 else 0
-        reported = round(intercept + sum(b * c for b, c in zip(truth, counts, strict=True)))
-        observations.append((tuple(counts), reported))
+    counts = dict.fromkeys(TRUTH, 0)
+    scripts = list(TRUTH)[1:]
+    for step in range(16):
+        counts["framing"] += 8
+        counts[scripts[(step + seed) % len(scripts)]] += 15 + (step * 7 + seed) % 40
+        reported = round(intercept + sum(TRUTH[k] * v for k, v in counts.items()))
+        observations.append((counts_of(**counts), reported))
     return observations
 
 
 @pytest.mark.parametrize("seed", range(4))
 def test_the_fit_finds_each_scripts_slope_from_a_growing_transcript(seed: int) -> None:
-    truth = (1.25, 0.5, 1.05, 3.0, 1.5, 2.0)  # Latin near 1: its ridge holds it there
-    slopes = fit(synthetic(truth, intercept=120, seed=seed))
-    for found, true in zip(slopes[2:], truth[2:], strict=True):
-        assert found == pytest.approx(true, rel=0.1)
+    posterior = fit(synthetic(seed))
+    for name in ("cyrillic", "cjk", "arabic"):
+        index = CLASSES.index(name)
+        assert posterior.slopes[index] == pytest.approx(TRUTH[name], rel=0.1)
+        # Seen in a few hundred tokens: far surer than the prior.
+        assert posterior.uncertainty[index] < Posterior.prior().uncertainty[index] / 4
+    # A script no report held keeps its prior's uncertainty, so it is priced high.
+    thai = CLASSES.index("thai")
+    assert posterior.uncertainty[thai] > 0.5 * Posterior.prior().uncertainty[thai]
+    low, high = posterior.bounds(counts_of(thai=100))
+    assert high > 100 * posterior.slopes[thai] > low
 
 
 @settings(max_examples=50, deadline=None)
 @given(
     st.lists(
-        st.tuples(st.lists(st.integers(0, 500), min_size=6, max_size=6), st.integers(1, 5000)),
+        st.tuples(
+            st.lists(st.integers(0, 500), min_size=WIDTH, max_size=WIDTH), st.integers(1, 5000)
+        ),
         max_size=12,
     )
 )
@@ -118,9 +166,10 @@ def test_the_fit_is_deterministic_and_never_negative(
     observations: list[tuple[list[int], int]],
 ) -> None:
     given_ = [(tuple(c), r) for c, r in observations]
-    slopes = fit(given_)
-    assert slopes == fit(list(given_))
-    assert all(b >= 0 for b in slopes)
+    posterior = fit(given_)
+    assert posterior == fit(list(given_))
+    assert all(b >= 0 for b in posterior.slopes)
+    assert all(u > 0 for u in posterior.uncertainty)
 
 
 # -- through a client ------------------------------------------------------------------
@@ -194,12 +243,56 @@ async def test_a_cut_transcript_is_priced_from_the_report_less_what_is_gone() ->
         messages = list(result.messages)
     # Keep the last four messages only: most of the reported prompt is gone.
     kept = messages[-4:]
-    counter = calibration.estimate("m", COUNTER, kept)
+    likely = calibration.estimate("m", COUNTER, kept, budget=10_000)  # far from the budget
+    bound = calibration.estimate("m", COUNTER, kept)
     result = await client.request().with_messages(kept).with_prompt("And the museums?").run()
     reported = result.rounds[0].reported_input_tokens
     assert reported is not None
-    estimate = counter.count([*kept, Message.user("And the museums?")])
-    assert abs(estimate - reported) / reported <= 0.03
+    sent = [*kept, Message.user("And the museums?")]
+    # Four tokens of a 103-token prompt are 4%: within 5%, and never under.
+    assert reported <= likely.count(sent) <= 1.05 * reported
+    assert reported <= bound.count(sent) <= 1.15 * reported  # the bound leans high
+
+
+async def _trained() -> tuple[TokenCalibration, Client, ScriptReports, list[Message]]:
+    """A client whose calibration has a fit, and the conversation it was fitted on."""
+    calibration = TokenCalibration(min_estimated_tokens=0)
+    driver = ScriptReports([f"Answer {n}." for n in range(len(PROMPTS) + 1)])
+    client = Client(driver, calibration=calibration, default_model=MODEL)
+    messages: list[Message] = []
+    for prompt in PROMPTS:
+        result = await client.request().with_messages(messages).with_prompt(prompt).run()
+        messages = list(result.messages)
+    return calibration, client, driver, messages
+
+
+@pytest.mark.anyio
+async def test_after_a_cut_the_bound_decides_and_the_kept_transcript_shows_its_fitted_count() -> (
+    None
+):
+    calibration, client, driver, messages = await _trained()
+    twin, _, _, _ = await _trained()  # the same reports: the same fit, to price the cut with
+    whole = [*messages, Message.user("And the museums?")]
+    budget = COUNTER.count(whole) // 2  # the whole does not fit: limiting cuts at the bound
+    assert calibration.estimate("m", COUNTER, whole, budget=budget).count(whole) > budget
+    result = await (
+        client.request()
+        .with_messages(messages)
+        .with_prompt("And the museums?")
+        .with_max_context_tokens(budget)
+        .with_output_reserve_tokens(0)
+        .run()
+    )
+    record = result.rounds[0]
+    assert record.limiting is not None
+    assert record.limiting.dropped
+    sent = list(driver.calls[-1].messages)
+    bound = twin.estimate("m", COUNTER, sent).count(sent)
+    fitted = twin.estimate("m", COUNTER, sent, budget=budget).count(sent)
+    assert bound <= budget  # the kept transcript fits even at its bound...
+    assert record.limiting.tokens_after == bound  # ...which decided what was kept
+    assert fitted < bound
+    assert record.calibrated_input_tokens == fitted  # what is shown: its likeliest count
 
 
 def test_a_class_priced_from_the_report_leans_towards_too_many() -> None:
@@ -216,9 +309,16 @@ def test_a_class_priced_from_the_report_leans_towards_too_many() -> None:
     counter = calibration.estimate("m", COUNTER, sent)
     assert counter.count(sent) == 60  # the reported prompt counts exactly its report
     added = Message.user("One more question about the weather.")
-    price = sum(b * e for b, e in zip(fitted.slopes, message_classes(COUNTER, added), strict=True))
-    assert counter.count([*sent, added]) == 60 + math.ceil(price * (1 + UPWARD_BIAS))
-    assert counter.count([*sent, added]) > 60 + price
+    low, high = fitted.posterior.bounds(message_classes(COUNTER, added))
+    price = fitted.counter(COUNTER, ()).price(added)
+    assert low < price < high
+    assert counter.count([*sent, added]) == 60 + math.ceil(high)
+    # Where the budget is far, nothing is decided: the fitted price is given.
+    likely = calibration.estimate("m", COUNTER, [*sent, added], budget=10_000)
+    assert likely.count([*sent, added]) == 60 + math.ceil(price)
+    # Near it, the bound.
+    near = calibration.estimate("m", COUNTER, [*sent, added], budget=70)
+    assert near.count([*sent, added]) == 60 + math.ceil(high)
 
 
 @pytest.mark.anyio
@@ -232,7 +332,9 @@ async def test_a_saved_fit_prices_a_resumed_conversations_first_turn() -> None:
     saved = json.loads(conversation.to_json())["settings"]["token_calibration"]["m"]
     fitted = calibration.fitted("m")
     assert fitted is not None
+    assert saved["version"] == 2
     assert saved["slopes"] == dict(zip(CLASSES, fitted.slopes, strict=True))
+    assert saved["uncertainty"] == dict(zip(CLASSES, fitted.uncertainty, strict=True))
     assert saved["intercept"] == pytest.approx(fitted.intercept)
     assert saved["ratio"] == calibration.ratio("m")
 

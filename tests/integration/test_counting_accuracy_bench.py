@@ -3,12 +3,22 @@
 The benchmark's conversation (questions, answers, tool exchanges, code,
 non-English text), its budget within 2% of the 2,048-token window and its
 assertions, against llama-cpp-python's server, the upstream llama.cpp server
-and the local model, over the first 28 of its 50 turns: past the first
-cache-stable cut (about turn 25 on the upstream server and the local model),
-so the window is filled to its edge, cut and refilled. The targets: exact
+and the local model, over all 50 of its turns: two cache-stable cuts, so the
+window is filled to its edge, cut and refilled twice. The targets: exact
 counters off by 0; with exact near the boundary, no turn refused; at most one
 exact-count call per turn; from turn 4 the calibrated estimate within 3% of
 the report on at least 95% of calls and never more than 3% under.
+
+The targets are issue 15's, defined on the benchmark's 50 turns (54 calls from
+turn 4, so at most two outside 3%). The test held the first 28 turns until
+issue 33, where 95% is at most one miss of 29: stricter than the target. With
+the calibration by class, a fit of one or two steps prices turn 4 with a
+standard deviation of about 3% of the prompt (on llama-cpp-python's server,
+whose first report is left out as far below its estimate, turn 4's new
+messages are priced at 81 tokens, give or take 9; they cost 71), so one miss
+there is chance, and a second (the first tool round's, its tool call priced at
+its bound until a report shows one) is by design: the whole benchmark is what
+the target is about.
 """
 
 from __future__ import annotations
@@ -26,7 +36,7 @@ import pytest
 pytestmark = pytest.mark.integration
 
 BENCHMARKS = Path(__file__).parents[2] / "benchmarks"
-TURNS = 28
+TURNS = 50
 
 
 def bench_module() -> ModuleType:

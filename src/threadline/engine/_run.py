@@ -191,11 +191,14 @@ class Run:
 
     def _counter(self, handed: Sequence[Message]) -> TokenCounter:
         """The estimate limiting counts ``handed`` with: calibrated, when the client
-        calibrates."""
+        calibrates (at its bound when the budget is near)."""
         plan = self.plan
         if plan.calibration is None:
             return plan.counter
-        return plan.calibration.estimate(plan.model.name, plan.counter, handed, plan.counted_tools)
+        budget = None if self.budget is None else self.budget.prompt_tokens
+        return plan.calibration.estimate(
+            plan.model.name, plan.counter, handed, plan.counted_tools, budget=budget
+        )
 
     def _exact_always(self) -> bool:
         """Whether the exact counter decides however far the estimate is from the budget.
@@ -244,8 +247,13 @@ class Run:
             current.raw_estimate, current.calibrated = record.tokens_after, None
         else:
             current.raw_estimate = self.plan.counter.count(current.sent, tools)
+            # What is sent is shown at the count calibration gives it on its own: the
+            # bound decided what to keep, but once the kept transcript fits the budget
+            # even at its bound, its likeliest count is the fitted one.
             current.calibrated = (
-                None if calibrated_estimate(counter) is None else counter.count(current.sent, tools)
+                None
+                if calibrated_estimate(counter) is None
+                else self._counter(current.sent).count(current.sent, tools)
             )
         return outcome
 

@@ -8,28 +8,40 @@ the tokens a provider reports for a prompt ``T`` are close to
     R(T) = c + sum(b[k] * E[k](T))
 
 where ``E[k](T)`` is the o200k estimate of ``T``'s tokens of class ``k``
-(:mod:`~threadline.counting._calibration._classes`: framing, tool calls, Latin, Cyrillic,
-CJK and other text) and ``b[k]`` is what the provider spends per estimated
-token of that class. :class:`SlopeFit` learns ``c`` and ``b`` from the
-reports of one model and tool set: a least-squares fit of every report
-kept, each slope pulled towards 1 by a small ridge so a class seen little
-(or not yet) is priced as the estimate prices it.
+(:mod:`~threadline.counting._calibration._classes`) and ``b[k]`` is what the
+provider spends per estimated token of that class. :func:`fit` learns ``c``
+and ``b`` from the reports of one model and tool set, and how sure it is of
+each ``b[k]``: a Bayesian linear regression with the intercept free and each
+slope's prior the class's :data:`~._priors.PRIORS` (a mean and a standard
+deviation measured over many vocabularies). The ridge of a class is the
+reports' noise variance over its prior variance, and the noise is estimated
+from the fit's own residuals (pulled towards :data:`PRIOR_NOISE` while the
+reports are few). A class seen in a few hundred tokens is fitted from them
+and its uncertainty shrinks; a class never seen keeps its prior uncertainty.
 
 A transcript is then priced from the last report (:class:`ClassAnchoredCounter`):
-the report, less the fitted price of what is gone from its prompt, plus the
-fitted price of what is new. What is new is priced :data:`UPWARD_BIAS` high
-and what is gone :data:`DROPPED_BIAS` low, so the count leans towards too many tokens.
-Everything here is deterministic: the same reports give the same slopes.
+the report, less the price of what is gone from its prompt, plus the price
+of what is new. What is new is priced at each class's slope plus
+:data:`BOUND_Z` times its uncertainty, and what is gone at its slope less
+that (never below 0): the count is a one-sided 95% bound, high by as much
+as the fit is unsure, so a class the reports have said little about is
+priced high. Everything here is deterministic: the same reports give the
+same fit.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
-from threadline.counting._anchored import AnchoredCounter
+import attrs
+
+from threadline._messages import Role
+from threadline.counting._anchored import AnchoredCounter, message_key
 from threadline.counting._calibration._classes import CLASSES, ClassCounts, message_classes
+from threadline.counting._calibration._priors import PRIOR_COVARIANCE, PRIOR_SLOPES
 
 if TYPE_CHECKING:
     from threadline._messages import Message
@@ -37,162 +49,345 @@ if TYPE_CHECKING:
     from threadline.tools._tools import Tool
 
 __all__ = [
-    "DROPPED_BIAS",
+    "BOUND_Z",
     "MAX_OBSERVATIONS",
     "MIN_FIT_REPORTS",
-    "PRIOR_SLOPE",
-    "PRIOR_SLOPES",
-    "RIDGES",
-    "UPWARD_BIAS",
+    "MIN_UNCERTAINTY",
+    "PRIOR_NOISE",
     "ClassAnchoredCounter",
+    "Posterior",
     "SlopeFit",
     "fit",
 ]
 
-PRIOR_SLOPE = 1.0
-"""The slope of a text class no report has told anything about: the estimate's own."""
+BOUND_Z: Final = 1.645
+"""How many standard deviations above its fitted price new text is priced (and
+below it what is gone): the one-sided 95% point of a normal distribution."""
 
-PRIOR_SLOPES = (1.0, 0.25, 1.0, 1.0, 1.0, 1.0)
-"""Each class's slope before any report (by :data:`CLASSES`): the estimate's own, but
-for tool calls, which some templates render in full and some leave out (llama-cpp-python's
-SmolLM2 template shows no call at all): a quarter, until a report says."""
+PRIOR_NOISE: Final = 0.25
+"""The variance, per o200k token changed, of a step between reports around any linear
+model, believed before the residuals say: a tokenizer's merges and a template's
+whitespace move a message's cost by a token or two from its class's price."""
 
-RIDGES = (50.0, 4.0, 400.0, 100.0, 100.0, 100.0)
-"""How strongly each slope is pulled towards its prior, as if that many squared tokens
-of evidence said so. The first reports of a conversation each add two messages of
-mixed scripts, so their classes cannot yet be told apart; the ridges decide how the
-surprise is shared until they can: little to Latin text (most tokenizers spend about
-what o200k does on it), some to the per-message framing, most to the other scripts
-(Cyrillic and CJK cost a tokenizer up to three times o200k's). A class seen in a few
-hundred tokens is fitted from them. Measured on three SmolLM2 servers
-(docs/counting.md); a new class (tool calls) learns from its first report."""
+_GUESSED = frozenset((CLASSES.index("framing"), CLASSES.index("tool")))
+"""The template's classes whose prior is a guess: a template spends on a message's
+framing and on a tool call anything from nothing to a few times o200k's. (A tool
+result's factor is the share of its text the template shows: all of it, but in
+templates that show no tool exchange at all.)"""
 
-UPWARD_BIAS = 0.015
-"""How much higher new text is priced than its fitted price."""
+_NOISE_WEIGHT = 2.0
+"""How many steps :data:`PRIOR_NOISE` counts as, against the residuals' own."""
 
-DROPPED_BIAS = 0.005
-"""How much lower text gone from the reported prompt is priced than its fitted price
-(what leaving it out is taken to save)."""
+MIN_UNCERTAINTY: Final = 1e-3
+"""The smallest uncertainty a slope is believed to (a saved fit's included)."""
 
-MIN_FIT_REPORTS = 2
+MIN_FIT_REPORTS: Final = 2
 """The reports a fit needs before it prices anything: one report cannot tell the
 intercept from the slopes (until a second, calibration scales by the ratio)."""
 
-MAX_OBSERVATIONS = 64
+MAX_OBSERVATIONS: Final = 64
 """The reports a fit is made from, per model and tool set (the latest)."""
 
 
-class SlopeFit:
-    """One model's and tool set's fitted slopes (one per class of :data:`CLASSES`),
-    with the last report they price from (its prompt and its tokens) and the
-    intercept that report implies (its tokens less its messages' fitted price).
-    A fit restored from a saved document has no prompt: its anchor is empty and
-    its ``anchor_tokens`` the intercept."""
+_SIZE = len(CLASSES)
+_RESULTS = CLASSES.index("tool_result")
+_TEXT = CLASSES.index("latin")
 
-    __slots__ = ("anchor", "anchor_tokens", "intercept", "slopes")
+
+def price_of(counts: ClassCounts, slopes: Sequence[float]) -> float:
+    """The price of ``counts`` at ``slopes``: each class's count times its slope, a
+    tool result's text at its scripts' slopes times the ``tool_result`` slope."""
+    own = zip(slopes, counts[:_SIZE], strict=True)
+    price = sum(b * e for k, (b, e) in enumerate(own) if k != _RESULTS)
+    results = counts[_SIZE:]
+    if any(results):
+        text = zip(slopes[_TEXT:], results, strict=True)
+        price += slopes[_RESULTS] * sum(b * e for b, e in text)
+    return price
+
+
+def _gradient(counts: Sequence[float], slopes: Sequence[float]) -> list[float]:
+    """How :func:`price_of` ``counts`` moves with each slope, at ``slopes``."""
+    gradient = [float(e) for e in counts[:_SIZE]]
+    results = counts[_SIZE:]
+    gradient[_RESULTS] = sum(b * e for b, e in zip(slopes[_TEXT:], results, strict=True))
+    factor = slopes[_RESULTS]
+    for index, e in enumerate(results):
+        gradient[_TEXT + index] += factor * e
+    return gradient
+
+
+Covariance = tuple[tuple[float, ...], ...]
+"""The covariance of the slopes, by :data:`CLASSES` both ways."""
+
+
+def _diagonal(uncertainty: Sequence[float]) -> Covariance:
+    size = len(uncertainty)
+    return tuple(
+        tuple(uncertainty[i] ** 2 if i == j else 0.0 for j in range(size)) for i in range(size)
+    )
+
+
+@attrs.frozen
+class Posterior:
+    """A fit's slope of each class of :data:`CLASSES`, and their covariance: the
+    classes of a message are learned together (its framing and its text grow
+    together), so their errors lean against each other, and a message's price is
+    surer than its classes' one by one."""
+
+    slopes: tuple[float, ...]
+    covariance: Covariance
+    noise: float = PRIOR_NOISE
+    """The variance of a message's cost around its price, per o200k token."""
+    seen: frozenset[int] = frozenset()
+    """The classes (indices into :data:`CLASSES`) some step between reports changed."""
+
+    @classmethod
+    def prior(cls) -> Posterior:
+        """What calibration believes before any report (``_priors``)."""
+        return _PRIOR
+
+    @classmethod
+    def of(
+        cls, slopes: Sequence[float], uncertainty: Sequence[float], noise: float = PRIOR_NOISE
+    ) -> Posterior:
+        """Slopes with independent uncertainties (a saved fit's, whose classes all
+        count as seen)."""
+        return cls(tuple(slopes), _diagonal(uncertainty), noise, frozenset(range(len(slopes))))
+
+    @property
+    def uncertainty(self) -> tuple[float, ...]:
+        """The standard deviation of each class's slope."""
+        return tuple(math.sqrt(row[i]) for i, row in enumerate(self.covariance))
+
+    def bounds(self, counts: ClassCounts) -> tuple[float, float]:
+        """The price of a message of ``counts`` (by class): its fitted price less and
+        plus :data:`BOUND_Z` standard deviations (the lower one never below 0). The
+        upper one counts the slopes' uncertainty and the message's own departure from
+        them; the lower one, what leaving a message out saves, only the slopes': the
+        departures of many messages left out at once are independent and mostly
+        cancel, where an error of the slopes adds up."""
+        price = price_of(counts, self.slopes)
+        gradient = _gradient(counts, self.slopes)
+        present = [i for i, e in enumerate(gradient) if e]
+        shared = sum(
+            gradient[i] * gradient[j] * self.covariance[i][j] for i in present for j in present
+        )
+        own = self.noise * sum(counts[:_SIZE])
+        lower = price - BOUND_Z * math.sqrt(max(0.0, shared))
+        return max(0.0, lower), price + BOUND_Z * math.sqrt(max(0.0, shared + own))
+
+    def likely(self, counts: ClassCounts) -> float:
+        """The price of a message of ``counts`` where nothing is decided: its fitted
+        price, but for the framing and tool call classes while no report has shown
+        them, which are priced at their bound. Their prior is a guess, not a
+        measurement, and a template either leaves tool calls out or spells them at
+        length, so its mean is no likelier than the ends."""
+        slopes = [
+            b + BOUND_Z * math.sqrt(self.covariance[k][k])
+            if counts[k] and k in _GUESSED and k not in self.seen
+            else b
+            for k, b in enumerate(self.slopes)
+        ]
+        return price_of(counts, slopes)
+
+
+class SlopeFit:
+    """One model's and tool set's fitted slopes (one per class of :data:`CLASSES`)
+    and their uncertainty, with the last report they price from (its prompt and its
+    tokens) and the intercept that report implies (its tokens less its messages'
+    fitted price). A fit restored from a saved document has no prompt: its anchor
+    is empty and its ``anchor_tokens`` the intercept."""
+
+    __slots__ = ("anchor", "anchor_tokens", "intercept", "posterior")
 
     def __init__(
         self,
-        slopes: Sequence[float],
+        posterior: Posterior,
         anchor: Sequence[Message],
         anchor_tokens: int,
         *,
         intercept: float,
     ) -> None:
-        self.slopes = tuple(slopes)
+        self.posterior = posterior
         self.anchor = tuple(anchor)
         self.anchor_tokens = anchor_tokens
         self.intercept = intercept
 
+    @property
+    def slopes(self) -> tuple[float, ...]:
+        """The fitted slope of each class."""
+        return self.posterior.slopes
+
+    @property
+    def uncertainty(self) -> tuple[float, ...]:
+        """The standard deviation of each class's slope."""
+        return self.posterior.uncertainty
+
     @classmethod
     def of_report(
         cls,
-        slopes: Sequence[float],
+        posterior: Posterior,
         anchor: Sequence[Message],
         anchor_tokens: int,
         counts: ClassCounts,
     ) -> SlopeFit:
         """The fit pricing from one report whose prompt's class counts are ``counts``."""
-        price = sum(b * e for b, e in zip(slopes, counts, strict=True))
-        return cls(slopes, anchor, anchor_tokens, intercept=anchor_tokens - price)
+        price = price_of(counts, posterior.slopes)
+        return cls(posterior, anchor, anchor_tokens, intercept=anchor_tokens - price)
 
     @classmethod
-    def restored(cls, slopes: Sequence[float], intercept: float) -> SlopeFit:
+    def restored(cls, posterior: Posterior, intercept: float) -> SlopeFit:
         """A saved fit: every message priced from the intercept and the slopes."""
-        return cls(slopes, (), max(0, round(intercept)), intercept=intercept)
+        return cls(posterior, (), max(0, round(intercept)), intercept=intercept)
 
-    def counter(self, counter: TokenCounter, tools: Sequence[Tool]) -> ClassAnchoredCounter:
-        """The counter pricing transcripts sent with ``tools`` from this fit."""
+    def counter(
+        self, counter: TokenCounter, tools: Sequence[Tool], *, bound: bool = True
+    ) -> ClassAnchoredCounter:
+        """The counter pricing transcripts sent with ``tools`` from this fit: at the
+        bound (what is new high, what is gone low), or with ``bound=False`` at the
+        fitted price."""
         return ClassAnchoredCounter(
-            counter, self.anchor, tools, exact_tokens=self.anchor_tokens, slopes=self.slopes
+            counter,
+            self.anchor,
+            tools,
+            exact_tokens=self.anchor_tokens,
+            posterior=self.posterior,
+            bound=bound,
         )
 
     def __repr__(self) -> str:
-        shown = ", ".join(f"{k}={b:.3f}" for k, b in zip(CLASSES, self.slopes, strict=True))
+        shown = ", ".join(
+            f"{k}={b:.3f}±{u:.3f}"
+            for k, b, u in zip(CLASSES, self.slopes, self.uncertainty, strict=True)
+        )
         return f"SlopeFit({shown}, anchor_tokens={self.anchor_tokens})"
 
 
 def fit(
-    observations: Sequence[tuple[ClassCounts, int]], prior: Sequence[float] | None = None
-) -> tuple[float, ...]:
-    """The slopes that best explain ``observations`` (class counts, reported tokens)
-    as an intercept plus a slope per class: ridge least squares with the intercept
-    free, each slope pulled towards its ``prior`` (default :data:`PRIOR_SLOPES`, a
-    saved fit's slopes when one was restored) by its :data:`RIDGES`; never below 0."""
-    size = len(CLASSES)
-    prior = PRIOR_SLOPES if prior is None else tuple(prior)
-    n = len(observations)
-    if n == 0:
+    observations: Sequence[tuple[ClassCounts, int]], prior: Posterior | None = None
+) -> Posterior:
+    """The slopes that best explain ``observations`` (class counts, reported tokens, in
+    the order reported), their covariance and the noise per token: a Bayesian linear
+    regression whose prior is ``prior`` (default :meth:`Posterior.prior`; a saved fit
+    when one was restored). Slopes are never below 0.
+
+    A report is the sum of every message's cost, and each message's cost departs
+    from any linear model in its own way (a tokenizer's merges, a template's
+    whitespace), so the departures add up along a conversation: the levels of
+    the reports are far noisier than their steps. The fit is therefore made on
+    the steps, each report less the one before (the intercept cancels), each
+    weighed by how many tokens changed between them (a step's noise grows with
+    its size). A tool result's price is a product (its scripts' slopes times the
+    ``tool_result`` slope), so the regression is made twice, the second time
+    around the first one's slopes (a Gauss-Newton step).
+    """
+    prior = Posterior.prior() if prior is None else prior
+    steps = _steps(observations)
+    if not steps:
         return prior
-    means = [sum(o[0][k] for o in observations) / n for k in range(size)]
-    mean_r = sum(o[1] for o in observations) / n
-    centred = [
-        ([f - m for f, m in zip(o[0], means, strict=True)], o[1] - mean_r) for o in observations
+    around = prior.slopes
+    for _ in range(2):
+        posterior = _regress(steps, prior, around)
+        around = posterior.slopes
+    return posterior
+
+
+def _regress(
+    steps: Sequence[tuple[list[int], int, float]], prior: Posterior, around: Sequence[float]
+) -> Posterior:
+    """One Bayesian regression of ``steps`` on the price's gradient at ``around``."""
+    rows = [_gradient(change, around) for change, _, _ in steps]
+    # The price is linear in the slopes near ``around``: a step is the gradient times the
+    # slopes, plus what the linearization leaves (0 but for tool results).
+    targets = [
+        tokens
+        - price_of(tuple(change), around)
+        + sum(g * b for g, b in zip(row, around, strict=True))
+        - sum(g * b for g, b in zip(row, prior.slopes, strict=True))
+        for (change, tokens, _), row in zip(steps, rows, strict=True)
     ]
-    # Solve (X'X + ridge I) (b - prior) = X'(r - X prior): a size x size system.
-    matrix = [[RIDGES[i] if i == j else 0.0 for j in range(size)] for i in range(size)]
-    vector = [0.0] * size
-    for x, r in centred:
-        residual = r - sum(p * e for p, e in zip(prior, x, strict=True))
-        for i in range(size):
-            if x[i]:
-                vector[i] += x[i] * residual
-                row = matrix[i]
-                for j in range(size):
-                    row[j] += x[i] * x[j]
-    delta = _solve(matrix, vector)
-    return tuple(max(0.0, p + d) for p, d in zip(prior, delta, strict=True))
+    seen = [k for k in range(_SIZE) if any(row[k] for row in rows)]
+    gram = [[0.0] * _SIZE for _ in range(_SIZE)]
+    moment = [0.0] * _SIZE
+    for (_, _, weight), row, target in zip(steps, rows, targets, strict=True):
+        for i in seen:
+            moment[i] += row[i] * target * weight
+            for j in seen:
+                gram[i][j] += row[i] * row[j] * weight
+    precision = _inverse([list(r) for r in prior.covariance])
+    noise = prior.noise
+    for _ in range(2):  # the weight of the reports depends on the noise, the noise on the fit
+        covariance = _inverse(
+            [
+                [g / noise + p for g, p in zip(gr, pr, strict=True)]
+                for gr, pr in zip(gram, precision, strict=True)
+            ]
+        )
+        delta = [
+            sum(c * m for c, m in zip(line, moment, strict=True)) / noise for line in covariance
+        ]
+        residual = sum(
+            (t - sum(d * x for d, x in zip(delta, row, strict=True))) ** 2 * weight
+            for (_, _, weight), row, t in zip(steps, rows, targets, strict=True)
+        )
+        used = sum(covariance[i][j] * gram[j][i] for i in seen for j in seen) / noise
+        free = max(0.0, len(steps) - used)
+        noise = (residual + _NOISE_WEIGHT * prior.noise) / (free + _NOISE_WEIGHT)
+    slopes = tuple(max(0.0, b + d) for b, d in zip(prior.slopes, delta, strict=True))
+    return Posterior(slopes, tuple(map(tuple, covariance)), noise, prior.seen | set(seen))
 
 
-def _solve(matrix: list[list[float]], vector: list[float]) -> list[float]:
-    """Gaussian elimination with partial pivoting (the matrix is positive definite)."""
-    size = len(vector)
-    rows = [[*row, value] for row, value in zip(matrix, vector, strict=True)]
+def _steps(
+    observations: Sequence[tuple[ClassCounts, int]],
+) -> list[tuple[list[int], int, float]]:
+    """Each report less the one before: the change of the class counts, of the
+    reported tokens, and the step's weight (one over the tokens changed)."""
+    steps = []
+    for (before, was), (after, now) in itertools.pairwise(observations):
+        change = [a - b for a, b in zip(after, before, strict=True)]
+        moved = sum(map(abs, change[:_SIZE]))
+        if moved:
+            steps.append((change, now - was, 1.0 / moved))
+    return steps
+
+
+def _inverse(matrix: list[list[float]]) -> list[list[float]]:
+    """The inverse of a symmetric positive definite matrix (Gauss-Jordan with partial
+    pivoting; the fit's matrices are a few classes wide)."""
+    size = len(matrix)
+    rows = [[*row, *(1.0 if i == j else 0.0 for j in range(size))] for i, row in enumerate(matrix)]
     for col in range(size):
         pivot = max(range(col, size), key=lambda r: abs(rows[r][col]))
         rows[col], rows[pivot] = rows[pivot], rows[col]
         lead = rows[col][col]
-        for r in range(col + 1, size):
-            factor = rows[r][col] / lead
-            if factor:
+        rows[col] = [a / lead for a in rows[col]]
+        for r in range(size):
+            factor = rows[r][col]
+            if r != col and factor:
                 rows[r] = [a - factor * b for a, b in zip(rows[r], rows[col], strict=True)]
-    solution = [0.0] * size
-    for r in range(size - 1, -1, -1):
-        known = sum(rows[r][c] * solution[c] for c in range(r + 1, size))
-        solution[r] = (rows[r][size] - known) / rows[r][r]
-    return solution
+    return [row[size:] for row in rows]
 
 
 class ClassAnchoredCounter(AnchoredCounter):
     """A transcript counted from the last report, what changed priced per class.
 
-    A message of the reported prompt counts its fitted price less
-    :data:`DROPPED_BIAS`, rounded to the nearest token (what leaving it out saves),
-    any other its fitted price plus :data:`UPWARD_BIAS`, rounded up; the reported
-    prompt itself counts exactly the report.
+    With ``bound`` (the default), what leaving messages of the reported prompt
+    out saves is priced low, and any other message at its upper price
+    (:meth:`Posterior.bounds`), rounded up. Without, both count their fitted
+    price (rounded to the nearest token and up). The reported prompt itself
+    counts exactly the report.
+
+    Limiting drops the oldest messages first, and an error of the slopes is the
+    same in every message dropped, so the bound of what a cut saves is the
+    bound of the dropped messages together, not the sum of their own (which is
+    as much wider as the messages' scripts differ). So the reported prompt's
+    messages share their bound in order: the n-th saves the lower bound of the
+    first n together less that of the first n - 1. System messages, which are
+    not dropped with the rest, save their own lower bound.
     """
 
-    __slots__ = ("_slopes",)
+    __slots__ = ("_bound", "_posterior", "_shares")
 
     def __init__(
         self,
@@ -201,36 +396,82 @@ class ClassAnchoredCounter(AnchoredCounter):
         tools: Sequence[Tool],
         *,
         exact_tokens: int,
-        slopes: Sequence[float],
+        posterior: Posterior,
+        bound: bool = True,
     ) -> None:
-        self._slopes = tuple(slopes)
+        self._posterior = posterior
+        self._bound = bound
+        self._shares = self._in_order(estimate, anchor) if bound else {}
         super().__init__(
             estimate,
             anchor,
             tools,
             exact_tokens=exact_tokens,
-            dropped_ratio=1.0 - DROPPED_BIAS,
-            added_ratio=1.0 + UPWARD_BIAS,
+            dropped_ratio=1.0,
+            added_ratio=1.0,
         )
 
     @property
     def slopes(self) -> tuple[float, ...]:
         """The fitted slope of each class of :data:`CLASSES`."""
-        return self._slopes
+        return self._posterior.slopes
 
     def price(self, message: Message) -> float:
         """``message``'s fitted price: its class counts times the slopes."""
         counts = message_classes(self.estimate, message)
-        return sum(b * e for b, e in zip(self._slopes, counts, strict=True))
+        return price_of(counts, self.slopes)
+
+    def bounds(self, message: Message) -> tuple[float, float]:
+        """``message``'s price less and plus :data:`BOUND_Z` standard deviations."""
+        return self._posterior.bounds(message_classes(self.estimate, message))
+
+    @property
+    def bound(self) -> bool:
+        """Whether changes are priced at the bound (else at the fitted price)."""
+        return self._bound
+
+    def _in_order(self, estimate: TokenCounter, anchor: Sequence[Message]) -> dict[Message, int]:
+        """Each anchor message's share of the lower bound of it and those before it."""
+        posterior = self._posterior
+        slopes, covariance = posterior.slopes, posterior.covariance
+        gradient = [0.0] * _SIZE
+        spread = [0.0] * _SIZE  # the covariance times the gradient so far
+        price = variance = below = 0.0
+        shares: dict[Message, int] = {}
+        for message in anchor:
+            counts = message_classes(estimate, message)
+            if message.role is Role.SYSTEM:
+                shares[message_key(message)] = math.floor(posterior.bounds(counts)[0] + 1e-9)
+                continue
+            step = _gradient(counts, slopes)
+            present = [i for i, g in enumerate(step) if g]
+            moved = [sum(covariance[i][j] * step[j] for j in present) for i in range(_SIZE)]
+            variance += sum(step[i] * (2 * spread[i] + moved[i]) for i in present)
+            gradient = [a + b for a, b in zip(gradient, step, strict=True)]
+            spread = [a + b for a, b in zip(spread, moved, strict=True)]
+            price += price_of(counts, slopes)
+            lower = max(0.0, price - BOUND_Z * math.sqrt(max(0.0, variance)))
+            shares[message_key(message)] = math.floor(lower - below + 1e-9)
+            below += shares[message_key(message)]
+        return shares
 
     def _share(self, message: Message) -> int:
-        return math.floor((1.0 - DROPPED_BIAS) * self.price(message) + 0.5)
+        if not self._bound:
+            return math.floor(self.price(message) + 0.5)
+        found = self._shares.get(message_key(message))
+        return found if found is not None else math.floor(self.bounds(message)[0] + 1e-9)
 
     def _added(self, message: Message) -> int:
-        return max(0, math.ceil((1.0 + UPWARD_BIAS) * self.price(message) - 1e-9))
+        counts = message_classes(self.estimate, message)
+        posterior = self._posterior
+        price = posterior.bounds(counts)[1] if self._bound else posterior.likely(counts)
+        return max(0, math.ceil(price - 1e-9))
 
     def __repr__(self) -> str:
         return (
             f"ClassAnchoredCounter(exact_tokens={self.exact_tokens}, slopes="
-            f"{[round(b, 3) for b in self._slopes]}, estimate={self.estimate!r})"
+            f"{[round(b, 3) for b in self.slopes]}, estimate={self.estimate!r})"
         )
+
+
+_PRIOR = Posterior(PRIOR_SLOPES, PRIOR_COVARIANCE, PRIOR_NOISE)

@@ -44,6 +44,8 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+import attrs
+
 from threadline._errors import InvalidRequestError
 from threadline._validate import fail, non_negative_int
 from threadline.counting._anchored import AnchoredCounter, message_key
@@ -55,20 +57,23 @@ from threadline.counting._calibration._bounds import (
     implausible,
     stepped,
 )
-from threadline.counting._calibration._classes import CLASSES, ClassCounts, transcript_classes
+from threadline.counting._calibration._classes import ClassCounts, transcript_classes
 from threadline.counting._calibration._saved import (
     SavedEntry,
     SavedValueError,
     check_saved,
     ratio_of,
+    restored_fit,
+    saved_fit,
 )
 from threadline.counting._calibration._slopes import (
     MAX_OBSERVATIONS,
     MIN_FIT_REPORTS,
-    PRIOR_SLOPES,
     ClassAnchoredCounter,
+    Posterior,
     SlopeFit,
     fit,
+    price_of,
 )
 from threadline.counting._scaling import scaled
 
@@ -180,8 +185,8 @@ class TokenCalibration:
         # Per key: the reports by class (the latest MAX_OBSERVATIONS), and their fit.
         self._observed: dict[str, list[tuple[ClassCounts, int]]] = {}
         self._fits: dict[str, SlopeFit] = {}
-        # Per key, the slopes a restored fit had: what later fits are pulled towards.
-        self._priors: dict[str, tuple[float, ...]] = {}
+        # Per key, the fit a saved document held: what later fits are pulled towards.
+        self._priors: dict[str, Posterior] = {}
         # The keys whose last report was far below what it was priced at.
         self._below: set[str] = set()
         if ratios is not None:
@@ -218,8 +223,7 @@ class TokenCalibration:
             if fitted is None:
                 saved[key] = ratio
                 continue
-            slopes: dict[str, object] = dict(zip(CLASSES, fitted.slopes, strict=True))
-            saved[key] = {"ratio": ratio, "intercept": fitted.intercept, "slopes": slopes}
+            saved[key] = saved_fit(ratio, fitted.intercept, fitted.posterior)
         return saved
 
     def restore(self, saved: Mapping[str, object]) -> None:
@@ -243,17 +247,11 @@ class TokenCalibration:
                 self._restore_fit(key, entry)
 
     def _restore_fit(self, key: str, entry: dict[str, object]) -> None:
-        given = entry["slopes"]
-        intercept = entry["intercept"]
-        assert isinstance(given, dict)
-        assert isinstance(intercept, float)
-        slopes = tuple(
-            float(given.get(name, prior)) for name, prior in zip(CLASSES, PRIOR_SLOPES, strict=True)
-        )
+        posterior, intercept = restored_fit(entry)
         with self._lock:
-            self._priors[key] = slopes
+            self._priors[key] = posterior
             if key not in self._observed:
-                self._fits[key] = SlopeFit.restored(slopes, intercept)
+                self._fits[key] = SlopeFit.restored(posterior, intercept)
 
     def observe(
         self,
@@ -294,7 +292,10 @@ class TokenCalibration:
         if sent is not None:
             with self._lock:
                 self._last[key] = (sent, believed)
-            if counter is not None:
+            # A report taken as other than it said is no measurement of its prompt: it
+            # moves the ratio a step, but a fit that took it in would see a step
+            # between reports no template makes, and trust every report less.
+            if counter is not None and believed == reported_tokens:
                 self._learn(key, counter, sent, believed)
         return self._raise(key, believed / estimated_tokens)
 
@@ -311,9 +312,7 @@ class TokenCalibration:
         fitted = self._fits.get(calibration_key(model, tools))
         if fitted is not None and sent is not None and counter is not None:
             counts = transcript_classes(counter, sent)
-            price = fitted.intercept + sum(
-                b * e for b, e in zip(fitted.slopes, counts, strict=True)
-            )
+            price = fitted.intercept + price_of(counts, fitted.slopes)
             if price > 0:
                 return price
         ratio = self.ratio(model, tools)
@@ -378,9 +377,11 @@ class TokenCalibration:
             if len(observed) >= MIN_FIT_REPORTS or key in self._priors:
                 prior = self._priors.get(key)
                 before = self._fits.get(key)
-                previous = before.slopes if before is not None else prior or PRIOR_SLOPES
-                slopes = bounded_slopes(fit(observed, prior), previous)
-                self._fits[key] = SlopeFit.of_report(slopes, sent, reported_tokens, counts)
+                previous = (before.posterior if before is not None else prior) or Posterior.prior()
+                found = fit(observed, prior)
+                slopes = bounded_slopes(found.slopes, previous.slopes)
+                posterior = attrs.evolve(found, slopes=slopes)
+                self._fits[key] = SlopeFit.of_report(posterior, sent, reported_tokens, counts)
 
     def fitted(self, model: str, tools: Iterable[str] = ()) -> SlopeFit | None:
         """The slopes fitted for ``model`` sent with the tools named ``tools``, and the
@@ -393,15 +394,27 @@ class TokenCalibration:
         counter: TokenCounter,
         transcript: Sequence[Message],
         tools: Sequence[Tool] = (),
+        *,
+        budget: int | None = None,
     ) -> TokenCounter:
         """The calibrated counter for ``transcript`` of ``model`` sent with ``tools``:
         priced by class from the last report once there is a fit; before, counted
         from the last report when the transcript holds most of its prompt, else
-        ``counter`` times the ratio; ``counter`` itself before any observation."""
+        ``counter`` times the ratio; ``counter`` itself before any observation.
+
+        A fit prices what changed since the report at its bound (high by as much as
+        the fit is unsure), where the count decides what is sent: always, unless
+        ``budget`` (the prompt budget) is given and ``transcript`` fits it even at
+        the bound; then nothing is dropped whichever count is taken, and the
+        fitted price, the likeliest count, is the one given.
+        """
         names = [t.name for t in tools]
         fitted = self._fits.get(calibration_key(model, names))
         if fitted is not None:
-            return fitted.counter(counter, tools)
+            bound = fitted.counter(counter, tools)
+            if budget is not None and bound.count(transcript, tools) <= budget:
+                return fitted.counter(counter, tools, bound=False)
+            return bound
         ratio = self.ratio(model, names)
         if ratio is None:
             return counter

@@ -1,0 +1,88 @@
+"""What calibration believes of a provider before its first report: a prior per class.
+
+Every class's slope has a prior mean and a prior uncertainty (a standard
+deviation), and a fit is pulled towards the mean as strongly as that
+uncertainty says (``_slopes``: the ridge of a class is the reports' noise
+over its prior variance). A class the reports have said little about keeps
+its prior uncertainty, and where the count decides what is sent it is priced
+that far above its mean: high, not at the mean.
+
+The text priors are measured, not chosen: ``benchmarks/derive_calibration_priors.py``
+tokenizes a sample of each script with thirteen vocabularies (eleven from
+llama.cpp's source tree, SmolLM2's and o200k_base itself; none of the
+families ``bench_counting_heldout.py`` holds out) and prints their tokens
+per o200k token (:data:`MEASURED`). The prior of the text slopes is those
+rows' mean and covariance: the spread is wide because vocabularies are (one
+spends 0.9 tokens per o200k token on Korean, another 3.9), and the scripts
+move together (a vocabulary with few Cyrillic merges tends to have few
+Arabic ones), so the first reports of some scripts say something of the
+others. Thirteen rows are too few to know 66 correlations, so the
+covariance is taken half-way to its diagonal.
+
+The other three classes are the chat template's, not the vocabulary's: a
+template may leave tool calls and results out (a slope of 0) or spell them
+at length, and spends on a message's framing from nothing to a few times
+o200k's four tokens; their prior is 1 give or take 1, independent of the rest.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Final
+
+from threadline.counting._calibration._classes import CLASSES, SCRIPTS
+
+__all__ = ["MEASURED", "PRIOR_COVARIANCE", "PRIOR_SLOPES", "PRIOR_UNCERTAINTY"]
+
+MEASURED: Final = {
+    # tokens per o200k token, by SCRIPTS
+    "o200k_base": (1.00, 1.00, 1.00, 1.00, 1.00, 1.00, 1.00, 1.00, 1.00, 1.00, 1.00, 1.00),
+    "aquila": (1.29, 1.84, 1.56, 1.04, 2.42, 2.44, 2.24, 3.15, 2.71, 1.66, 1.03, 2.03),
+    "baichuan": (1.34, 1.97, 2.40, 1.00, 1.64, 2.82, 2.48, 3.29, 2.26, 0.84, 1.62, 1.29),
+    "command-r": (1.00, 0.92, 0.63, 0.83, 0.91, 1.21, 0.85, 2.24, 2.47, 1.16, 1.61, 1.74),
+    "deepseek-coder": (1.43, 1.68, 2.49, 1.54, 3.94, 4.24, 3.91, 5.85, 4.76, 1.75, 1.61, 2.60),
+    "deepseek-llm": (1.29, 1.53, 1.79, 1.20, 2.67, 2.91, 2.61, 4.50, 4.18, 1.34, 1.61, 2.39),
+    "falcon": (1.17, 3.34, 2.65, 1.76, 3.61, 3.18, 3.30, 4.88, 4.13, 1.16, 1.02, 2.53),
+    "gpt-2": (1.34, 3.74, 2.67, 2.20, 3.42, 3.24, 2.97, 4.91, 4.32, 1.30, 0.77, 2.85),
+    "gpt-neox": (1.29, 1.82, 1.56, 1.61, 2.42, 2.32, 2.24, 3.26, 2.68, 1.68, 1.02, 2.11),
+    "llama-bpe": (1.17, 1.16, 1.05, 0.98, 1.00, 1.32, 2.42, 1.71, 1.21, 1.23, 1.00, 2.40),
+    "mpt": (1.29, 1.82, 1.56, 1.61, 2.42, 2.32, 2.24, 3.26, 2.68, 1.68, 0.76, 2.11),
+    "refact": (1.54, 1.74, 2.05, 1.26, 1.30, 2.50, 2.27, 3.79, 2.34, 1.16, 1.61, 2.00),
+    "SmolLM2": (1.31, 2.63, 2.05, 2.22, 3.42, 3.00, 2.82, 3.76, 4.16, 1.39, 1.61, 2.53),
+}
+"""Printed by ``benchmarks/derive_calibration_priors.py``."""
+
+TEMPLATE_PRIOR: Final = (1.0, 1.0)
+"""The mean and standard deviation of the framing, tool call and tool result slopes."""
+
+_SHRINK = 0.5
+
+
+def _text_prior() -> tuple[list[float], list[list[float]]]:
+    columns = list(zip(*MEASURED.values(), strict=True))
+    means = [statistics.fmean(c) for c in columns]
+    covariance = [
+        [statistics.covariance(a, b) * (1.0 if i == j else _SHRINK) for j, b in enumerate(columns)]
+        for i, a in enumerate(columns)
+    ]
+    return means, covariance
+
+
+def _prior() -> tuple[tuple[float, ...], tuple[tuple[float, ...], ...]]:
+    text_means, text_covariance = _text_prior()
+    first = len(CLASSES) - len(SCRIPTS)
+    means = [TEMPLATE_PRIOR[0]] * first + text_means
+    size = len(CLASSES)
+    covariance = [[0.0] * size for _ in range(size)]
+    for i in range(first):
+        covariance[i][i] = TEMPLATE_PRIOR[1] ** 2
+    for i, row in enumerate(text_covariance):
+        covariance[first + i][first:] = row
+    return tuple(means), tuple(map(tuple, covariance))
+
+
+PRIOR_SLOPES, PRIOR_COVARIANCE = _prior()
+"""Each class's slope before any report (by :data:`CLASSES`), and their covariance."""
+
+PRIOR_UNCERTAINTY: Final = tuple(PRIOR_COVARIANCE[i][i] ** 0.5 for i in range(len(CLASSES)))
+"""Each class's prior standard deviation, by :data:`CLASSES`."""
