@@ -167,6 +167,7 @@ MAY_IMPORT_PRIVATE_MODULES = frozenset(
         "limiting/test_clearing_properties.py",
         "limiting/test_limiting.py",
         "limiting/test_limiting_bookkeeping.py",
+        "limiting/test_limiting_bounded.py",
         "limiting/test_limiting_event.py",
         "limiting/test_limiting_incremental.py",
         "limiting/test_limiting_properties.py",

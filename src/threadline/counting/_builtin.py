@@ -374,6 +374,41 @@ class BuiltinTokenCounter(ModelTokenCounter):
         rest_messages = list(compress(messages, rest))
         return total + self._price_shapes(rest_messages, list(compress(shaped, rest)), unmarked)
 
+    def messages_tokens_bound(self, messages: Sequence[Message]) -> int:
+        """At least ``sum(map(self.message_tokens, messages))``, tokenizing no plain text.
+
+        A message priced before adds its cost; a plain text message not priced
+        yet adds its framing plus its text's UTF-8 length, which o200k_base's
+        count never exceeds (each of its tokens is at least one byte; a lone
+        surrogate, repaired to U+FFFD, is three either way); any other message
+        is priced. With an ``encoding`` of the caller's, which may count more
+        tokens than bytes, every message is priced: the bound is the count.
+        """
+        if not messages:
+            return 0
+        marks = marks_of(messages)
+        cache = self._shared.cache
+        base, top = cache.base, cache.top
+        if min(marks) > base and max(marks) <= top:
+            return sum(marks) - base * len(marks)  # all priced: the bound is the count
+        if base:
+            return self._messages_total(messages)
+        total = 0
+        unpriced: list[Message] = []
+        for message, packed in zip(messages, marks, strict=True):
+            if packed > 0:  # priced (or priced by another encoding: read below)
+                if packed <= top:
+                    total += packed
+                else:
+                    unpriced.append(message)
+            elif packed == 0:  # plain text, never priced
+                text = cast(str, message.content)
+                size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+                total += size + MESSAGE_TOKENS
+            else:
+                unpriced.append(message)
+        return total + (sum(map(self.message_tokens, unpriced)) if unpriced else 0)
+
     def message_tokens(self, message: Message) -> int:
         """What ``message`` adds to a transcript's count."""
         # A message's cost is cached under the message itself, unless its
