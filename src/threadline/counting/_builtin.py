@@ -76,6 +76,14 @@ _extras_of = attrgetter("tool_calls", "tool_call_id", "name", "reasoning")
 _PLAIN: _Extras = ((), None, None, None)
 _call_texts = attrgetter("id", "name", "arguments")
 _reasoning_of = attrgetter("reasoning")
+_is_zero = (0).__eq__  # a plain text message's cost slot, never priced
+
+
+def _priced_elsewhere_or_shaped(mark: int, top: int) -> bool:
+    """Whether a message whose slot reads ``mark`` is priced by neither the slot nor its
+    text's length: not plain and never priced (below 0), or priced with another
+    encoding (above this cache's ``top``)."""
+    return mark < 0 or mark > top
 
 
 def _costs_of(
@@ -393,21 +401,21 @@ class BuiltinTokenCounter(ModelTokenCounter):
             return sum(marks) - base * len(marks)  # all priced: the bound is the count
         if base:
             return self._messages_total(messages)
-        total = 0
-        unpriced: list[Message] = []
-        for message, packed in zip(messages, marks, strict=True):
-            if packed > 0:  # priced (or priced by another encoding: read below)
-                if packed <= top:
-                    total += packed
-                else:
-                    unpriced.append(message)
-            elif packed == 0:  # plain text, never priced
-                text = cast(str, message.content)
-                size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
-                total += size + MESSAGE_TOKENS
-            else:
-                unpriced.append(message)
-        return total + (sum(map(self.message_tokens, unpriced)) if unpriced else 0)
+        # Every pass below runs in C: a long history is bounded in a fraction of a ms.
+        priced = list(filter(is_cost, marks))
+        total = sum(priced)
+        texts = list(map(_content_of, compress(messages, map(_is_zero, marks))))
+        if all(map(str.isascii, texts)):
+            total += sum(map(len, texts))
+        else:
+            total += sum(len(text.encode("utf-8", "surrogatepass")) for text in texts)
+        total += MESSAGE_TOKENS * len(texts)
+        if len(priced) + len(texts) == len(marks) and (not priced or max(priced) <= top):
+            return total
+        # Priced by another encoding (a cost above top), or not plain and never priced.
+        total -= sum(filter(top.__lt__, priced))
+        others = compress(messages, map(_priced_elsewhere_or_shaped, marks, repeat(top)))
+        return total + sum(map(self.message_tokens, others))
 
     def message_tokens(self, message: Message) -> int:
         """What ``message`` adds to a transcript's count."""
