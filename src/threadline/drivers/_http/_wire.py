@@ -11,10 +11,10 @@ which a driver turns into a ``ProviderResponseError``.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sized
+from collections.abc import Callable, Mapping, Sequence, Sized
 from itertools import compress, repeat
 from json.encoder import encode_basestring, encode_basestring_ascii
-from operator import add, attrgetter, is_
+from operator import add, attrgetter, is_, is_not
 from typing import Any, Final, cast
 
 from threadline._errors import InvalidRequestError
@@ -32,6 +32,7 @@ __all__ = [
     "json_object",
     "loads_or_not",
     "optional_str",
+    "without_system",
 ]
 
 DEFAULT_CACHE_BYTES = 1024 * 1024
@@ -97,6 +98,12 @@ _extras_of = attrgetter("tool_calls", "tool_call_id", "name", "reasoning")
 _PLAIN: Final = ((), None, None, None)
 _content_of = attrgetter("content")
 _role_of = attrgetter("role")
+
+
+def without_system(messages: Sequence[Message]) -> list[Message]:
+    """``messages`` but the system ones, in one C pass: what a driver that sends its
+    system prompt apart asks :meth:`JSONCache.get_all` for."""
+    return list(compress(messages, map(is_not, map(_role_of, messages), repeat(Role.SYSTEM))))
 
 
 class JSONCache:
@@ -222,15 +229,20 @@ class JSONCache:
             self._remember([message], [encoded])
         return encoded
 
-    def encode(self, messages: tuple[Message, ...]) -> bytes:
-        """The JSON array of ``messages``, each encoded once (callers ask :meth:`serves`
-        first, and encode a short history without the cache)."""
+    def get_all(self, messages: Sequence[Message]) -> list[bytes]:
+        """:meth:`get` of each of ``messages``, in order: the hits in one C pass, the
+        misses encoded together (a driver's loop then takes them one by one)."""
         pieces = list(map(self._recent.get, messages))  # the warm path: one C loop
         if None in pieces:
             self._fill(messages, pieces)
-        return b"[" + b",".join(cast("list[bytes]", pieces)) + b"]"
+        return cast("list[bytes]", pieces)
 
-    def _fill(self, messages: tuple[Message, ...], pieces: list[bytes | None]) -> None:
+    def encode(self, messages: tuple[Message, ...]) -> bytes:
+        """The JSON array of ``messages``, each encoded once (callers ask :meth:`serves`
+        first, and encode a short history without the cache)."""
+        return b"[" + b",".join(self.get_all(messages)) + b"]"
+
+    def _fill(self, messages: Sequence[Message], pieces: list[bytes | None]) -> None:
         """Put each missing message's JSON in ``pieces``: from the older generation, or
         encoded now; then remember them together."""
         missing = list(compress(messages, map(is_, pieces, repeat(None))))

@@ -31,7 +31,7 @@ from threadline._errors import InvalidRequestError
 from threadline._messages import ImagePart, Message, Role, TextPart, ToolCall
 from threadline._provider import ProviderCall
 from threadline._replay import ReplayRules, ReplayScope, open_tool_cycle, replayed
-from threadline.drivers._http._wire import JSONCache, encode_body
+from threadline.drivers._http._wire import JSONCache, encode_body, without_system
 from threadline.tools._output import OutputSchema
 from threadline.tools._tools import Tool
 
@@ -287,17 +287,21 @@ def _encode_transcript(
     replays = _replayed(messages, label, left_out)
     # (role on the wire, blocks, whether a breakpoint may go there, a user prompt)
     entries: list[tuple[bytes, bytes, bool, bool]] = []
+    # Every message but the system ones, from the cache at once: its misses are
+    # encoded together (a first request's whole history), in the loop's order.
+    cached = iter(cache.get_all(without_system(messages))) if cache is not None else None
     for index, message in enumerate(messages):
         if message.role is Role.SYSTEM:
             system.extend(_content_blocks(message))
             continue
+        known = next(cached) if cached is not None else None
         thinking = replays.get(index)
         if thinking is not None:
             plain = encode_message_blocks(message)
             encoded = b",".join(part for part in (thinking, plain) if part)
             markable = bool(plain)  # a thinking block cannot carry cache_control
         else:
-            encoded = cache.get(message) if cache is not None else encode_message_blocks(message)
+            encoded = known if known is not None else encode_message_blocks(message)
             markable = True
         if not encoded:
             continue  # an empty message: the API refuses empty content

@@ -41,7 +41,7 @@ from threadline._errors import InvalidRequestError
 from threadline._messages import ImagePart, Message, Role, TextPart
 from threadline._provider import ProviderCall
 from threadline._replay import ReplayRules, block_types, replayed, window_start
-from threadline.drivers._http._wire import JSONCache, encode_body
+from threadline.drivers._http._wire import JSONCache, encode_body, without_system
 from threadline.drivers.openai_responses._state import Continuation, ServerState
 from threadline.tools._output import OutputSchema
 from threadline.tools._tools import Tool
@@ -313,6 +313,9 @@ def encode_input(messages: Sequence[Message], label: str, cache: JSONCache | Non
     items: list[bytes] = []
     reply: tuple[int, int] | None = None
     replays, window = _replayed(messages, label, left_out)
+    # The messages sent (from the window on, but the system ones) from the cache at
+    # once: its misses are encoded together (a first request's whole history).
+    cached = iter(cache.get_all(without_system(messages[window:]))) if cache is not None else None
     for index, message in enumerate(messages):
         if message.role is Role.SYSTEM:
             if message.text:
@@ -320,12 +323,13 @@ def encode_input(messages: Sequence[Message], label: str, cache: JSONCache | Non
             continue
         if index < window:
             continue  # the compaction item that opens the window carries it
+        known = next(cached) if cached is not None else None
         start = len(items)
         if reasoning := replays.get(index):
             items.append(reasoning)
         if not (reasoning and not (message.text or message.tool_calls)):
             # A message's opaque items may stand alone: no empty message after them.
-            encoded = cache.get(message) if cache is not None else encode_message_items(message)
+            encoded = known if known is not None else encode_message_items(message)
             if encoded:
                 items.append(encoded)
         if message.role is Role.ASSISTANT:
