@@ -361,15 +361,6 @@ def _sign_current_turn(turns: list[_Turn], start: int, notes: list[str]) -> None
         )
 
 
-def _plain_turn(message: Message, index: int, sent: dict[int, bytes]) -> bool:
-    """Whether ``message`` goes into its turn as its own cached parts: a user message,
-    or a model reply that calls nothing and replays nothing stored."""
-    role = message.role
-    return role is Role.USER or (
-        role is Role.ASSISTANT and not message.tool_calls and index not in sent
-    )
-
-
 def _turns(
     messages: Sequence[Message], sent: dict[int, bytes], cache: JSONCache | None, notes: list[str]
 ) -> tuple[list[bytes], list[_Turn], int]:
@@ -380,15 +371,22 @@ def _turns(
     current = 0
     cached = None
     if cache is not None:
-        # The loop's cached messages from the cache at once, in its order: the misses
-        # are encoded together (a first request's whole history).
-        wanted = [m for i, m in enumerate(messages) if _plain_turn(m, i, sent)]
+        # What the loop takes from the cache (the condition below), at once and in its
+        # order: the misses are encoded together (a first request's whole history).
+        wanted = [
+            m
+            for i, m in enumerate(messages)
+            if m.role is Role.USER
+            or (m.role is Role.ASSISTANT and not m.tool_calls and i not in sent)
+        ]
         cached = iter(cache.get_all(wanted))
     for index, message in enumerate(messages):
         if index == turn_start:
             current = len(turns)
         role = message.role
-        if _plain_turn(message, index, sent):
+        if role is Role.USER or (
+            role is Role.ASSISTANT and not message.tool_calls and index not in sent
+        ):
             # Most of a long history: one cached encoding, no calls to pair, kept as bytes.
             encoded = next(cached) if cached is not None else encode_message_parts(message)
             if encoded:
