@@ -148,6 +148,7 @@ MAY_IMPORT_PRIVATE_MODULES = frozenset(
         "drivers/anthropic/test_anthropic_request.py",
         "drivers/gemini/test_gemini_properties.py",
         "drivers/gemini/test_gemini_replay.py",
+        "drivers/http/test_cached_transcripts.py",
         "drivers/http/test_http_aiohttp.py",
         "drivers/http/test_http_errors.py",
         "drivers/http/test_http_retry.py",
