@@ -315,7 +315,18 @@ def encode_input(messages: Sequence[Message], label: str, cache: JSONCache | Non
     replays, window = _replayed(messages, label, left_out)
     # The messages sent (from the window on, but the system ones) from the cache at
     # once: its misses are encoded together (a first request's whole history).
-    cached = iter(cache.get_all(without_system(messages[window:]))) if cache is not None else None
+    sent = without_system(messages[window:]) if cache is not None else []
+    pieces = cache.get_all(sent) if cache is not None else None
+    if pieces is not None and not replays and b"" not in pieces:
+        # No reasoning to replay and no empty message: one item a message, as they are.
+        texts = [m.text for m in messages if m.role is Role.SYSTEM and m.text]
+        return EncodedInput(
+            instructions="\n\n".join(texts) if texts else None,
+            items=pieces,
+            reply=_last_reply(sent),
+            left_out=left_out,
+        )
+    cached = iter(pieces) if pieces is not None else None
     for index, message in enumerate(messages):
         if message.role is Role.SYSTEM:
             if message.text:
@@ -336,6 +347,14 @@ def encode_input(messages: Sequence[Message], label: str, cache: JSONCache | Non
             reply = (start, len(items))
     instructions = "\n\n".join(system) if system else None
     return EncodedInput(instructions=instructions, items=items, reply=reply, left_out=left_out)
+
+
+def _last_reply(sent: list[Message]) -> tuple[int, int] | None:
+    """Where the last assistant message's item is, one item a message."""
+    for index in range(len(sent) - 1, -1, -1):
+        if sent[index].role is Role.ASSISTANT:
+            return (index, index + 1)
+    return None
 
 
 # --- fields ------------------------------------------------------------------
