@@ -88,3 +88,21 @@ def test_a_cold_batch_is_encoded_exactly_as_the_driver_encodes_each_message(
         cache.encode(tuple(messages[::2]))
     assert cache.encode(tuple(messages)) == b"[" + b",".join(expected) + b"]"
     assert all(message in cache for message in messages)
+
+
+def test_messages_are_found_by_identity_and_never_hashed(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Hashing an attrs message keeps its hash on it for good: 64 bytes a message,
+    # a fifth of what a conversation's messages take (benchmarks/bench_memory.py).
+    def no_hash(message: Message) -> int:
+        raise AssertionError("the JSON cache hashed a message")
+
+    messages = tuple(Message.user(f"number {i}") for i in range(100))
+    encode = ENCODERS["openai-chat"]
+    cache = JSONCache(encode, min_messages=1)
+    monkeypatch.setattr(Message, "__hash__", no_hash)
+    first = cache.encode(messages)
+    assert cache.encode(messages) == first
+    copy = Message.user("number 0")  # equal, not the same object: encoded again, equally
+    assert copy not in cache
+    assert cache.get(copy) == encode(copy)
+    assert copy in cache

@@ -130,6 +130,13 @@ class JSONCache:
     ``min_messages`` messages is encoded afresh, since keeping a second copy
     of every short conversation's text costs more than encoding it again.
 
+    A message is found by identity (``id``), never hashed: hashing an attrs
+    message keeps its hash on it for good (64 bytes a message, a fifth of what
+    a conversation's messages take), where the cache's own entries go with
+    their generation. Each generation holds the messages it has JSON for, so an
+    id it knows cannot be another object's while the entry lives. A message
+    equal to one encoded before but not the same object is encoded again.
+
     ``encode_message`` is the driver's encoding of one message.
     """
 
@@ -139,8 +146,10 @@ class JSONCache:
         "_generation_bytes",
         "_min_messages",
         "_previous",
+        "_previous_held",
         "_recent",
         "_recent_bytes",
+        "_recent_held",
     )
 
     def __init__(
@@ -152,8 +161,11 @@ class JSONCache:
         self._encode_message = encode_message
         self._generation_bytes = max(1, max_bytes // 2)
         self._min_messages = min_messages
-        self._recent: dict[Message, bytes] = {}
-        self._previous: dict[Message, bytes] = {}
+        # id(message) -> its JSON, and the messages themselves (their ids stay theirs).
+        self._recent: dict[int, bytes] = {}
+        self._previous: dict[int, bytes] = {}
+        self._recent_held: list[Message] = []
+        self._previous_held: list[Message] = []
         self._recent_bytes = 0
         self._frames: dict[Role, tuple[str, str] | None] = {}
 
@@ -213,7 +225,7 @@ class JSONCache:
         return len(self._recent) + len(self._previous)
 
     def __contains__(self, message: object) -> bool:
-        return message in self._recent or message in self._previous
+        return id(message) in self._recent or id(message) in self._previous
 
     def serves(self, messages: Sized) -> bool:
         """Whether a request carrying ``messages`` is encoded through the cache."""
@@ -221,9 +233,9 @@ class JSONCache:
 
     def get(self, message: Message) -> bytes:
         """The encoded JSON of ``message``, from the cache when it was encoded before."""
-        encoded = self._recent.get(message)
+        encoded = self._recent.get(id(message))
         if encoded is None:
-            encoded = self._previous.get(message)
+            encoded = self._previous.get(id(message))
             if encoded is None:
                 encoded = self._encoded(message)
             self._remember([message], [encoded])
@@ -232,7 +244,7 @@ class JSONCache:
     def get_all(self, messages: Sequence[Message]) -> list[bytes]:
         """:meth:`get` of each of ``messages``, in order: the hits in one C pass, the
         misses encoded together (a driver's loop then takes them one by one)."""
-        pieces = list(map(self._recent.get, messages))  # the warm path: one C loop
+        pieces = list(map(self._recent.get, map(id, messages)))  # the warm path: one C loop
         if None in pieces:
             self._fill(messages, pieces)
         return cast("list[bytes]", pieces)
@@ -246,7 +258,7 @@ class JSONCache:
         """Put each missing message's JSON in ``pieces``: from the older generation, or
         encoded now; then remember them together."""
         missing = list(compress(messages, map(is_, pieces, repeat(None))))
-        found = list(map(self._previous.get, missing))
+        found = list(map(self._previous.get, map(id, missing)))
         if None in found:
             unknown = list(compress(missing, map(is_, found, repeat(None))))
             made = iter(self._encoded_all(unknown))
@@ -261,15 +273,18 @@ class JSONCache:
         limit = self._generation_bytes
         sizes = list(map(len, encoded))
         if self._recent_bytes + sum(sizes) <= limit and max(sizes) <= limit:
-            self._recent.update(zip(messages, encoded, strict=True))
+            self._recent.update(zip(map(id, messages), encoded, strict=True))
+            self._recent_held += messages
             self._recent_bytes += sum(sizes)
             return
         for message, piece, size in zip(messages, encoded, sizes, strict=True):
             if size > limit:
                 continue
             if self._recent_bytes + size > limit:
-                self._previous, self._recent, self._recent_bytes = self._recent, {}, 0
-            self._recent[message] = piece
+                self._previous, self._previous_held = self._recent, self._recent_held
+                self._recent, self._recent_held, self._recent_bytes = {}, [], 0
+            self._recent[id(message)] = piece
+            self._recent_held.append(message)
             self._recent_bytes += size
 
 
