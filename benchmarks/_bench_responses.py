@@ -192,7 +192,7 @@ class ResponsesClients:
         return result.text
 
     async def threadline_complete_uncached(self, history: list[Message], prompt: str) -> str:
-        """As a first request would: no message's JSON encoded before (counts stay warm)."""
+        """A first request: messages never counted nor encoded (``history`` is new objects), through a new JSON cache."""
         self.driver._message_json = new_message_cache()
         return await self.threadline_complete(history, prompt)
 
