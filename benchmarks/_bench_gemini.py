@@ -153,7 +153,8 @@ class GeminiClients:
         return result.text
 
     async def threadline_complete_uncached(self, history: list[Message], prompt: str) -> str:
-        """A first request: messages never counted nor encoded (``history`` is new objects), through a new JSON cache."""
+        """A first request: ``history`` is new objects (never counted nor encoded), and
+        the JSON cache is new."""
         self.driver._message_json = new_message_cache()
         return await self.threadline_complete(history, prompt)
 

@@ -390,7 +390,8 @@ class Clients:
         return result.text
 
     async def threadline_complete_uncached(self, history: list[Message], prompt: str) -> str:
-        """A first request: messages never counted nor encoded (``history`` is new objects), through a new JSON cache."""
+        """A first request: ``history`` is new objects (never counted nor encoded), and
+        the JSON cache is new."""
         self.driver._message_json = MessageJSONCache()
         return await self.threadline_complete(history, prompt)
 
