@@ -188,3 +188,16 @@ def test_with_an_encoding_of_the_callers_the_bound_is_the_count(text: str) -> No
     counter = BuiltinTokenCounter(encoding=WordsAsTokens())
     messages = [Message.user(text or "x"), Message.assistant(text or "y")]
     assert counter.messages_tokens_bound(messages) == counter.count(messages, ()) - 3
+
+
+def test_a_record_counted_later_pickles_and_copies_as_its_numbers() -> None:
+    import copy
+    import pickle
+
+    transcript = [Message.user("hello there"), Message.assistant("hi"), Message.user("and?")]
+    record = _limit(transcript, BuiltinTokenCounter(), Budget(limit=10_000, reserve=100)).record
+    expected = BuiltinTokenCounter().count(_copies(transcript), TOOLS)
+    restored = pickle.loads(pickle.dumps(record))
+    assert restored.tokens_after == expected
+    assert restored == record
+    assert copy.deepcopy(record).report == record.report

@@ -50,6 +50,14 @@ class Deferred(Generic[T]):
     def __repr__(self) -> str:
         return repr(self.get())
 
+    def __reduce__(self) -> tuple[Callable[[T], T], tuple[T]]:
+        # Pickled (or deep-copied) as its value: what made it is not data.
+        return _itself, (self.get(),)
+
+
+def _itself(value: T) -> T:
+    return value
+
 
 def resolved(value: T | Deferred[T]) -> T:
     """``value`` itself, or what a :class:`Deferred` makes of it."""

@@ -60,9 +60,9 @@ def bounded_outcome(
         if bound > threshold:
             return None
     sent = tuple(messages)
-    starts = checked_unit_starts(sent)
+    checked_unit_starts(sent)  # a broken transcript fails here, as in the full step
     prompt_at = current_prompt_index(sent, prompt_index)
-    held = (sent, tuple(tools), counter, budget, prompt_at, starts)
+    held = (sent, tuple(tools), counter, budget, prompt_at)
     report = Deferred(lambda: _report(*held))
     total = Deferred(lambda: report.get().total_tokens)
     record = LimitingRecord(
@@ -88,7 +88,6 @@ def _report(
     counter: TokenCounter,
     budget: Budget | None,
     prompt_index: int | None,
-    starts: list[int],
 ) -> BudgetReport:
     """What the full step reports for ``messages`` when no handler runs."""
     # One count first: it prices the transcript in batches, so the report's costs
@@ -101,5 +100,5 @@ def _report(
         pinned=pinned_messages(messages, prompt_index=prompt_index),
         budget=budget,
         total_tokens=total,
-        starts=starts,
+        starts=checked_unit_starts(messages),  # again, rather than kept until read
     )
