@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from threadline import InvalidRequestError, Message, Role
@@ -72,6 +72,7 @@ def batches(draw: st.DrawFn) -> list[Message]:
 
 
 @pytest.mark.parametrize("driver", sorted(ENCODERS))
+@settings(deadline=None)  # a shared machine: the first example may take long
 @given(messages=batches(), warm=st.booleans())
 def test_a_cold_batch_is_encoded_exactly_as_the_driver_encodes_each_message(
     driver: str, messages: list[Message], warm: bool
