@@ -69,6 +69,10 @@ Why a ratio moved between runs, as measured on the shared 2-core machine:
   (no-op) spans every run; it now makes spans only when a tracer provider is
   configured.
 
+- The warm case's cache: the cold case gave the warm driver a new JSON cache
+  for each first request, so the warm request after it re-encoded its whole
+  history; first requests now run on a driver of their own.
+
 "raw httpx again" times raw httpx on a second pool as if it were another
 client: its ratio is 1.00 but for the noise left, which its quartiles show.
 """
