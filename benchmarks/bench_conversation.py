@@ -161,9 +161,9 @@ STORES = ("MemoryStore", "SQLiteStore")
 class ReplyingModel(Driver):
     """A driver that answers each call with the next scripted text, at no cost of its own.
 
-    ``ScriptedDriver`` prices everything it is sent and keeps every call, which
-    is O(transcript) per turn of work a real model does on its side; here the
-    model's side costs nothing, so what is timed is threadline's own work.
+    ``ScriptedDriver`` prices what each call adds and keeps it in its call log
+    (the "ScriptedDriver" configuration times that); here the model's side
+    costs nothing, so what is timed is threadline's own work.
     """
 
     name = "replying"

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import sys
 import tempfile
 import time
@@ -280,6 +281,13 @@ async def bench(pg_url: str, sa_url: str, redis_url: str, db_dir: Path, quick: b
     return met
 
 
+def load_line(when: str) -> str:
+    """The machine's load, so a reader can tell a quiet run from a shared one."""
+    one, five, _ = os.getloadavg()
+    cpus = os.cpu_count()
+    return f"\nload average {when} the run: {one:.1f} (1 min), {five:.1f} (5 min), {cpus} CPUs"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer turns, for a quick look")
@@ -295,7 +303,9 @@ def main() -> None:
         pg_url, sa_db = postgres.create_database(), postgres.create_database()
         sa_url = sa_db.replace("postgresql://", "postgresql+asyncpg://", 1)
         with tempfile.TemporaryDirectory() as db_dir:
+            print(load_line("before"))
             met = anyio.run(bench, pg_url, sa_url, redis_server.url(), Path(db_dir), args.quick)
+            print(load_line("after"))
     finally:
         postgres.remove()
         redis_server.remove()

@@ -139,6 +139,10 @@ class ProviderResponse:
         """The reply's text."""
         return self.message.text
 
+    def noted(self, notes: tuple[str, ...]) -> ProviderResponse:
+        """This response with ``notes`` added to its :attr:`replay_notes`."""
+        return attrs.evolve(self, replay_notes=(*self.replay_notes, *notes)) if notes else self
+
 
 @attrs.frozen(kw_only=True)
 class TextChunk:

@@ -27,12 +27,13 @@ from collections.abc import (
     Sequence,
 )
 from contextlib import aclosing, asynccontextmanager
-from itertools import compress, count
+from itertools import chain, compress, count
 from operator import is_not
-from typing import TypeAlias, TypeVar
+from typing import TypeAlias, TypeVar, overload
 
 import anyio
 import anyio.lowlevel
+import attrs
 
 from threadline._errors import ThreadlineError
 from threadline._messages import Message, Origin, Reasoning, Role, ToolCall, Usage
@@ -52,7 +53,7 @@ from threadline.counting import estimate_message_tokens
 from threadline.counting._projection import NO_REPLAY, NoReplay
 from threadline.counting._protocol import TokenCounter
 
-__all__ = ["FunctionDriver", "ProviderCall", "ScriptExhaustedError", "ScriptedDriver"]
+__all__ = ["CallLog", "FunctionDriver", "ProviderCall", "ScriptExhaustedError", "ScriptedDriver"]
 
 ScriptedReply = str | Message | BaseException
 
@@ -66,11 +67,11 @@ class ScriptedDriver(Driver):
 
     Each reply, in order, is a ``str`` (the assistant's text), an assistant
     ``Message`` (possibly with tool calls) or an exception instance to raise.
-    ``calls`` records every ``ProviderCall`` it received. Usage is reported
-    with the cheap ``4 + ceil(bytes / 4)`` estimate so usage code paths run;
-    each message is priced once, so a long conversation's calls stay as cheap
-    as its first ones (a history cut or edited between calls is repriced from
-    the first message that changed).
+    ``calls`` records every ``ProviderCall`` it received (a :class:`CallLog`).
+    Usage is reported with the cheap ``4 + ceil(bytes / 4)`` estimate so
+    usage code paths run; each message is priced once, so a long
+    conversation's calls stay as cheap as its first ones (a history cut or
+    edited between calls is repriced from the first message that changed).
 
     Raises:
         ScriptExhaustedError: when called after the last reply.
@@ -87,10 +88,9 @@ class ScriptedDriver(Driver):
         stream_pieces: int = 3,
     ) -> None:
         self._replies: list[ScriptedReply] = []
-        self.calls: list[ProviderCall] = []
+        self.calls = CallLog()
         self._counter = token_counter
         self._stream_pieces = max(1, stream_pieces)
-        self._pricing = _InputPricing()
         self.add_replies(replies)
 
     def add_replies(self, replies: Iterable[ScriptedReply]) -> None:
@@ -122,7 +122,7 @@ class ScriptedDriver(Driver):
         """Nothing to close; here so ScriptedDriver stands in for a real driver."""
 
     def _next(self, call: ProviderCall) -> ProviderResponse:
-        self.calls.append(call)
+        input_tokens = self.calls.record(call)
         if not self._replies:
             raise ScriptExhaustedError(
                 f"ScriptedDriver ran out of replies at call {len(self.calls)}; "
@@ -133,10 +133,7 @@ class ScriptedDriver(Driver):
             raise reply
         message = Message.assistant(reply) if isinstance(reply, str) else reply
         message = message.with_origin(Origin.TURN)
-        usage = Usage(
-            input_tokens=self._pricing.input_tokens(call.messages),
-            output_tokens=estimate_message_tokens(message),
-        )
+        usage = Usage(input_tokens=input_tokens, output_tokens=estimate_message_tokens(message))
         return ProviderResponse(
             message=message,
             finish_reason="tool_calls" if message.tool_calls else "stop",
@@ -189,7 +186,7 @@ class FunctionDriver(Driver):
     ``function`` when there is one, ``stream`` uses ``stream_function`` when
     there is one, and each falls back on the other.
 
-    ``calls`` records every ``ProviderCall`` received. Usage, unless the
+    ``calls`` records every ``ProviderCall`` received (a :class:`CallLog`). Usage, unless the
     function returns a ``ProviderResponse``, is the cheap
     ``4 + ceil(bytes / 4)`` estimate per message, and a call prices only the
     messages it does not share with the call before it, so a long
@@ -231,8 +228,7 @@ class FunctionDriver(Driver):
         self._stream_function = stream_function
         self._counter = token_counter
         self._stream_pieces = max(1, stream_pieces)
-        self._pricing = _InputPricing()
-        self.calls: list[ProviderCall] = []
+        self.calls = CallLog()
 
     def token_counter(self) -> TokenCounter | None:
         return self._counter
@@ -241,11 +237,11 @@ class FunctionDriver(Driver):
         return NO_REPLAY
 
     async def complete(self, call: ProviderCall) -> ProviderResponse:
-        self.calls.append(call)
+        priced = _Priced(call, self.calls.record(call))
         if self._function is not None:
-            return await self._reply(self._function, call)
+            return await self._reply(self._function, priced)
         response: ProviderResponse | None = None
-        async with aclosing(self._chunks(await self._deltas(call), call)) as chunks:
+        async with aclosing(self._chunks(await self._deltas(priced), priced)) as chunks:
             async for chunk in chunks:
                 if isinstance(chunk, ResponseDone):
                     response = chunk.response
@@ -254,38 +250,38 @@ class FunctionDriver(Driver):
 
     @asynccontextmanager
     async def stream(self, call: ProviderCall) -> AsyncIterator[AsyncIterator[StreamChunk]]:
-        self.calls.append(call)
-        async with aclosing(self._chunks(await self._deltas(call), call)) as chunks:
+        priced = _Priced(call, self.calls.record(call))
+        async with aclosing(self._chunks(await self._deltas(priced), priced)) as chunks:
             yield chunks
 
-    async def _reply(self, function: ReplyFunction, call: ProviderCall) -> ProviderResponse:
+    async def _reply(self, function: ReplyFunction, priced: _Priced) -> ProviderResponse:
         await anyio.lowlevel.checkpoint()
-        reply = function(call)
+        reply = function(priced.call)
         if inspect.isawaitable(reply):
             reply = await reply
         if isinstance(reply, ProviderResponse):
             return reply
         if isinstance(reply, str):
-            return self._response(Message.assistant(reply), call)
+            return self._response(Message.assistant(reply), priced)
         if isinstance(reply, Message):
             if reply.role is not Role.ASSISTANT:
                 raise ValueError(
                     f"FunctionDriver's function returned a {reply.role} message; "
                     "a reply is an assistant message"
                 )
-            return self._response(reply, call)
+            return self._response(reply, priced)
         raise TypeError(
             "FunctionDriver's function must return a str, an assistant Message or a "
             f"ProviderResponse, not {type(reply).__name__}"
         )
 
-    async def _deltas(self, call: ProviderCall) -> AsyncIterable[object] | Iterable[object]:
+    async def _deltas(self, priced: _Priced) -> AsyncIterable[object] | Iterable[object]:
         """What to stream: the stream function's deltas, or the reply's chunks."""
         if self._stream_function is None:
             assert self._function is not None  # __init__ took one or the other
-            reply = await self._reply(self._function, call)
+            reply = await self._reply(self._function, priced)
             return chunks_of(reply, text_pieces=self._stream_pieces)
-        deltas: object = self._stream_function(call)
+        deltas: object = self._stream_function(priced.call)
         if isinstance(deltas, str) or not isinstance(deltas, AsyncIterable | Iterable):
             raise TypeError(
                 "FunctionDriver's stream_function must return an iterable or async iterable "
@@ -294,7 +290,7 @@ class FunctionDriver(Driver):
         return deltas
 
     async def _chunks(
-        self, deltas: AsyncIterable[object] | Iterable[object], call: ProviderCall
+        self, deltas: AsyncIterable[object] | Iterable[object], priced: _Priced
     ) -> AsyncGenerator[StreamChunk, None]:
         pieces: list[TextChunk | ReasoningChunk | ToolCallChunk] = []
         async with aclosing(_each(deltas)) as each:
@@ -311,56 +307,136 @@ class FunctionDriver(Driver):
                     return
                 pieces.append(chunk)
         message = _assembled(
-            pieces, provider=f"{self.name}:{call.model.name}", call_id=f"call_{len(self.calls)}"
+            pieces,
+            provider=f"{self.name}:{priced.call.model.name}",
+            call_id=f"call_{len(self.calls)}",
         )
-        yield ResponseDone(response=self._response(message, call))
+        yield ResponseDone(response=self._response(message, priced))
 
-    def _response(self, message: Message, call: ProviderCall) -> ProviderResponse:
+    def _response(self, message: Message, priced: _Priced) -> ProviderResponse:
         message = message.with_origin(Origin.TURN)
         usage = Usage(
-            input_tokens=self._pricing.input_tokens(call.messages),
-            output_tokens=estimate_message_tokens(message),
+            input_tokens=priced.input_tokens, output_tokens=estimate_message_tokens(message)
         )
         return ProviderResponse(
             message=message,
             finish_reason="tool_calls" if message.tool_calls else "stop",
             usage=usage,
-            model=call.model.name,
+            model=priced.call.model.name,
         )
 
 
-class _InputPricing:
-    """The pretend input tokens of a call, each message priced once.
+@attrs.frozen
+class _Priced:
+    """A call being answered, and its pretend input tokens (priced as it was logged)."""
 
-    A call repeats most of the one before it (the same message objects, in
-    the same order); only what follows the shared start is priced.
+    call: ProviderCall
+    input_tokens: int
+
+
+class CallLog(Sequence[ProviderCall]):
+    """The calls a test double received, in order: ``driver.calls[i]`` is call ``i``.
+
+    A read-only sequence (it compares equal to a list of the same calls). Each
+    call is kept as the messages it added to the one before it: a conversation
+    sends its whole history every turn, and a list of the calls would hold a
+    transcript per turn, memory (and the collector's work) growing with the
+    square of its length. An earlier call is put together again when asked for,
+    with the messages the call before it had at each place it shares with it
+    (the same objects, or equal ones); the latest is the very call received.
+
+    Each call's pretend input tokens (``4 + ceil(bytes / 4)`` a message) are
+    priced on the way in: only the messages it does not share with the call
+    before it, so a long conversation's test does not slow down turn after turn.
     """
 
     def __init__(self) -> None:
-        self._sent: tuple[Message, ...] = ()
-        self._totals = [0]  # _totals[i]: the price of self._sent[:i]
+        self.clear()
 
-    def input_tokens(self, messages: tuple[Message, ...]) -> int:
-        shared = self._shared_start(messages)
-        del self._totals[shared + 1 :]
+    def clear(self) -> None:
+        """Forget every call logged so far."""
+        self._bare: list[ProviderCall] = []  # each call with no messages
+        self._shared: list[int] = []  # how many messages call i shares with call i - 1
+        self._added: list[tuple[Message, ...]] = []  # the messages after those
+        self._latest: ProviderCall | None = None
+        self._totals = [0]  # _totals[i]: the price of the latest call's first i messages
+
+    def record(self, call: ProviderCall) -> int:
+        """Log ``call``; its pretend input tokens."""
+        messages = call.messages
+        sent = () if self._latest is None else self._latest.messages
+        shared = _shared_start(sent, messages)
+        totals = self._totals
+        del totals[shared + 1 :]
         for message in messages[shared:]:
-            self._totals.append(self._totals[-1] + estimate_message_tokens(message))
-        self._sent = messages
-        return self._totals[-1]
+            totals.append(totals[-1] + estimate_message_tokens(message))
+        self._bare.append(attrs.evolve(call, messages=()))
+        self._shared.append(shared)
+        self._added.append(messages[shared:])
+        self._latest = call
+        return totals[-1]
 
-    def _shared_start(self, messages: tuple[Message, ...]) -> int:
-        """How many messages this call starts with that the last one did too."""
-        sent = self._sent
-        end = min(len(sent), len(messages))
-        # Usually only the end differs (a turn's messages come back as seed
-        # copies): step back over it, then check the rest in one comparison,
-        # done in C; a call that differs earlier is scanned from the start.
-        start = end
-        while start and sent[start - 1] is not messages[start - 1]:
-            start -= 1
-        if sent[:start] == messages[:start]:
-            return start
-        return next(compress(count(), map(is_not, sent, messages)), end)
+    def append(self, call: ProviderCall) -> None:
+        """Log ``call`` (what a subclass overriding ``complete`` or ``stream`` does)."""
+        self.record(call)
+
+    def __len__(self) -> int:
+        return len(self._bare)
+
+    @overload
+    def __getitem__(self, index: int) -> ProviderCall: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[ProviderCall]: ...
+
+    def __getitem__(self, index: int | slice) -> ProviderCall | list[ProviderCall]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        size = len(self._bare)
+        position = index + size if index < 0 else index
+        if not 0 <= position < size:
+            raise IndexError(f"call {index} of {size} calls")
+        if position == size - 1 and self._latest is not None:
+            return self._latest
+        return attrs.evolve(self._bare[position], messages=self._messages_of(position))
+
+    def _messages_of(self, position: int) -> tuple[Message, ...]:
+        """Call ``position``'s messages, from what each call before it added: a step
+        per call back to the one that added its first message."""
+        pieces: list[tuple[Message, ...]] = []
+        need = self._shared[position] + len(self._added[position])
+        while need:
+            shared = self._shared[position]
+            if need > shared:
+                pieces.append(self._added[position][: need - shared])
+                need = shared
+            position -= 1
+        return tuple(chain.from_iterable(reversed(pieces)))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, CallLog | list | tuple):
+            return len(self) == len(other) and list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # compared by content, as a list is
+
+    def __repr__(self) -> str:
+        return f"CallLog({list(self)!r})"
+
+
+def _shared_start(sent: tuple[Message, ...], messages: tuple[Message, ...]) -> int:
+    """How many messages ``messages`` starts with that ``sent`` did too (the same
+    objects, or equal ones)."""
+    end = min(len(sent), len(messages))
+    # Usually only the end differs (a turn's messages come back as seed copies):
+    # step back over it, then check the rest in one comparison, done in C (two
+    # copies of pointers); a call that differs earlier is scanned from the start.
+    start = end
+    while start and sent[start - 1] is not messages[start - 1]:
+        start -= 1
+    if messages[:start] == sent[:start]:
+        return start
+    return next(compress(count(), map(is_not, sent, messages)), end)
 
 
 async def _each(items: AsyncIterable[_T] | Iterable[_T]) -> AsyncGenerator[_T, None]:

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import tracemalloc
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from threadline import Message, Origin, Reasoning, ToolCall, Usage
 from threadline._provider import ProviderResponse
-from threadline.conversation._transcript import Transcript  # private: under test
+from threadline.conversation._transcript import SeedWindow, Transcript  # private: under test
 from threadline.serialization import ConversationEvent
 
 _usages = st.none() | st.builds(
@@ -122,3 +127,85 @@ def test_packed_fields_come_back_for_any_int_and_any_step() -> None:
             )
         )
     assert list(packed) == fields
+
+
+def _answered(turns: int) -> Transcript:
+    transcript = Transcript()
+    for turn in range(turns):
+        question = ConversationEvent(message=Message.user(f"q{turn}"), turn_id=turn)
+        answer = ConversationEvent(message=Message.assistant(f"a{turn}"), turn_id=turn)
+        response = ProviderResponse(
+            message=answer.message, finish_reason="stop", usage=Usage(), model="m"
+        )
+        transcript.append_turn([question, answer], response, Usage())
+    return transcript
+
+
+def test_the_history_a_turn_sends_is_a_window_not_a_copy() -> None:
+    transcript = _answered(5_000)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        window = transcript.seed_from(0)
+        made = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    # A tuple of the 10,000 messages would take 80 KB; the window takes its slots.
+    assert made < 1_000
+    assert len(window) == 10_000
+
+
+@given(st.integers(0, 12), st.integers(-14, 14), st.integers(-14, 14), st.integers(-3, 3))
+def test_a_window_reads_as_the_tuple_of_its_messages_and_keeps_to_them(
+    start: int, first: int, last: int, step: int
+) -> None:
+    transcript = _answered(6)
+    window = transcript.seed_from(start)
+    expected = tuple(transcript.messages_from(0))[start:]
+    expected = tuple(m.with_origin(Origin.SEED) for m in expected)
+    assert window == expected
+    assert tuple(window) == expected
+    assert list(reversed(window)) == list(reversed(expected))
+    assert window[first : last : step or 1] == expected[first : last : step or 1]
+    if -len(expected) <= first < len(expected):
+        assert window[first] is tuple(window)[first]
+    else:
+        with pytest.raises(IndexError):
+            window[first]
+    _extend(transcript)
+    assert window == expected  # the transcript grew; the window did not
+
+
+def _extend(transcript: Transcript) -> None:
+    turn = transcript.next_turn_id
+    question = ConversationEvent(message=Message.user("later"), turn_id=turn)
+    answer = ConversationEvent(message=Message.assistant("later"), turn_id=turn)
+    response = ProviderResponse(
+        message=answer.message, finish_reason="stop", usage=Usage(), model="m"
+    )
+    transcript.append_turn([question, answer], response, Usage())
+
+
+class _CountedList(list[Message]):
+    """A list of messages that counts how many of them are read."""
+
+    read = 0
+
+    def __iter__(self) -> Iterator[Message]:
+        for message in super().__iter__():
+            self.read += 1
+            yield message
+
+    def __getitem__(self, index: Any) -> Any:
+        found = super().__getitem__(index)
+        self.read += len(found) if isinstance(index, slice) else 1
+        return found
+
+
+def test_a_window_that_starts_late_reads_only_its_own_messages() -> None:
+    messages = _CountedList(Message.user(f"m{i}") for i in range(10_000))
+    for start in (0, 9_000):
+        messages.read = 0
+        window = SeedWindow(messages, start, 10_000)
+        assert tuple(window) == tuple(list.__getitem__(messages, slice(start, None)))
+        assert messages.read == 10_000 - start

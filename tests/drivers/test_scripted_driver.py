@@ -72,3 +72,72 @@ async def test_a_history_edited_in_the_middle_is_priced_as_sent() -> None:
     history[0] = Message.user("short")  # the same place, other content
     response = await driver.complete(ProviderCall(model=MODEL, messages=tuple(history)))
     assert response.usage.input_tokens == sum(map(estimate_message_tokens, history))
+
+
+# -- the call log: every call as sent, kept as what each added ---------------------------
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 8), st.lists(st.sampled_from(MESSAGES), max_size=4)),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_every_logged_call_is_the_call_as_sent_however_the_history_changed(
+    steps: list[tuple[int, list[Message]]],
+) -> None:
+    # Each call keeps some start of the call before it (or all of it) and adds
+    # messages: a conversation's growth, cuts and edits at any place.
+    log = threadline.testing.CallLog()
+    sent: list[ProviderCall] = []
+    messages: tuple[Message, ...] = ()
+    for keep, added in steps:
+        messages = (*messages[:keep], *added)
+        call = ProviderCall(model=MODEL, messages=messages, max_output_tokens=len(sent) + 1)
+        log.record(call)
+        sent.append(call)
+    assert len(log) == len(sent)
+    assert list(log) == sent
+    assert log == sent
+    assert log[-1] is sent[-1]  # the latest is the very call received
+    assert log[1:3] == sent[1:3]
+    for index, call in enumerate(sent):
+        assert log[index].messages == call.messages
+        assert log[index - len(sent)] == call
+
+
+async def test_a_long_conversations_log_holds_what_each_call_added_not_a_transcript_each() -> None:
+    driver = ScriptedDriver([f"answer {turn}" for turn in range(200)])
+    conversation = Conversation(Agent(Client(driver), model=MODEL, instructions="Be brief."))
+    for turn in range(200):
+        await conversation.run(f"question {turn}")
+    # A list of the calls would hold 2 + 4 + ... + 400 messages (40,200); each
+    # call adds its prompt and the last turn's two messages as seed copies
+    # (the system message, made anew each call, is equal to the last one's).
+    held = sum(map(len, driver.calls._added))
+    assert held <= 3 * 200 + 1
+    assert driver.calls[0].messages[-1].text == "question 0"
+    assert [m.text for m in driver.calls[150].messages][-3:] == [
+        "question 149",
+        "answer 149",
+        "question 150",
+    ]
+    assert len(driver.calls[150].messages) == 1 + 2 * 150 + 1
+
+
+async def test_the_log_is_a_sequence_a_subclass_can_append_to_and_a_test_can_clear() -> None:
+    driver = ScriptedDriver(["one", "two"])
+    assert driver.calls == []
+    first = ProviderCall(model=MODEL, messages=(Message.user("hi"),))
+    await driver.complete(first)
+    driver.calls.append(first)
+    assert driver.calls == [first, first]
+    assert driver.calls != [first]
+    assert "CallLog([ProviderCall(" in repr(driver.calls)
+    with pytest.raises(IndexError, match="call 2 of 2 calls"):
+        driver.calls[2]
+    driver.calls.clear()
+    assert len(driver.calls) == 0
+    await driver.complete(first)
+    assert driver.calls[0] is first

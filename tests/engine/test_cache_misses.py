@@ -3,7 +3,8 @@ provider's cached share and its own diagnosis beside, on the round's record and 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any, cast, overload
 
 import attrs
 import pytest
@@ -11,6 +12,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+import threadline.engine._run
 from threadline import (
     Agent,
     Client,
@@ -230,3 +232,61 @@ async def test_each_call_names_the_response_before_it_for_the_providers_diagnosi
     await conv.run("hello")
     await conv.run("again")
     assert [call.previous_response_id for call in driver.calls] == [None, "resp-1"]
+
+
+class _Reads(Sequence[Message]):
+    """A prompt's messages that count how many of them are read."""
+
+    def __init__(self, messages: Sequence[Message], reads: list[int]) -> None:
+        self.messages, self.reads = tuple(messages), reads
+
+    def __len__(self) -> int:
+        return len(self.messages)
+
+    @overload
+    def __getitem__(self, index: int) -> Message: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[Message, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> Message | tuple[Message, ...]:
+        found = self.messages[index]
+        self.reads[-1] += len(found) if isinstance(found, tuple) else 1
+        return found
+
+
+async def test_a_long_conversations_turn_compares_only_what_is_new_since_the_last_prompt(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    reads: list[int] = []
+
+    def counted(
+        previous: SentPrompt | None, messages: Sequence[Message], *args: Any
+    ) -> PrefixChange:
+        reads.append(0)
+        if previous is not None:
+            before = _Reads(previous.messages, reads)
+            previous = attrs.evolve(previous, messages=cast(tuple[Message, ...], before))
+        return compare_prompts(previous, _Reads(messages, reads), *args)
+
+    monkeypatch.setattr(threadline.engine._run, "compare_prompts", counted)
+    turns = 150
+    conv = Conversation(agent_on(ScriptedDriver(["ok"] * (turns + 1))))
+    for turn in range(turns):
+        result = await conv.run(f"question {turn}")
+        prefix = result.rounds[0].cache.prefix  # type: ignore[union-attr]
+        if turn:
+            # The system message, the last turn's history, then its prompt again.
+            assert prefix.kept
+            assert prefix.kept_messages == 2 * turn
+    # The history sent again is known to be the last one grown at its end: the
+    # messages around it are read, never the 300 of it (a pass would read them twice).
+    assert max(reads[1:]) <= 12
+
+    # A rewritten transcript is another source: its edit is found by comparing.
+    events = list(conv.events)
+    events[4] = attrs.evolve(events[4], message=Message.user("another question"))
+    await conv.replace_events(events)
+    result = await conv.run("and now?")
+    change = result.rounds[0].cache.prefix  # type: ignore[union-attr]
+    assert (change.reason, change.position) == ("edited message", 5)

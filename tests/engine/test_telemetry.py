@@ -141,7 +141,11 @@ class UsageDriver(ScriptedDriver):
     async def complete(self, call: ProviderCall) -> Any:
         response = await super().complete(call)
         return attrs.evolve(
-            response, usage=self.usage, model="scripted-model-0613", request_id="r1"
+            response,
+            usage=self.usage,
+            model="scripted-model-0613",
+            request_id="req-1",
+            response_id="r1",
         )
 
 
@@ -230,6 +234,7 @@ async def test_reported_input_tokens_include_the_cached_ones(
     assert chat.attributes["gen_ai.usage.reasoning.output_tokens"] == 12
     assert chat.attributes["gen_ai.response.model"] == "scripted-model-0613"
     assert chat.attributes["gen_ai.response.id"] == "r1"
+    assert chat.attributes["threadline.request_id"] == "req-1"
     assert chat.attributes["gen_ai.request.temperature"] == 0.2
     assert chat.attributes["threadline.input_tokens.reported"] == 1200
 

@@ -5,17 +5,30 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import anyio
+import attrs
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from threadline import Budget, Message, Origin, Tool, ToolCall
+from threadline import (
+    Agent,
+    Budget,
+    Client,
+    Conversation,
+    Message,
+    Model,
+    Origin,
+    Tool,
+    ToolCall,
+)
+from threadline.counting import BuiltinTokenCounter
 from threadline.limiting import cache_stable_units, drop_oldest_units
 
 # The fast path is the engine's own, a private room.
 from threadline.limiting._engine import apply_limits
-from threadline.limiting._incremental import CheckedHistory
+from threadline.limiting._incremental import CheckedHistory, HistoryTally, history_tokens
 from threadline.limiting._ledger import LimitingOutcome
+from threadline.testing import ScriptedDriver
 
 
 class WordCounter:
@@ -109,3 +122,80 @@ def test_a_history_that_reuses_a_call_id_takes_the_full_step() -> None:
 
     with pytest.raises(TranscriptIntegrityError, match="used twice"):
         anyio.run(limit)
+
+
+class CountingWords(WordCounter):
+    """A WordCounter that lists the size of every transcript it counts whole."""
+
+    def __init__(self) -> None:
+        self.counted: list[int] = []
+
+    def count(self, messages: Sequence[Message], tools: Sequence[Tool] = ()) -> int:
+        self.counted.append(len(messages))
+        return super().count(messages, tools)
+
+
+@pytest.mark.anyio
+async def test_a_conversations_history_is_counted_once_then_only_what_each_turn_adds() -> None:
+    counter = CountingWords()
+    driver = ScriptedDriver([f"answer {turn} " * 3 for turn in range(60)])
+    agent = Agent(
+        Client(driver, token_counter=counter),
+        model=Model("scripted", context_size=1_000_000),
+        instructions="Be brief.",
+    )
+    conv = Conversation(agent)
+    for turn in range(60):
+        result = await conv.run(f"question {turn} " * (turn % 7))
+        # The estimate is the count of what was sent, however it was made.
+        sent = driver.calls[-1].messages
+        assert result.rounds[0].estimated_input_tokens == WordCounter().count(sent)
+    # The history (origin seed, vouched for) is counted whole on the first turn
+    # only: each later turn adds the count of its new messages to the last one's.
+    assert counter.counted == [0]
+
+
+def test_a_tally_counts_whole_for_another_counter_or_another_source() -> None:
+    tally = HistoryTally()
+    source = (object(), 0)
+    first, second = CountingWords(), CountingWords()
+    messages = tuple(Message.user(f"m {i}") for i in range(6))
+    grown = CheckedHistory(messages=messages, call_ids=(), source=source, tally=tally)
+    assert history_tokens(attrs.evolve(grown, messages=messages[:4]), first) == first.count(
+        messages[:4]
+    )
+    assert history_tokens(grown, first) == WordCounter().count(messages)
+    assert first.counted == [4, 4]  # the second count added two messages
+    assert history_tokens(grown, second) == WordCounter().count(messages)
+    assert second.counted == [6]  # another counter: counted whole
+    other = attrs.evolve(grown, source=(object(), 0))
+    assert history_tokens(other, second) == WordCounter().count(messages)
+    assert second.counted == [6, 6]  # another source: counted whole
+
+
+@pytest.mark.anyio
+async def test_the_built_in_counter_bound_anew_for_each_plan_still_carries_the_count_over(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The default counter is bound to the driver's replay projection for every
+    # plan; resolved from the same things, each turn gets the very same counter,
+    # so the history's count carries over (and the estimate is unchanged).
+    counted: list[int] = []
+    count = BuiltinTokenCounter.count
+
+    def spy(
+        self: BuiltinTokenCounter, messages: Sequence[Message], tools: Sequence[Tool] = ()
+    ) -> int:
+        counted.append(len(messages))
+        return count(self, messages, tools)
+
+    monkeypatch.setattr(BuiltinTokenCounter, "count", spy)
+    driver = ScriptedDriver([f"answer {turn}" for turn in range(30)])
+    model = Model("scripted", context_size=1_000_000)
+    conv = Conversation(Agent(Client(driver), model=model, instructions="Be brief."))
+    for turn in range(30):
+        result = await conv.run(f"question {turn}")
+        assert result.rounds[0].estimated_input_tokens == count(
+            BuiltinTokenCounter(), driver.calls[-1].messages
+        )
+    assert counted == [0]

@@ -765,6 +765,22 @@ async def test_a_delete_refuses_a_check_that_cannot_hold(
     assert (await store.load("c1")).version == 1
 
 
+async def test_an_id_that_is_not_text_is_refused_by_name_before_the_backend_sees_it(
+    store: ConversationStore,
+) -> None:
+    lone = "c\ud800"  # a Python str no encoder takes (JSON's escapes can spell it)
+    calls = [
+        store.load(lone),
+        store.delete(lone),
+        store.remove_pending(lone, "m1"),
+        store.append_events(lone, [prompt("hi", 0)], header=header("c1"), expected_version=0),
+    ]
+    for call in calls:
+        with pytest.raises(InvalidRequestError, match="lone surrogate at 1"):
+            await call
+    assert await store.list() == []
+
+
 async def test_a_writer_may_choose_the_generation_it_creates(store: ConversationStore) -> None:
     version = await store.append_events(
         "c1", [prompt("hi", 0)], header=header("c1"), expected_version=0, generation="gen-a"

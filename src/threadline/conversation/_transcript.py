@@ -26,7 +26,7 @@ from threadline._messages import Message, Origin, Role, Usage
 from threadline._provider import ProviderResponse
 from threadline._result import RunResult
 from threadline.conversation._packed_events import PackedEvents
-from threadline.limiting._incremental import CheckedHistory
+from threadline.limiting._incremental import CheckedHistory, HistoryTally
 from threadline.limiting._units import check_integrity
 from threadline.serialization._documents import (
     ConversationDocument,
@@ -175,6 +175,52 @@ def checked_replacement(events: Iterable[ConversationEvent]) -> tuple[Conversati
     return replacement
 
 
+class SeedWindow(Sequence[Message]):
+    """Messages ``start`` to ``stop`` of a transcript's list of them, as they stand now
+    and always will: the list is only ever appended to (a rewrite makes a new
+    transcript). A turn sends its history as one, so the history is not copied
+    into a tuple of its own before the plan builds the call's transcript from it.
+    """
+
+    __slots__ = ("_messages", "_start", "_stop")
+
+    def __init__(self, messages: list[Message], start: int, stop: int) -> None:
+        self._messages, self._start, self._stop = messages, start, stop
+
+    def __len__(self) -> int:
+        return self._stop - self._start
+
+    @overload
+    def __getitem__(self, index: int) -> Message: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[Message, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> Message | tuple[Message, ...]:
+        where = range(self._start, self._stop)[index]  # IndexError as a tuple's
+        if isinstance(where, range):
+            return tuple(map(self._messages.__getitem__, where))
+        return self._messages[where]
+
+    def __iter__(self) -> Iterator[Message]:
+        # In C: a tuple made from the window (the call's transcript) costs a pass
+        # over it. islice steps over every message before the start, so a window
+        # that starts later is sliced out (a copy of the window only).
+        if not self._start:
+            return itertools.islice(self._messages, self._stop)
+        return iter(self._messages[self._start : self._stop])
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, SeedWindow | tuple | list):
+            return len(self) == len(other) and tuple(self) == tuple(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # compared by content, as a list is
+
+    def __repr__(self) -> str:
+        return f"SeedWindow({tuple(self)!r})"
+
+
 class Transcript:
     """Answered events plus what is derived from them, kept up to date incrementally.
 
@@ -196,6 +242,8 @@ class Transcript:
         "_reasoned",
         "_seeded",
         "_system_events",
+        "_tally",
+        "_token",
         "_turn_count",
         "_user_indices",
         "_view",
@@ -226,6 +274,11 @@ class Transcript:
         self._user_indices = array("I")
         self._reasoned: array[int] | None = None
         self._view: tuple[ConversationEvent, ...] | None = None
+        # Names this transcript in the histories it vouches for (CheckedHistory.source):
+        # its messages are only ever appended, so two windows of it from one event
+        # start alike. Not the transcript itself, which a sent prompt would keep alive.
+        self._token = object()
+        self._tally = HistoryTally()
         self.pending: tuple[ConversationEvent, ...] = tuple(pending)
         self.next_turn_id = next_turn_id
         self._add(events)
@@ -369,11 +422,11 @@ class Transcript:
         messages = self._messages[start:]  # a slice: islice would step over every earlier one
         return [self._own(index, message) for index, message in enumerate(messages, start)]
 
-    def seed_from(self, start: int) -> tuple[Message, ...]:
+    def seed_from(self, start: int) -> SeedWindow:
         """The messages from event ``start`` on as a turn sends them: origin ``seed``,
-        the very objects kept, so sending the history again copies no message."""
-        messages = self._messages
-        return tuple(messages) if start == 0 else tuple(messages[start:])
+        the very objects kept, so sending the history again copies no message (nor
+        the list of them: a window onto it, which only ever grows at its end)."""
+        return SeedWindow(self._messages, start, len(self._messages))
 
     def checked(
         self, head: Sequence[Message], window: Sequence[Message], start: int
@@ -388,13 +441,18 @@ class Transcript:
             m.role is Role.SYSTEM or m.tool_calls or m.origin is not Origin.SEED for m in head
         ):
             return None
-        messages = tuple(window) if not head else (*head, *window)
+        messages = window if not head else (*head, *window)
         reasoned = self._reasoned or ()
         shift = len(head) - start
         first = bisect.bisect_left(reasoned, start)
+        # The window is all the messages from ``start`` on (seed_from): one source,
+        # unless a head stands before it.
+        whole = not head and len(window) == len(self._messages) - start
         return CheckedHistory(
             messages=messages,
             call_ids=self._call_ids or (),
+            source=(self._token, start) if whole else None,
+            tally=self._tally,
             reasoned=(
                 *(i for i, m in enumerate(head) if m.reasoning is not None),
                 *(i + shift for i in reasoned[first:]),

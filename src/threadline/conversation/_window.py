@@ -78,7 +78,7 @@ class SentWindow:
 
     kept: KeptWindow
     base: int
-    window: tuple[Message, ...]
+    window: Sequence[Message]
 
     @property
     def history(self) -> tuple[Message, ...]:

@@ -8,7 +8,9 @@ plans and never sees a builder.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable, Sequence
+from itertools import chain
 from operator import is_
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -20,7 +22,7 @@ from threadline._models import Model
 from threadline._provider import Driver, ProviderCall
 from threadline._settings import RequestSettings
 from threadline._validate import problem
-from threadline.counting import resolve_token_counter
+from threadline.counting import default_token_counter, resolve_token_counter
 from threadline.counting._calibration import TokenCalibration
 from threadline.counting._protocol import TokenCounter
 from threadline.counting._resolution import ExactCounter, resolve_exact_token_counter
@@ -222,7 +224,7 @@ def plan_run(
             memo.keep(inputs, built)
     transcript, prompt_index, checked_history, repairs = built
     resolution = settings_budget(settings, model)
-    counter = settings_counter(settings, defaults, model)
+    counter = _plan_counter(settings, defaults, model)
     output = None if settings.output_type is None else output_spec(settings.output_type)
     instruction = None
     if output is not None and defaults.driver.output_constraint(model) == "prompt":
@@ -313,6 +315,37 @@ def settings_counter(
     )
 
 
+_resolved: weakref.WeakKeyDictionary[Driver, tuple[tuple[object, ...], TokenCounter]] = (
+    weakref.WeakKeyDictionary()
+)
+"""Per driver: what its last plan's counter was resolved from, and that counter."""
+
+
+def _plan_counter(
+    settings: RequestSettings, defaults: ClientDefaults, model: Model
+) -> TokenCounter:
+    """``settings_counter``: the very counter of the driver's last plan when it is
+    resolved from the same things. A counter made anew each plan (a model counter
+    bound to the driver's projection) prices as the last one did, but only the
+    same one lets a conversation carry the count of its history over from turn to
+    turn (``history_tokens``) instead of counting it again."""
+    driver = defaults.driver
+    key = (
+        settings.token_counter,
+        defaults.token_counter,
+        model,
+        default_token_counter(),
+        driver.token_counter(),
+        driver.replay_projection(model),  # equal projections: a counter prices alike
+    )
+    last = _resolved.get(driver)
+    if last is not None and all(map(is_, last[0][:-1], key[:-1])) and last[0][-1] == key[-1]:
+        return last[1]
+    counter = settings_counter(settings, defaults, model)
+    _resolved[driver] = (key, counter)
+    return counter
+
+
 def _toolset(tools: Iterable[Tool | Any], problems: list[str]) -> Toolset | None:
     try:
         # Functions become tools and tool sources (MCP servers) offer their tools now.
@@ -366,7 +399,10 @@ def _transcript(
 ) -> tuple[tuple[Message, ...], int | None]:
     head = () if system is None else (Message.system(system),)
     tail = () if prompt is None else (prompt,)
-    transcript = (*head, *history, *tail)  # one copy of a long history
+    # One pass over a long history: unpacking goes through a list (a copy, a
+    # second into the tuple, a third to free the list), each touching every
+    # message's reference count; a tuple made from a chain touches each once.
+    transcript = tuple(chain(head, history, tail))
     prompt_index = None if prompt is None else len(transcript) - 1
     try:
         # A checked history is whole and has no system message; around it stand a

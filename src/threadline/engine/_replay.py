@@ -196,7 +196,7 @@ class ReplayGuard:
         if history is not None:
             start = history.offset
             history = attrs.evolve(
-                history, messages=tuple(sent[start : start + len(history.messages)])
+                history, messages=tuple(sent[start : start + len(history.messages)]), source=None
             )
         return Prepared(messages=tuple(sent), history=history, dropped=tuple(dropped))
 
@@ -258,6 +258,7 @@ def _from_window(
                 history,
                 messages=tuple(messages[window:end]),
                 offset=len(system),
+                source=None,  # no longer the transcript's messages from its start
                 reasoned=None
                 if reasoned is None
                 else tuple(index - skipped for index in reasoned if index >= skipped),

@@ -85,7 +85,7 @@ class Request(Generic[OutputT]):
         self._defaults = defaults
         self._model: Model | None = None
         self._system: str | None = None
-        self._history: tuple[Message, ...] = ()
+        self._history: Sequence[Message] = ()
         self._prompt: Message | None = None
         self._tools: tuple[Any, ...] = ()
         self._settings = _DEFAULT_SETTINGS  # frozen: one shared value, validated once

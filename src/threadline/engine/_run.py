@@ -57,6 +57,7 @@ from threadline.engine._plan import RunPlan
 from threadline.engine._replay import ReplayGuard
 from threadline.limiting._budget import Budget
 from threadline.limiting._engine import apply_limits
+from threadline.limiting._incremental import CheckedHistory
 from threadline.limiting._ledger import DroppedReasoning, LimitingOutcome, LimitingRecord
 from threadline.limiting._prefix import CacheReport, SentPrompt, compare_prompts
 from threadline.limiting._units import split_units
@@ -94,6 +95,8 @@ class _Round:
     exact: int | None = None
     """The exact count of what was sent, when one was taken of it."""
     sent: tuple[Message, ...] = ()
+    history: CheckedHistory | None = None
+    """The history a conversation vouches for, as it stands in ``sent``."""
     limiting: LimitingRecord | None = None
     retry_limiting: LimitingRecord | None = None
     context_retry: bool = False
@@ -284,7 +287,7 @@ class Run:
         steps = [r for r in (current.limiting, current.retry_limiting) if r is not None]
         usage = response.usage
         current.cache = CacheReport(
-            prefix=compare_prompts(self.previous, current.sent, tools, steps),
+            prefix=compare_prompts(self.previous, current.sent, tools, steps, current.history),
             input_tokens=usage.input_tokens,
             cached_input_tokens=usage.cached_input_tokens,
             diagnosis=response.cache_diagnosis,
@@ -293,12 +296,14 @@ class Run:
             messages=current.sent,
             tools=tools,
             response_id=response.response_id or response.request_id,
+            history=None if current.history is None else current.history.span(),
         )
 
     async def _send(self, current: _Round) -> AsyncGenerator[StreamEvent, None]:
         driver = self.driver
         handed = self.replay.prepare(self.transcript, self.checked_history)
         current.sent, current.reasoning_dropped = handed.messages, handed.dropped
+        current.history = handed.history
         previous = self.previous
         call = self.plan.call(
             handed.messages,

@@ -163,8 +163,11 @@ class TracedRun:
         if response is not None:
             attributes["gen_ai.response.model"] = response.model
             attributes["gen_ai.response.finish_reasons"] = [response.finish_reason]
+            # The provider's id of the completion (semconv), not the HTTP request id.
+            if response.response_id:
+                attributes["gen_ai.response.id"] = response.response_id
             if response.request_id:
-                attributes["gen_ai.response.id"] = response.request_id
+                attributes["threadline.request_id"] = response.request_id
             attributes.update(_usage_attributes(response.usage))
             if response.usage.input_tokens:
                 attributes["threadline.input_tokens.reported"] = response.usage.input_tokens

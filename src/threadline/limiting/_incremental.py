@@ -26,7 +26,7 @@ import attrs
 from threadline._errors import TranscriptIntegrityError
 from threadline._messages import Message, Origin, Role
 from threadline.counting._calibration import calibrated_estimate
-from threadline.counting._protocol import TokenCounter, is_incremental
+from threadline.counting._protocol import IncrementalTokenCounter, TokenCounter, is_incremental
 from threadline.limiting._budget import Budget, BudgetReport
 from threadline.limiting._ledger import DroppedUnit, HandlerRun, LimitingOutcome, LimitingRecord
 from threadline.limiting._units import (
@@ -39,7 +39,7 @@ from threadline.limiting._units import (
 )
 from threadline.tools._tools import Tool
 
-__all__ = ["CheckedHistory", "quick_outcome"]
+__all__ = ["CheckedHistory", "HistorySpan", "HistoryTally", "history_tokens", "quick_outcome"]
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -56,10 +56,73 @@ class CheckedHistory:
     ``transcript[offset:offset + len(messages)]``.
     """
 
-    messages: tuple[Message, ...]
+    messages: Sequence[Message]
+    """A tuple, or a window onto the conversation's own list of messages (never
+    changed where it stands)."""
     call_ids: Collection[str]
     offset: int = 0
     reasoned: tuple[int, ...] | None = None
+    source: tuple[object, int] | None = None
+    """Whose messages these are: a transcript's token and the event they start at.
+    Two histories with one source start alike, the shorter being the start of the
+    longer (a transcript only grows; rewritten, it is a new one), so a history
+    sent again, grown at its end, is known alike without comparing it. ``None``:
+    not known (an edit of the messages must set it so)."""
+    tally: HistoryTally | None = None
+    """Where the source's histories are counted (see :func:`history_tokens`)."""
+
+    def span(self) -> HistorySpan | None:
+        """Where this history stands and whose it is, without its messages (``None``:
+        no source)."""
+        if self.source is None:
+            return None
+        return HistorySpan(source=self.source, offset=self.offset, length=len(self.messages))
+
+    def starts_with(self, span: HistorySpan | None) -> bool:
+        """Whether this history, at the same place, starts with the history ``span``
+        describes: known from their source, no message compared."""
+        return (
+            span is not None
+            and self.source is not None
+            and self.source == span.source
+            and self.offset == span.offset
+            and len(self.messages) >= span.length
+        )
+
+
+@attrs.define(eq=False)
+class HistoryTally:
+    """The tokens of a source's history counted last, so the next one, grown at its
+    end, costs its new messages: ``(counter, source, messages, tokens)``, set whole."""
+
+    last: tuple[IncrementalTokenCounter, tuple[object, int], int, int] | None = None
+
+
+def history_tokens(history: CheckedHistory, counter: IncrementalTokenCounter) -> int:
+    """``counter.count(history.messages, ())``: from its source's history counted last
+    by this very counter, adding the messages after that one's, when there is one."""
+    vouched, source, tally = history.messages, history.source, history.tally
+    if source is None or tally is None:
+        return counter.count(vouched, ())
+    last = tally.last
+    if last is not None and last[0] is counter and last[1] == source and last[2] <= len(vouched):
+        # An incremental counter's count is its messages' message_tokens, plus overhead.
+        total = last[3] + sum(map(counter.message_tokens, vouched[last[2] :]))
+    else:
+        total = counter.count(vouched, ())
+    tally.last = (counter, source, len(vouched), total)
+    return total
+
+
+@attrs.frozen(kw_only=True)
+class HistorySpan:
+    """Where a round sent a :class:`CheckedHistory` and whose it was, without holding
+    its messages: what the next round needs to know that its own history starts
+    with it (see :meth:`CheckedHistory.starts_with`)."""
+
+    source: tuple[object, int]
+    offset: int
+    length: int
 
 
 def quick_outcome(
@@ -94,11 +157,11 @@ def quick_outcome(
     pinned = _pinned(head, tail, end, prompt_index, history.call_ids)
     if pinned is None:
         return None
-    # The history is counted on its own, the messages around it one by one: the
-    # counter remembers the history it counted last, so next turn's (this one,
-    # grown at its end) costs only its new messages.
+    # The history is counted on its own, the messages around it one by one: its
+    # source's tally (else the counter) remembers the history counted last, so next
+    # turn's (this one, grown at its end) costs only its new messages.
     total = (
-        counter.count(vouched, ())
+        history_tokens(history, counter)
         + sum(map(counter.message_tokens, head))
         + sum(map(counter.message_tokens, tail))
         + counter.overhead_tokens(tools)

@@ -26,6 +26,7 @@ import attrs
 
 from threadline._messages import Message, Role
 from threadline._provider import CacheDiagnosis
+from threadline.limiting._incremental import CheckedHistory, HistorySpan
 from threadline.limiting._ledger import LimitingRecord
 
 if TYPE_CHECKING:
@@ -60,6 +61,9 @@ class SentPrompt:
     tools: tuple[Tool, ...] = ()
     response_id: str | None = None
     """The provider's id of the response to it, for the next call's cache diagnosis."""
+    history: HistorySpan | None = None
+    """Where it held the history a conversation vouched for, and whose: the next
+    prompt that holds that history grown at its end is known to repeat it."""
 
 
 @attrs.frozen(kw_only=True)
@@ -136,9 +140,11 @@ def compare_prompts(
     messages: Sequence[Message],
     tools: Sequence[Tool],
     limiting: Sequence[LimitingRecord] = (),
+    history: CheckedHistory | None = None,
 ) -> PrefixChange:
     """How ``messages`` (with ``tools``) relate to the ``previous`` prompt; ``limiting``
-    are this round's limiting steps, which tell a cut from an edit."""
+    are this round's limiting steps, which tell a cut from an edit; ``history`` the
+    history a conversation vouches for, standing in ``messages`` where it says."""
     if previous is None:
         return PrefixChange(reason="first call")
     before = previous.messages
@@ -149,18 +155,62 @@ def compare_prompts(
         moved = sorted(names) == sorted(old) and names != old
         reason: PrefixReason = "tools reordered" if moved else "tools changed"
         return PrefixChange(reason=reason, position=0, previous_messages=size)
-    at = next(
-        (
-            i
-            for i, (a, b) in enumerate(zip(before, messages, strict=False))
-            if a is not b and not _sent_alike(a, b)
-        ),
-        min(size, len(messages)),
-    )
+    at = _shared_start(before, messages, _known_alike(previous, messages, history))
     if at == size:
         return PrefixChange(reason="unchanged", previous_messages=size, kept_messages=size)
     reason = _why(before, messages, at, limiting)
     return PrefixChange(reason=reason, position=at, previous_messages=size, kept_messages=at)
+
+
+def _known_alike(
+    previous: SentPrompt, messages: Sequence[Message], history: CheckedHistory | None
+) -> range | None:
+    """The messages of ``messages`` known to be the previous prompt's own: the history
+    it held, when ``history`` is that history grown at its end, standing at the same
+    place (by identity, its ends) in both. ``None``: nothing is known."""
+    span = previous.history
+    if history is None or span is None or not history.starts_with(span):
+        return None
+    vouched, start = history.messages, history.offset
+    end = start + len(vouched)
+    if end > len(messages) or (vouched and messages[start] is not vouched[0]):
+        return None
+    if vouched and messages[end - 1] is not vouched[-1]:
+        return None
+    return range(start, start + span.length)
+
+
+def _shared_start(before: Sequence[Message], after: Sequence[Message], known: range | None) -> int:
+    """How many messages ``after`` starts with that go out as ``before``'s did;
+    ``known`` are alike already (see :func:`_known_alike`)."""
+    end = min(len(before), len(after))
+    if known is not None:
+        # Around the history only: the system message before it, the turn after.
+        changed = _first_change(before, after, 0, known.start)
+        return changed if changed < known.start else _first_change(before, after, known.stop, end)
+    # Shared messages are mostly the very same objects, and the last turn's come
+    # back as seed copies at the end: step back over those, confirm the rest in
+    # one tuple comparison (in C, identity before equality: equal messages go out
+    # alike), and compare field by field from there.
+    at = end
+    while at and before[at - 1] is not after[at - 1]:
+        at -= 1
+    if at and tuple(before[:at]) != tuple(after[:at]):
+        at = 0
+    return _first_change(before, after, at, end)
+
+
+def _first_change(before: Sequence[Message], after: Sequence[Message], start: int, end: int) -> int:
+    """The first index from ``start`` on (``end`` when none before it) where ``after``
+    does not go out as ``before`` did."""
+    return next(
+        (
+            i
+            for i in range(start, end)
+            if before[i] is not after[i] and not _sent_alike(before[i], after[i])
+        ),
+        end,
+    )
 
 
 def _sent_alike(a: Message, b: Message) -> bool:

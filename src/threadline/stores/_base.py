@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import builtins
 import re
+import secrets
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -23,7 +24,11 @@ from threadline._closing import AsyncClosing
 from threadline._errors import ConcurrentModificationError, InvalidRequestError, StoreClosedError
 from threadline._store import ConversationInfo, ConversationPage, StoredConversation
 from threadline.serialization._converter import dumps_conversation_header, dumps_event
-from threadline.serialization._documents import ConversationDocument, ConversationEvent
+from threadline.serialization._documents import (
+    ConversationDocument,
+    ConversationEvent,
+    id_problem,
+)
 
 __all__ = [
     "DeleteCheck",
@@ -86,7 +91,8 @@ class Write:
     drop_marker: str | None = None
     pending_marker: str | None = None
     generation: str | None = None
-    write_id: str = attrs.field(factory=lambda: uuid.uuid4().hex)
+    # 32 random hex digits, as a uuid4's hex but without building a UUID (every write makes one).
+    write_id: str = attrs.field(factory=lambda: secrets.token_hex(16))
 
     @property
     def max_turn_id(self) -> int:
@@ -436,6 +442,9 @@ def check_conversation_id(conversation_id: object) -> str:
         raise InvalidRequestError(
             f"a conversation id is a non-empty string, not {conversation_id!r}"
         )
+    problem = id_problem(conversation_id)  # else the driver's encoder fails raw, past the store
+    if problem is not None:
+        raise InvalidRequestError(problem)
     return conversation_id
 
 

@@ -39,44 +39,57 @@ return tonumber(stored) or -1
 """
 
 # KEYS: c, e, p, index, touched.
-# ARGV: id, expected, generation ('' none), write_id, replace, drop_all, drop_marker ('' none),
-#       marker (unused: each event has its own), header, metadata, format, next_turn_id,
-#       ttl_ms (0 none), n, then n quadruples: turn_id, pending (1/0), marker ('' none),
-#       event JSON.
-# Returns {status, version, detail}; status 'damaged' has detail "<field>=<stored value>".
+# ARGV: id; the write's fields "expected\tgeneration\twrite_id\treplace\tdrop_all\t
+#       drop_marker\tformat\tnext_turn_id\tttl_ms" (generation and drop_marker '' for none,
+#       replace and drop_all 1/0, ttl_ms 0 for none); header; metadata; each record's
+#       "<turn_id>\t<pending 1/0>\t<marker>\n" (marker '' for none), concatenated; then
+#       each record's event JSON. The fields travel packed, as few arguments as possible,
+#       because the client's cost of a call grows with its argument count; none of them
+#       can hold a tab or a newline (numbers, hex ids, markers).
+# Returns the new version (an integer) when the write is applied, else
+# "<status>\t<version>\t<detail>"; status 'damaged' has detail "<field>=<stored value>".
 WRITE: Final = """
+local COUNTERS = {1, 5, 6, 7}
+local COUNTER_NAMES = {[1] = 'version', [5] = 'max_turn', [6] = 'count', [7] = 'seq'}
 local c, e, p, index, touched = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local expected = tonumber(ARGV[2])
-local generation, write_id = ARGV[3], ARGV[4]
-local replace, drop_all, drop_marker = ARGV[5] == '1', ARGV[6] == '1', ARGV[7]
-local format = ARGV[11]
-local next_turn, ttl, n = tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14])
+local fields = {}
+for field in string.gmatch(ARGV[2] .. '\\t', '([^\\t]*)\\t') do
+    fields[#fields + 1] = field
+end
+local expected, generation, write_id = tonumber(fields[1]), fields[2], fields[3]
+local replace, drop_all, drop_marker = fields[4] == '1', fields[5] == '1', fields[6]
+local format, next_turn, ttl = fields[7], tonumber(fields[8]), tonumber(fields[9])
+local heads = {}
+for turn, pending, marker in string.gmatch(ARGV[5], '([^\\t]*)\\t([^\\t]*)\\t([^\\n]*)\\n') do
+    heads[#heads + 1] = {turn, pending == '1', marker}
+end
+local n = #heads
 
 local state = redis.call('HMGET', c, 'version', 'generation', 'last_write', 'format',
     'max_turn', 'count', 'seq')
 local exists = state[1] ~= false
 if exists then
     -- Damaged counters would fail below, or worse, compare: refuse, naming one.
-    for i, name in pairs({[1] = 'version', [5] = 'max_turn', [6] = 'count', [7] = 'seq'}) do
+    for _, i in ipairs(COUNTERS) do
         if not tonumber(state[i]) then
-            return {'damaged', -1, name .. '=' .. tostring(state[i])}
+            return 'damaged\\t-1\\t' .. COUNTER_NAMES[i] .. '=' .. tostring(state[i])
         end
     end
 end
 local version = tonumber(state[1]) or 0
 if exists and version == expected + 1 and state[3] == write_id then
-    return {'ok', version, state[2]}
+    return version
 end
 if version ~= expected then
-    return {'conflict', exists and version or -1, ''}
+    return 'conflict\\t' .. (exists and version or -1) .. '\\t'
 end
 local committed_max, count, seq = -1, 0, 0
 if exists then
     if generation ~= '' and state[2] ~= generation then
-        return {'generation', version, state[2]}
+        return 'generation\\t' .. version .. '\\t' .. state[2]
     end
     if not replace and state[4] ~= format then
-        return {'format', version, state[4]}
+        return 'format\\t' .. version .. '\\t' .. state[4]
     end
     generation = state[2]
     seq = tonumber(state[7])
@@ -101,7 +114,7 @@ if exists and not replace then
     end
 end
 if kept_max >= next_turn then
-    return {'turn', version, tostring(kept_max)}
+    return 'turn\\t' .. version .. '\\t' .. kept_max
 end
 
 -- Every check has passed: write. (A new conversation clears what an expired one may have
@@ -115,9 +128,9 @@ for _, item in ipairs(dropping) do
 end
 count = count - #dropping
 local items = {}
-for i = 0, n - 1 do
-    local turn, pending = ARGV[15 + 4 * i], ARGV[16 + 4 * i] == '1'
-    local marker, text = ARGV[17 + 4 * i], ARGV[18 + 4 * i]
+for i = 1, n do
+    local turn, pending, marker = heads[i][1], heads[i][2], heads[i][3]
+    local text = ARGV[5 + i]
     if pending then
         seq = seq + 1
         local item = 'p' .. seq .. '\\t' .. marker .. '\\t' .. text
@@ -139,11 +152,13 @@ end
 local now = redis.call('TIME')
 local stamp = now[1] .. '.' .. string.format('%06d', tonumber(now[2]))
 local order = redis.call('INCR', touched)
-redis.call('HSET', c, 'version', version + 1, 'generation', generation, 'header', ARGV[9],
-    'metadata', ARGV[10], 'format', format, 'count', count + n, 'max_turn', committed_max,
-    'seq', seq, 'last_write', write_id, 'updated_at', stamp, 'touched', order)
+redis.call('HSET', c, 'version', version + 1, 'header', ARGV[3], 'metadata', ARGV[4],
+    'count', count + n, 'max_turn', committed_max, 'seq', seq, 'last_write', write_id,
+    'updated_at', stamp, 'touched', order)
 if not exists then
-    redis.call('HSET', c, 'created_at', stamp)
+    redis.call('HSET', c, 'generation', generation, 'format', format, 'created_at', stamp)
+elseif replace then
+    redis.call('HSET', c, 'format', format)
 end
 redis.call('ZADD', index, order, ARGV[1])
 if ttl > 0 then
@@ -151,7 +166,7 @@ if ttl > 0 then
     redis.call('PEXPIRE', e, ttl)
     redis.call('PEXPIRE', p, ttl)
 end
-return {'ok', version + 1, generation}
+return version + 1
 """
 
 # KEYS: c, e. Returns {version, generation, header, items} or nil.

@@ -77,11 +77,13 @@ class RedisStore(StoreBase):
 
     Under asyncio the store uses redis-py's async client; under trio, where
     it does not run, the blocking client in worker threads. ``timeout``
-    bounds each wait of a call: for a free connection, to connect, for an
-    answer (a server gone silent included); past it the call raises
-    ``StoreError``. A call cancelled while its script runs waits for it,
-    within that bound. A write whose connection is lost is retried once,
-    safely: a retried write that had been applied is recognised.
+    bounds a call: on asyncio the whole call (waiting for a free connection,
+    connecting, the answer), in a worker thread each of those waits; a server
+    gone silent included, past it the call raises ``StoreError``. A call
+    cancelled while its script runs waits for it, within that bound. A write
+    is one script call, one round trip (a conversation's turn is two: its
+    pending prompt, then its commit). A write whose connection is lost is
+    retried once, safely: a retried write that had been applied is recognised.
 
     Raises (from any call):
         StoreError: the server cannot be reached, refuses the password, lost
@@ -116,12 +118,15 @@ class RedisStore(StoreBase):
         if not isinstance(timeout, int | float) or timeout <= 0:
             raise InvalidRequestError(f"timeout is a number of seconds > 0, not {timeout!r}")
         self._prefix = prefix
+        self._shared = [f"{prefix}index", f"{prefix}touched"]  # the keys every conversation shares
         self._ttl_ms = 0 if ttl is None else max(1, round(ttl * 1000))
         self._max_connections = max_connections
         self._timeout = float(timeout)
         self._ready = False
         self._ready_lock = anyio.Lock()
         self._async_client: redis.asyncio.Redis | None = None
+        # A call on the async client holds a slot, so at most max_connections are in use.
+        self._slots = anyio.Semaphore(max_connections, fast_acquire=True)
         self._async_scripts: dict[str, Any] = {}
         self._sync_client: redis.Redis | None = None
         self._sync_scripts: dict[str, Any] = {}
@@ -162,33 +167,36 @@ class RedisStore(StoreBase):
         )
 
     async def _write(self, write: Write) -> int:
-        args: list[object] = [
+        # Packed into few arguments (the layout is WRITE's, in _redis_scripts): a call's
+        # client-side cost grows with its argument count, and a turn makes two writes.
+        fields = (
+            f"{write.expected_version}\t{write.generation or ''}\t{write.write_id}\t"
+            f"{int(write.replace)}\t{int(write.drop_all)}\t{write.drop_marker or ''}\t"
+            f"{FORMAT_VERSION}\t{write.header.next_turn_id}\t{self._ttl_ms}"
+        )
+        heads = "".join(
+            f"{record.turn_id}\t{int(record.pending)}\t{record.marker or ''}\n"
+            for record in write.records
+        )
+        args = [
             write.conversation_id,
-            write.expected_version,
-            write.generation or "",
-            write.write_id,
-            int(write.replace),
-            int(write.drop_all),
-            write.drop_marker or "",
-            write.pending_marker or "",
+            fields,
             write.header_text,
-            json.dumps(write.header.metadata),
-            FORMAT_VERSION,
-            write.header.next_turn_id,
-            self._ttl_ms,
-            len(write.records),
+            json.dumps(write.header.metadata) if write.header.metadata else "{}",
+            heads,
+            *(record.text for record in write.records),
         ]
-        for record in write.records:
-            args += [record.turn_id, int(record.pending), record.marker or "", record.text]
         keys = [*self._keys(write.conversation_id), *self._shared_keys()]
-        status, version, detail = await self._call("write", keys, args, write.conversation_id)
+        answer = await self._call("write", keys, args, write.conversation_id)
+        if isinstance(answer, int):  # applied: the new version
+            return answer
+        status, _, rest = str(answer).partition("\t")
+        version, _, detail = rest.partition("\t")
         if status == "damaged":
             field, _, value = str(detail).partition("=")
             read_count(write.conversation_id, field, value)  # raises, naming both
-        if status == "ok":
-            return int(version)
         if status == "conflict":
-            raise write.conflict(None if version < 0 else int(version))
+            raise write.conflict(None if int(version) < 0 else int(version))
         if status == "generation":
             raise write.generation_refusal(detail, int(version))
         if status == "turn":
@@ -238,7 +246,7 @@ class RedisStore(StoreBase):
                 await anyio.to_thread.run_sync(sync_client.connection_pool.disconnect)
 
     def _shared_keys(self) -> list[str]:
-        return [f"{self._prefix}index", f"{self._prefix}touched"]
+        return self._shared
 
     # --- the connection --------------------------------------------------------------
 
@@ -264,12 +272,28 @@ class RedisStore(StoreBase):
     ) -> Any:
         problem: redis.exceptions.RedisError
         try:
-            with anyio.CancelScope(shield=True):
-                if on_asyncio():
-                    return await self._async_script(script)(keys=keys, args=args)
-                return await anyio.to_thread.run_sync(
-                    lambda: self._sync_script(script)(keys=keys, args=args)
-                )
+            if on_asyncio():
+                # One deadline for the whole call rather than redis-py's socket_timeout,
+                # which arms a timer for every send and every read (and, on Python 3.11,
+                # starts a task for every send). Cancelled at it, redis-py closes the
+                # connection, so no late answer is read as another call's.
+                deadline = anyio.current_time() + self._timeout
+                with anyio.CancelScope(shield=True, deadline=deadline):
+                    # With other calls in flight, yield once first: the calls of every
+                    # task ready in this round of the event loop then reach the server
+                    # together, and it wakes once for them all instead of once per call.
+                    # Alone, there is nothing to wait for. (Only this scope's deadline
+                    # can cancel here, which ends the call as it should.)
+                    if self._slots.value < self._max_connections:
+                        await anyio.lowlevel.checkpoint()
+                    async with self._slots:  # past max_connections, wait for a connection
+                        return await self._async_script(script)(keys=keys, args=args)
+                problem = redis.exceptions.TimeoutError(f"no answer within {self._timeout:g} s")
+            else:
+                with anyio.CancelScope(shield=True):
+                    return await anyio.to_thread.run_sync(
+                        lambda: self._sync_script(script)(keys=keys, args=args)
+                    )
         except redis.exceptions.RedisError as exc:
             problem = exc
         # A caller cancelled meanwhile gets its cancellation rather than the StoreError.
@@ -283,25 +307,32 @@ class RedisStore(StoreBase):
         # retried: its read already waited ``timeout``, all a call may take.
         lost = (redis.exceptions.ConnectionError,)
         backoff = redis.backoff.NoBackoff()
-        retry = (
-            redis.asyncio.retry.Retry(backoff, 1, supported_errors=lost)
-            if asynchronous
-            else redis.retry.Retry(backoff, 1, supported_errors=lost)
-        )
+        if asynchronous:
+            # The call's deadline bounds every wait (``_run_script``), and the store's
+            # own slots make a call wait for a connection: a plain pool is enough.
+            return {
+                "decode_responses": True,
+                "socket_timeout": None,  # not redis-py's default of a few seconds
+                "socket_connect_timeout": self._timeout,
+                "max_connections": self._max_connections,
+                "retry": redis.asyncio.retry.Retry(backoff, 1, supported_errors=lost),
+                "retry_on_error": list(lost),
+            }
         return {
             "decode_responses": True,
             "socket_timeout": self._timeout,
             "socket_connect_timeout": self._timeout,
             "max_connections": self._max_connections,
             "timeout": self._timeout,  # how long to wait for a free connection
-            "retry": retry,
+            "retry": redis.retry.Retry(backoff, 1, supported_errors=lost),
             "retry_on_error": list(lost),
         }
 
     def _async_script(self, name: str) -> Any:
         if self._async_client is None:
-            # A blocking pool: past max_connections a call waits for a connection.
-            pool = redis.asyncio.BlockingConnectionPool.from_url(
+            # A plain pool (a blocking one costs a condition and a timer per call);
+            # ``_slots`` keeps the calls in flight within max_connections.
+            pool = redis.asyncio.ConnectionPool.from_url(
                 self._target.url, **self._options(asynchronous=True)
             )
             self._async_client = redis.asyncio.Redis(connection_pool=pool)

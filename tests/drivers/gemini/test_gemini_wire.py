@@ -205,7 +205,7 @@ async def test_a_plain_answer(respx_mock: respx.MockRouter) -> None:
     assert response.text == "Paris is the capital of France."
     assert response.finish_reason == "stop"
     assert response.model == "gemini-2.5-flash"
-    assert response.request_id == "rsp-plain-1"
+    assert response.response_id == "rsp-plain-1"
     assert response.usage.input_tokens == 9
     assert response.usage.output_tokens == 7
     assert response.message.reasoning is None  # nothing to replay: nothing kept twice
@@ -305,6 +305,7 @@ async def test_a_streamed_answer_matches_the_whole_one(respx_mock: respx.MockRou
     assert done.response.text == "Paris is the capital of France."
     assert done.response.usage.output_tokens == 7  # the last chunk's usage holds
     assert done.response.finish_reason == "stop"
+    assert done.response.response_id == "rsp-stream-1"
 
 
 async def test_a_streamed_signature_stays_on_its_own_empty_part(

@@ -74,6 +74,8 @@ async def test_text_reasoning_usage_and_request_id_are_read(
     assert response.finish_reason == "stop"
     assert response.model == "deepseek-r1-2025"
     assert response.request_id == "req_abc"
+    assert response.response_id == "chatcmpl-1"
+    assert response.request_id == "req_abc"
 
 
 @pytest.mark.anyio

@@ -55,7 +55,7 @@ def event(payload: Any) -> bytes:
 
 
 def delta(**fields: Any) -> dict[str, Any]:
-    return {"model": "qwen3-4b", "choices": [{"index": 0, "delta": fields}]}
+    return {"id": "chatcmpl-s", "model": "qwen3-4b", "choices": [{"index": 0, "delta": fields}]}
 
 
 def finish(reason: str) -> dict[str, Any]:
@@ -209,6 +209,7 @@ async def test_a_stream_split_anywhere_yields_chunks_then_the_assembled_response
     )
     assert response.model == "qwen3-4b"
     assert response.request_id == "req_s"
+    assert response.response_id == "chatcmpl-s"
     assert body.closed
 
 

@@ -11,7 +11,7 @@ import pytest
 import respx
 
 from threadline import BadRequestError, Client, Message, Model, tool
-from threadline.drivers import OpenAIResponsesDriver, ProviderCall, RetryPolicy
+from threadline.drivers import OpenAIResponsesDriver, ProviderCall, ResponseDone, RetryPolicy
 
 pytestmark = pytest.mark.anyio
 
@@ -117,6 +117,11 @@ async def test_a_stream_continues_too() -> None:
             then = (*first, reply, Message.user("again"))
             async with d.stream(ProviderCall(model=MODEL, messages=then)) as chunks:
                 [chunk async for chunk in chunks]
+            other = (Message.user("elsewhere"), reply, Message.user("again"))
+            async with d.stream(ProviderCall(model=MODEL, messages=other)) as chunks:
+                done = [chunk async for chunk in chunks][-1]
+    assert isinstance(done, ResponseDone)
+    assert "not what was sent with it" in done.response.replay_notes[0]
     body = json.loads(route.calls[1].request.content)
     assert body["previous_response_id"] == "resp_s"
     assert body["input"] == [{"type": "message", "role": "user", "content": "again"}]
@@ -140,8 +145,14 @@ async def test_a_history_that_is_not_what_the_server_holds_is_sent_whole(
             history = (Message.user("q1, shortened"), *history[1:])
         else:  # a history the driver never saw, ending with a reply it made
             history = (Message.user("something else"), history[-1])
+        assert reply.replay_notes == ()  # it continued: nothing to say
         with caplog.at_level("INFO", logger=LOGGER):
-            await d.complete(ProviderCall(model=MODEL, messages=(*history, Message.user("q3"))))
+            whole = await d.complete(
+                ProviderCall(model=MODEL, messages=(*history, Message.user("q3")))
+            )
+    (note,) = whole.replay_notes  # the round's record says why, not only the log
+    assert note.startswith("sent whole, without previous_response_id")
+    assert "resp_2" in note
     assert server.bodies[1]["previous_response_id"] == "resp_1"  # the unchanged round did
     last = server.bodies[2]
     assert "previous_response_id" not in last
@@ -192,6 +203,9 @@ async def test_a_response_the_server_dropped_is_forgotten_and_the_call_sent_whol
             with caplog.at_level("INFO", logger=LOGGER):
                 reply = await d.complete(ProviderCall(model=MODEL, messages=history))
             assert reply.text == "three"
+            assert reply.replay_notes == (
+                "sent whole, without previous_response_id: the server no longer has resp_1",
+            )
             history = (*history, reply.message, Message.user("q3"))
             await d.complete(ProviderCall(model=MODEL, messages=history))
     bodies = [json.loads(call.request.content) for call in route.calls]

@@ -12,7 +12,6 @@ from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Final, Unpack
 from urllib.parse import quote
 
-import attrs
 import httpx
 
 from threadline._errors import (
@@ -288,7 +287,7 @@ class GeminiDriver(HTTPDriver):
         """
         request, notes = self._request(call, stream=False)
         response = await self._send(request)
-        return _noted(self._parse(response, response.content, call), notes)
+        return self._parse(response, response.content, call).noted(notes)
 
     async def count_tokens(self, call: ProviderCall) -> int:
         """The input tokens of ``call`` as Gemini counts them (``:countTokens``).
@@ -347,7 +346,7 @@ class GeminiDriver(HTTPDriver):
         if progress.content_type.startswith("application/json"):
             # A server that answered in one piece.
             content = await read_body(response, self._errors, progress)
-            for chunk in chunks_of(_noted(self._parse(response, content, call), notes)):
+            for chunk in chunks_of(self._parse(response, content, call).noted(notes)):
                 yield chunk
             return
         assembler = StreamAssembler(requested_model=call.model.name, provider=self._label(call))
@@ -360,7 +359,7 @@ class GeminiDriver(HTTPDriver):
                     yield chunk
             if assembler.complete:
                 done = assembler.finish(request_id=request_id)
-                yield ResponseDone(response=_noted(done, notes))
+                yield ResponseDone(response=done.noted(notes))
             else:
                 failure = self._errors.stream_ended(
                     progress, "no chunk carried a finishReason", request_id=request_id
@@ -375,11 +374,6 @@ class GeminiDriver(HTTPDriver):
             await finish_reading(events, drain=assembler.complete)
         if failure is not None:
             raise failure
-
-
-def _noted(response: ProviderResponse, notes: tuple[str, ...]) -> ProviderResponse:
-    """``response`` carrying what the driver changed to send its call (for the round's record)."""
-    return attrs.evolve(response, replay_notes=notes) if notes else response
 
 
 class GeminiTokenCounter:

@@ -205,7 +205,8 @@ def parse_response(
         finish_reason=finish_reason(reason, bool(message.tool_calls)),
         usage=Usage() if usage is None else parse_usage(usage),
         model=optional_str(body, "modelVersion", "the response") or requested_model,
-        request_id=request_id or optional_str(body, "responseId", "the response"),
+        request_id=request_id,
+        response_id=optional_str(body, "responseId", "the response"),
     )
 
 
@@ -327,5 +328,6 @@ class StreamAssembler:
             finish_reason=finish_reason(self._reason, bool(message.tool_calls)),
             usage=self._usage,
             model=self._model or self._requested_model,
-            request_id=request_id or self._response_id,
+            request_id=request_id,
+            response_id=self._response_id,
         )

@@ -415,6 +415,7 @@ def parse_completion(
         usage=Usage() if usage is None else parse_usage(usage, timings=body.get("timings")),
         model=model or requested_model,
         request_id=request_id,
+        response_id=optional_str(body, "id", "the response"),
     )
 
 
@@ -445,6 +446,7 @@ class StreamAssembler:
         self.finish_reason: str | None = None
         self._usage: Usage | None = None
         self._model: str | None = None
+        self._id: str | None = None
 
     def add(self, payload: object) -> list[StreamChunk]:
         """Take one event's JSON; return the chunks it carries.
@@ -459,6 +461,9 @@ class StreamAssembler:
         model = event.get("model")
         if model and isinstance(model, str):
             self._model = model
+        if self._id is None:
+            ident = event.get("id")
+            self._id = ident if ident and isinstance(ident, str) else None
         usage = event.get("usage")
         if usage is not None:
             self._usage = parse_usage(usage, "a stream event's usage", event.get("timings"))
@@ -575,4 +580,5 @@ class StreamAssembler:
             usage=self._usage or Usage(),
             model=self._model or self._requested_model,
             request_id=request_id,
+            response_id=self._id,
         )

@@ -238,17 +238,21 @@ class OpenAIResponsesDriver(HTTPDriver):
             diagnose=self._diagnose,
         )
 
-    async def _send_call(self, call: ProviderCall, *, stream: bool) -> httpx.Response:
-        """``call`` sent; in server-state mode, sent whole again when the response it
-        continues is no longer on the server."""
+    async def _send_call(
+        self, call: ProviderCall, *, stream: bool
+    ) -> tuple[httpx.Response, tuple[str, ...]]:
+        """``call`` sent, and why it went whole in server-state mode (for the round's
+        record); sent whole again when the response it continues is no longer on
+        the server."""
         encoded = self._encode(call, stream=stream)
         request = self._http.request(self._url, encoded.body, stream=stream)
+        notes = () if encoded.continuation_note is None else (encoded.continuation_note,)
         lost = encoded.previous_response_id
         if lost is None or self._state is None:
-            return await self._send(request, stream=stream)
+            return await self._send(request, stream=stream), notes
         refused: BadRequestError | None = None
         try:
-            return await self._send(request, stream=stream)
+            return await self._send(request, stream=stream), notes
         except BadRequestError as exc:
             if not _MISSING_RESPONSE.search(exc.message):
                 if "previous_response_id" not in exc.message:
@@ -257,9 +261,11 @@ class OpenAIResponsesDriver(HTTPDriver):
         if refused is not None:
             raise refused  # past the except block: see _decode
         self._state.forget(lost)
-        logger.info("sent whole, without previous_response_id: the server no longer has %s", lost)
+        note = f"sent whole, without previous_response_id: the server no longer has {lost}"
+        logger.info("%s", note)
         whole = self._encode(call, stream=stream, continued=False).body
-        return await self._send(self._http.request(self._url, whole, stream=stream), stream=stream)
+        request = self._http.request(self._url, whole, stream=stream)
+        return await self._send(request, stream=stream), (note,)
 
     async def _send(self, request: httpx.Request, *, stream: bool = False) -> httpx.Response:
         """``request`` sent with retries; a missing stored item's refusal explained."""
@@ -337,8 +343,8 @@ class OpenAIResponsesDriver(HTTPDriver):
             ProviderError: the mapped failure, after retries where they apply;
                 a response whose status is ``failed`` is mapped from its error.
         """
-        response = await self._send_call(call, stream=False)
-        return self._parse(response, response.content, call)
+        response, notes = await self._send_call(call, stream=False)
+        return self._parse(response, response.content, call).noted(notes)
 
     async def count_tokens(self, call: ProviderCall) -> int:
         """The input tokens of ``call`` as the server counts them (``/responses/input_tokens``).
@@ -406,8 +412,8 @@ class OpenAIResponsesDriver(HTTPDriver):
                 refusal is ``ContextLengthExceededError``), a broken
                 connection, or a malformed event (``ProviderResponseError``).
         """
-        response = await self._send_call(call, stream=True)
-        chunks = self._chunks(response, call)
+        response, notes = await self._send_call(call, stream=True)
+        chunks = self._chunks(response, call, notes)
         try:
             yield chunks
         finally:
@@ -417,14 +423,14 @@ class OpenAIResponsesDriver(HTTPDriver):
                 await response.aclose()
 
     async def _chunks(
-        self, response: httpx.Response, call: ProviderCall
+        self, response: httpx.Response, call: ProviderCall, notes: tuple[str, ...]
     ) -> AsyncGenerator[StreamChunk, None]:
         request_id = request_id_of(response.headers)
         progress = StreamProgress(response.headers.get("content-type", ""), response.status_code)
         if progress.content_type.startswith("application/json"):
             # A server that ignored "stream": true and answered in one piece.
             content = await read_body(response, self._errors, progress)
-            for chunk in chunks_of(self._parse(response, content, call)):
+            for chunk in chunks_of(self._parse(response, content, call).noted(notes)):
                 yield chunk
             return
         assembler = StreamAssembler(requested_model=call.model.name, provider=self._label(call))
@@ -461,7 +467,7 @@ class OpenAIResponsesDriver(HTTPDriver):
             if assembler.finished:
                 done = assembler.finish(request_id=request_id)
                 self._remember(call, done.message, assembler.response_id)
-                yield ResponseDone(response=done)
+                yield ResponseDone(response=done.noted(notes))
             else:
                 failure = self._errors.stream_ended(
                     progress, "no response.completed", request_id=request_id

@@ -83,12 +83,14 @@ class EncodedRequest:
     """A body ready to send, and the reasoning it left out (``message i: why``).
 
     ``previous_response_id`` is the stored response the body continues
-    (server-state mode), ``None`` when it holds the whole transcript.
+    (server-state mode), ``None`` when it holds the whole transcript;
+    ``continuation_note`` why a server-state call went whole.
     """
 
     body: bytes
     left_out: tuple[str, ...] = ()
     previous_response_id: str | None = None
+    continuation_note: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -483,6 +485,7 @@ def encode_request(
         body=_assemble(head, encoded.instructions, items),
         left_out=tuple(notes),
         previous_response_id=continuation.previous_response_id,
+        continuation_note=continuation.note,
     )
 
 
