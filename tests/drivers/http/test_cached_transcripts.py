@@ -67,7 +67,7 @@ ENCODERS: dict[str, tuple[Encode, Callable[[], JSONCache]]] = {
     ),
 }
 
-texts = st.one_of(st.text(max_size=12), st.sampled_from(["", "日本 🙂", "a\nb"]))
+texts = st.one_of(st.text(max_size=12), st.sampled_from(["", "日本 🙂", "a\nb", "del \x7f"]))
 
 
 @st.composite

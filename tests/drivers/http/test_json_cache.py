@@ -62,7 +62,8 @@ def batches(draw: st.DrawFn) -> list[Message]:
     empty, some repeated: what a first request's history holds."""
     messages: list[Message] = []
     for _ in range(draw(st.integers(1, 12))):
-        text = draw(st.one_of(st.text(max_size=30), st.sampled_from(["hi", "日本 🙂", ""])))
+        known = st.sampled_from(["hi", "日本 🙂", "", "del \x7f"])
+        text = draw(st.one_of(st.text(max_size=30), known))
         role = draw(PLAIN_ROLES)
         name = draw(st.one_of(st.none(), st.just("ada"))) if role is Role.USER else None
         messages.append(Message(role=role, content=text, name=name))
