@@ -115,6 +115,9 @@ class ResponsesClients:
         """Every client, each with a new pool."""
         self.driver = self._driver(self.base)
         self.threadline = Client(self.driver, default_model=self.model)
+        # First requests' own driver: their new JSON cache must not empty the warm one's.
+        self.cold_driver = self._driver(self.base)
+        self.threadline_cold = Client(self.cold_driver, default_model=self.model)
         self.threadline_stream = Client(self._driver(self.stream_base), default_model=self.model)
         self.threadline_httpx = Client(
             self._driver(self.base, transport="httpx"), default_model=self.model
@@ -147,6 +150,7 @@ class ResponsesClients:
 
     async def aclose(self) -> None:
         await self.threadline.aclose()
+        await self.threadline_cold.aclose()
         await self.threadline_stream.aclose()
         await self.threadline_httpx.aclose()
         for raw in self.raw_clients.values():
@@ -184,17 +188,19 @@ class ResponsesClients:
         return "".join(pieces)
 
     async def threadline_complete(
-        self, history: list[Message], prompt: str, *, httpx_pool: bool = False
+        self, history: list[Message], prompt: str, *, httpx_pool: bool = False, cold: bool = False
     ) -> str:
         client = self.threadline_httpx if httpx_pool else self.threadline
+        client = self.threadline_cold if cold else client
         request = client.request().with_messages(history).with_prompt(prompt)
         result = await request.with_max_output_tokens(MAX_TOKENS).run()
         return result.text
 
     async def threadline_complete_uncached(self, history: list[Message], prompt: str) -> str:
-        """As a first request would: no message's JSON encoded before (counts stay warm)."""
-        self.driver._message_json = new_message_cache()
-        return await self.threadline_complete(history, prompt)
+        """A first request: ``history`` is new objects (never counted nor encoded), and
+        the JSON cache is new."""
+        self.cold_driver._message_json = new_message_cache()
+        return await self.threadline_complete(history, prompt, cold=True)
 
     async def threadline_consume_stream(self, prompt: str) -> str:
         pieces = []

@@ -69,6 +69,10 @@ Why a ratio moved between runs, as measured on the shared 2-core machine:
   (no-op) spans every run; it now makes spans only when a tracer provider is
   configured.
 
+- The warm case's cache: the cold case gave the warm driver a new JSON cache
+  for each first request, so the warm request after it re-encoded its whole
+  history; first requests now run on a driver of their own.
+
 "raw httpx again" times raw httpx on a second pool as if it were another
 client: its ratio is 1.00 but for the noise left, which its quartiles show.
 """
@@ -297,6 +301,10 @@ class Clients:
         """Every client, each with a new pool."""
         self.driver = OpenAIChatDriver(self.base, api_key=API_KEY, max_retries=0)
         self.threadline = Client(self.driver, default_model=self.model)
+        # First requests get a driver of their own: their new JSON cache must not
+        # empty the warm one's (the warm case then re-encoded its whole history).
+        self.cold_driver = OpenAIChatDriver(self.base, api_key=API_KEY, max_retries=0)
+        self.threadline_cold = Client(self.cold_driver, default_model=self.model)
         self.threadline_stream = Client(
             OpenAIChatDriver(self.stream_base, api_key=API_KEY, max_retries=0),
             default_model=self.model,
@@ -339,6 +347,7 @@ class Clients:
 
     async def aclose(self) -> None:
         await self.threadline.aclose()
+        await self.threadline_cold.aclose()
         await self.threadline_stream.aclose()
         await self.threadline_httpx.aclose()
         for raw in self.raw_clients.values():
@@ -383,16 +392,18 @@ class Clients:
     # threadline -------------------------------------------------------------------
 
     async def threadline_complete(
-        self, history: list[Message], prompt: str, *, httpx_pool: bool = False
+        self, history: list[Message], prompt: str, *, httpx_pool: bool = False, cold: bool = False
     ) -> str:
         client = self.threadline_httpx if httpx_pool else self.threadline
+        client = self.threadline_cold if cold else client
         result = await client.request().with_messages(history).with_prompt(prompt).run()
         return result.text
 
     async def threadline_complete_uncached(self, history: list[Message], prompt: str) -> str:
-        """As a first request would: no message's JSON encoded before (counts stay warm)."""
-        self.driver._message_json = MessageJSONCache()
-        return await self.threadline_complete(history, prompt)
+        """A first request: ``history`` is new objects (never counted nor encoded), and
+        the JSON cache is new."""
+        self.cold_driver._message_json = MessageJSONCache()
+        return await self.threadline_complete(history, prompt, cold=True)
 
     async def threadline_consume_stream(self, prompt: str) -> str:
         pieces = []

@@ -9,6 +9,7 @@ from typing_extensions import TypeVar
 
 from threadline._messages import Message, Usage
 from threadline._provider import ProviderResponse
+from threadline.counting._deferred import Deferred, resolved
 
 if TYPE_CHECKING:
     from threadline.limiting._budget import Budget
@@ -40,7 +41,8 @@ class RoundRecord:
     round: int
     """The round of the run, from 1 (the first provider call)."""
     usage: Usage
-    estimated_input_tokens: int
+    # Made when first read where limiting decided on a bound (see counting._deferred).
+    _estimated_input_tokens: int | Deferred[int] = attrs.field(alias="estimated_input_tokens")
     reported_input_tokens: int | None
     limiting: LimitingRecord | None
     """The limiting step of this round; without a budget it only counted
@@ -78,6 +80,11 @@ class RoundRecord:
     """Why the cache missed, or that it could hit: how this round's prompt relates to
     the round's before it (in a conversation, the previous turn's last round), the
     share of the prompt the provider served from its cache, and its own diagnosis."""
+
+    @property
+    def estimated_input_tokens(self) -> int:
+        """The request counter's estimate of what was sent."""
+        return resolved(self._estimated_input_tokens)
 
     @property
     def decided_input_tokens(self) -> int:

@@ -76,6 +76,14 @@ _extras_of = attrgetter("tool_calls", "tool_call_id", "name", "reasoning")
 _PLAIN: _Extras = ((), None, None, None)
 _call_texts = attrgetter("id", "name", "arguments")
 _reasoning_of = attrgetter("reasoning")
+_is_zero = (0).__eq__  # a plain text message's cost slot, never priced
+
+
+def _priced_elsewhere_or_shaped(mark: int, top: int) -> bool:
+    """Whether a message whose slot reads ``mark`` is priced by neither the slot nor its
+    text's length: not plain and never priced (below 0), or priced with another
+    encoding (above this cache's ``top``)."""
+    return mark < 0 or mark > top
 
 
 def _costs_of(
@@ -373,6 +381,41 @@ class BuiltinTokenCounter(ModelTokenCounter):
         rest = list(map(not_, reasoned))
         rest_messages = list(compress(messages, rest))
         return total + self._price_shapes(rest_messages, list(compress(shaped, rest)), unmarked)
+
+    def messages_tokens_bound(self, messages: Sequence[Message]) -> int:
+        """At least ``sum(map(self.message_tokens, messages))``, tokenizing no plain text.
+
+        A message priced before adds its cost; a plain text message not priced
+        yet adds its framing plus its text's UTF-8 length, which o200k_base's
+        count never exceeds (each of its tokens is at least one byte; a lone
+        surrogate, repaired to U+FFFD, is three either way); any other message
+        is priced. With an ``encoding`` of the caller's, which may count more
+        tokens than bytes, every message is priced: the bound is the count.
+        """
+        if not messages:
+            return 0
+        marks = marks_of(messages)
+        cache = self._shared.cache
+        base, top = cache.base, cache.top
+        if min(marks) > base and max(marks) <= top:
+            return sum(marks) - base * len(marks)  # all priced: the bound is the count
+        if base:
+            return self._messages_total(messages)
+        # Every pass below runs in C: a long history is bounded in a fraction of a ms.
+        priced = list(filter(is_cost, marks))
+        total = sum(priced)
+        texts = list(map(_content_of, compress(messages, map(_is_zero, marks))))
+        if all(map(str.isascii, texts)):
+            total += sum(map(len, texts))
+        else:
+            total += sum(len(text.encode("utf-8", "surrogatepass")) for text in texts)
+        total += MESSAGE_TOKENS * len(texts)
+        if len(priced) + len(texts) == len(marks) and (not priced or max(priced) <= top):
+            return total
+        # Priced by another encoding (a cost above top), or not plain and never priced.
+        total -= sum(filter(top.__lt__, priced))
+        others = compress(messages, map(_priced_elsewhere_or_shaped, marks, repeat(top)))
+        return total + sum(map(self.message_tokens, others))
 
     def message_tokens(self, message: Message) -> int:
         """What ``message`` adds to a transcript's count."""

@@ -20,12 +20,14 @@ if TYPE_CHECKING:
 __all__ = [
     "AsyncTokenCounter",
     "BindableCounter",
+    "BoundedTokenCounter",
     "ExactCounter",
     "IncrementalTokenCounter",
     "ModelTokenCounter",
     "ReplayProjection",
     "TokenCounter",
     "is_async_token_counter",
+    "is_bounded",
     "is_incremental",
     "is_token_counter",
 ]
@@ -125,6 +127,22 @@ class IncrementalTokenCounter(TokenCounter, Protocol):
 
 
 @runtime_checkable
+class BoundedTokenCounter(IncrementalTokenCounter, Protocol):
+    """An incremental counter that can bound a transcript's cost without tokenizing it.
+
+    ``messages_tokens_bound(messages) >= sum(map(message_tokens, messages))``
+    always, and equals it when every message was priced before. Limiting
+    asks for the bound first: a transcript whose bound fits far inside the
+    budget needs no exact count to decide, so its count is made only when read
+    (internal: the built-in counter is the only one).
+    """
+
+    def messages_tokens_bound(self, messages: Sequence[Message]) -> int:
+        """At least what ``messages`` add to a transcript's count, at a fraction of the cost."""
+        ...
+
+
+@runtime_checkable
 class ReplayProjection(Protocol):
     """How a driver replays an assistant message's reasoning to its model.
 
@@ -151,6 +169,19 @@ def is_incremental(counter: TokenCounter) -> TypeGuard[IncrementalTokenCounter]:
     known = _incremental_kinds.get(kind)
     if known is None:
         known = _incremental_kinds[kind] = isinstance(counter, IncrementalTokenCounter)
+    return known
+
+
+_bounded_kinds: dict[type, bool] = {}
+
+
+def is_bounded(counter: TokenCounter) -> TypeGuard[BoundedTokenCounter]:
+    """``isinstance(counter, BoundedTokenCounter)``, remembered per counter type
+    (as :func:`is_incremental`)."""
+    kind = type(counter)
+    known = _bounded_kinds.get(kind)
+    if known is None:
+        known = _bounded_kinds[kind] = isinstance(counter, BoundedTokenCounter)
     return known
 
 

@@ -50,6 +50,7 @@ from threadline._provider import (
 from threadline._replay import label_of
 from threadline._result import RoundRecord, RunResult
 from threadline.counting._calibration import calibrated_estimate
+from threadline.counting._deferred import Deferred, resolved
 from threadline.counting._protocol import TokenCounter
 from threadline.engine._instruments import Instruments
 from threadline.engine._plan import RunPlan
@@ -85,9 +86,10 @@ class _Round:
     """What one round has found out so far."""
 
     number: int
-    estimated: int = 0
-    """The count limiting decided on for what was sent (calibrated, when it was)."""
-    raw_estimate: int = 0
+    decided: int | Deferred[int] = 0
+    """The count limiting decided on for what was sent (calibrated, when it was);
+    made when first read where a bound decided (``counting._deferred``)."""
+    raw_estimate: int | Deferred[int] = 0
     """The request counter's own estimate of what was sent."""
     calibrated: int | None = None
     exact: int | None = None
@@ -110,6 +112,11 @@ class _Round:
     output_error: str | None = None
     """Why the final answer failed the ``output_type``, when a repair round follows."""
     cache: CacheReport | None = None
+
+    @property
+    def estimated(self) -> int:
+        """:attr:`decided`, made now if it was not yet."""
+        return resolved(self.decided)
 
 
 class Run:
@@ -240,11 +247,11 @@ class Run:
         self.prompt_index = outcome.prompt_index
         record = outcome.record
         current.sent = outcome.messages
-        current.estimated = record.tokens_after
+        current.decided = record.tokens_sent()
         current.exact = record.exact_tokens_sent
         tools = self.plan.counted_tools
         if record.counted_by == "estimate":
-            current.raw_estimate, current.calibrated = record.tokens_after, None
+            current.raw_estimate, current.calibrated = current.decided, None
         else:
             current.raw_estimate = self.plan.counter.count(current.sent, tools)
             # What is sent is shown at the count calibration gives it on its own: the
@@ -401,7 +408,7 @@ class Run:
         if calibration is not None and reported is not None:
             calibration.observe(
                 self.plan.model.name,
-                estimated_tokens=current.raw_estimate,
+                estimated_tokens=resolved(current.raw_estimate),
                 reported_tokens=reported,
                 tools=self.plan.toolset.names,
                 sent=current.sent,

@@ -44,6 +44,7 @@ from threadline.counting._anchored import AnchoredCounter
 from threadline.counting._calibration import calibrated_estimate
 from threadline.counting._protocol import TokenCounter, is_incremental
 from threadline.counting._resolution import ExactCounter
+from threadline.limiting._bounded import bounded_outcome
 from threadline.limiting._budget import Budget, budget_report, message_costs
 from threadline.limiting._defaults import DEFAULT_REQUEST_HANDLER
 from threadline.limiting._drop_oldest import slide_cut
@@ -142,6 +143,19 @@ async def apply_limits(
         )
         if quick is not None:
             return quick
+    threshold = _decided_below(budget, exact_margin if exact_counter is not None else None)
+    if not every_round and not (exact_always and exact_counter is not None):
+        bounded = bounded_outcome(
+            messages,
+            tools=tools,
+            counter=counter,
+            budget=budget,
+            round=round,
+            prompt_index=prompt_index,
+            threshold=threshold,
+        )
+        if bounded is not None:
+            return bounded
     state = _Limiting(list(messages), tuple(tools), counter, budget, round, prompt_index)
     if budget is not None:
         first = pre if pre is not None else DEFAULT_REQUEST_HANDLER
@@ -159,6 +173,15 @@ async def apply_limits(
             if handler is not None and (over or (phase == "pre" and every_round)):
                 await state.run(phase, handler, budget)
     return state.outcome()
+
+
+def _decided_below(budget: Budget | None, exact_margin: float | None) -> float:
+    """The count at or under which a step runs no handler and asks no exact count."""
+    if budget is None:
+        return float("inf")
+    if exact_margin is None:
+        return budget.prompt_tokens
+    return budget.prompt_tokens * (1 - exact_margin)
 
 
 class _Limiting:

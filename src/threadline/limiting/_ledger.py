@@ -15,6 +15,7 @@ from typing import Literal, TypeAlias, overload
 import attrs
 
 from threadline._messages import Message, Role
+from threadline.counting._deferred import Deferred, resolved
 from threadline.limiting._budget import BudgetReport
 from threadline.limiting._units import UnitKind
 
@@ -275,16 +276,17 @@ class LimitingRecord:
     round: int
     """The round of the run, from 1 (the first provider call)."""
     budget_tokens: int | None
-    tokens_before: int
-    tokens_after: int
+    # The counts are made when first read where a bound decided (see counting._deferred).
+    _tokens_before: int | Deferred[int] = attrs.field(alias="tokens_before")
+    _tokens_after: int | Deferred[int] = attrs.field(alias="tokens_after")
     handlers: tuple[HandlerRun, ...]
     dropped: Sequence[DroppedUnit] = attrs.field(converter=dropped_units)
     sent_over_budget: bool
-    report: BudgetReport
+    _report: BudgetReport | Deferred[BudgetReport] = attrs.field(alias="report")
     counted_by: CountedBy = "estimate"
-    estimated_tokens: int | None = None
-    """The estimate (calibrated, when it was) of the transcript given, or of what
-    was counted exactly."""
+    _estimated_tokens: int | Deferred[int] | None = attrs.field(
+        default=None, alias="estimated_tokens"
+    )
     exact_tokens: int | None = None
     """The exact count taken, when the exact counter was asked."""
     exact_tokens_sent: int | None = None
@@ -295,6 +297,33 @@ class LimitingRecord:
     compactions: tuple[CompactionOutcome, ...] = ()
     """What each compaction a handler tried this round came to (``summarize_oldest``):
     applied, reused, or a no-op and why."""
+
+    @property
+    def tokens_before(self) -> int:
+        """The count of the transcript given."""
+        return resolved(self._tokens_before)
+
+    @property
+    def tokens_after(self) -> int:
+        """The count of the transcript sent."""
+        return resolved(self._tokens_after)
+
+    @property
+    def report(self) -> BudgetReport:
+        """Where the tokens of what is sent went."""
+        return resolved(self._report)
+
+    @property
+    def estimated_tokens(self) -> int | None:
+        """The estimate (calibrated, when it was) of the transcript given, or of what
+        was counted exactly."""
+        estimated = self._estimated_tokens
+        return None if estimated is None else resolved(estimated)
+
+    def tokens_sent(self) -> int | Deferred[int]:
+        """:attr:`tokens_after`, or what makes it when it is read (internal: the run
+        hands it on to its round's record without making it)."""
+        return self._tokens_after
 
     @property
     def limited(self) -> bool:

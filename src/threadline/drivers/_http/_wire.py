@@ -11,9 +11,11 @@ which a driver turns into a ``ProviderResponseError``.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sized
+from collections.abc import Callable, Mapping, Sequence, Sized
+from itertools import compress, repeat
 from json.encoder import encode_basestring
-from typing import Any, Final
+from operator import add, attrgetter, is_, is_not
+from typing import Any, Final, cast
 
 from threadline._errors import InvalidRequestError
 from threadline._messages import Message, Role
@@ -30,6 +32,7 @@ __all__ = [
     "json_object",
     "loads_or_not",
     "optional_str",
+    "without_system",
 ]
 
 DEFAULT_CACHE_BYTES = 1024 * 1024
@@ -88,22 +91,19 @@ def encode_body(body: Mapping[str, Any]) -> bytes:
 
 
 _PROBE = "threadline-probe-text"
-_QUOTED_PROBE = b'"' + _PROBE.encode() + b'"'
+_QUOTED_PROBE = '"' + _PROBE + '"'
+_UNKNOWN: Final = ("", "")  # a role whose frame was not learnt yet
+# What a plain message (text and a role) has in its other fields, read in one C call.
+_extras_of = attrgetter("tool_calls", "tool_call_id", "name", "reasoning")
+_PLAIN: Final = ((), None, None, None)
+_content_of = attrgetter("content")
+_role_of = attrgetter("role")
 
 
-def _plain_text(message: Message) -> str | None:
-    """Text (not empty: a driver may leave an empty text out) and a role, nothing else:
-    its JSON is the driver's frame for the role around the text."""
-    content = message.content
-    plain = (
-        type(content) is str
-        and content != ""
-        and message.name is None
-        and not message.tool_calls
-        and message.tool_call_id is None
-        and message.reasoning is None
-    )
-    return content if plain and isinstance(content, str) else None
+def without_system(messages: Sequence[Message]) -> list[Message]:
+    """``messages`` but the system ones, in one C pass: what a driver that sends its
+    system prompt apart asks :meth:`JSONCache.get_all` for."""
+    return list(compress(messages, map(is_not, map(_role_of, messages), repeat(Role.SYSTEM))))
 
 
 class JSONCache:
@@ -122,11 +122,20 @@ class JSONCache:
     message (text and a role, most of a conversation) is encoded as the
     driver's frame for its role (learnt once, by encoding a probe message)
     around its text escaped in C, at a third of the cost of the driver's own
-    encoder.
+    encoder; the misses of one request (a first request's whole history) are
+    looked up and encoded together, in C passes over them all, at about what
+    ``json.dumps`` of the same messages costs.
 
     Only long histories are kept (:meth:`serves`): a request of fewer than
     ``min_messages`` messages is encoded afresh, since keeping a second copy
     of every short conversation's text costs more than encoding it again.
+
+    A message is found by identity (``id``), never hashed: hashing an attrs
+    message keeps its hash on it for good (64 bytes a message, a fifth of what
+    a conversation's messages take), where the cache's own entries go with
+    their generation. Each generation holds the messages it has JSON for, so an
+    id it knows cannot be another object's while the entry lives. A message
+    equal to one encoded before but not the same object is encoded again.
 
     ``encode_message`` is the driver's encoding of one message.
     """
@@ -137,8 +146,10 @@ class JSONCache:
         "_generation_bytes",
         "_min_messages",
         "_previous",
+        "_previous_held",
         "_recent",
         "_recent_bytes",
+        "_recent_held",
     )
 
     def __init__(
@@ -150,39 +161,70 @@ class JSONCache:
         self._encode_message = encode_message
         self._generation_bytes = max(1, max_bytes // 2)
         self._min_messages = min_messages
-        self._recent: dict[Message, bytes] = {}
-        self._previous: dict[Message, bytes] = {}
+        # id(message) -> its JSON, and the messages themselves (their ids stay theirs).
+        self._recent: dict[int, bytes] = {}
+        self._previous: dict[int, bytes] = {}
+        self._recent_held: list[Message] = []
+        self._previous_held: list[Message] = []
         self._recent_bytes = 0
-        self._frames: dict[Role, tuple[bytes, bytes] | None] = {}
+        self._frames: dict[Role, tuple[str, str] | None] = {}
 
-    def _frame(self, role: Role) -> tuple[bytes, bytes] | None:
+    def _frame(self, role: Role) -> tuple[str, str] | None:
         """What the driver writes before and after a plain message's quoted text."""
-        if role not in self._frames:
-            encoded = self._encode_message(Message(role=role, content=_PROBE))
+        frames = self._frames
+        if role not in frames:
+            encoded = self._encode_message(Message(role=role, content=_PROBE)).decode()
             before, found, after = encoded.partition(_QUOTED_PROBE)
             plain = found and _QUOTED_PROBE not in after
-            self._frames[role] = (before, after) if plain else None
-        return self._frames[role]
+            frames[role] = (before, after) if plain else None
+        return frames[role]
 
-    def _plain_json(self, message: Message) -> bytes | None:
-        """``message``'s JSON when it is plain and its role has a frame, else ``None``."""
-        content = _plain_text(message)
-        if content is None:
-            return None
-        frame = self._frame(message.role)
-        if frame is None:
-            return None
-        try:
-            text = encode_basestring(content).encode("utf-8")
-        except UnicodeEncodeError:
-            return None  # a lone surrogate: the driver's encoder names it
-        return frame[0] + text + frame[1]
+    def _encoded(self, message: Message) -> bytes:
+        """``message``'s JSON, made now: a plain message as its role's frame around its
+        text escaped in C, any other by the driver's encoder."""
+        content = message.content
+        if content.__class__ is str and content and _extras_of(message) == _PLAIN:
+            frame = self._frames.get(message.role, _UNKNOWN)
+            if frame is _UNKNOWN:
+                frame = self._frame(message.role)
+            if frame is not None:
+                try:
+                    return (frame[0] + encode_basestring(content) + frame[1]).encode()
+                except UnicodeEncodeError:
+                    pass  # a lone surrogate: the driver's encoder names it
+        return self._encode_message(message)
+
+    def _encoded_all(self, messages: list[Message]) -> list[bytes]:
+        """:meth:`_encoded` of each message; when all are plain (a first request's long
+        history, most often), in C passes over them all."""
+        contents = list(map(_content_of, messages))
+        plain = (
+            list(map(_extras_of, messages)).count(_PLAIN) == len(messages)
+            and all(map(is_, map(type, contents), repeat(str)))
+            and all(contents)
+        )
+        if plain:
+            roles = list(map(_role_of, messages))
+            for role in set(roles).difference(self._frames):
+                self._frame(role)
+            frames = list(map(self._frames.__getitem__, roles))
+            if None not in frames:
+                befores: list[str] = [frame[0] for frame in cast("list[tuple[str, str]]", frames)]
+                afters = [frame[1] for frame in cast("list[tuple[str, str]]", frames)]
+                # Not the ASCII escaper, though faster: it escapes DEL (U+007F), which
+                # the driver's encoder sends as it is.
+                framed = map(add, map(add, befores, map(encode_basestring, contents)), afters)
+                try:
+                    return list(map(str.encode, framed))
+                except UnicodeEncodeError:
+                    pass  # a lone surrogate: the driver's encoder names it
+        return list(map(self._encoded, messages))
 
     def __len__(self) -> int:
         return len(self._recent) + len(self._previous)
 
     def __contains__(self, message: object) -> bool:
-        return message in self._recent or message in self._previous
+        return id(message) in self._recent or id(message) in self._previous
 
     def serves(self, messages: Sized) -> bool:
         """Whether a request carrying ``messages`` is encoded through the cache."""
@@ -190,35 +232,59 @@ class JSONCache:
 
     def get(self, message: Message) -> bytes:
         """The encoded JSON of ``message``, from the cache when it was encoded before."""
-        encoded = self._recent.get(message)
+        encoded = self._recent.get(id(message))
         if encoded is None:
-            encoded = self._previous.get(message)
+            encoded = self._previous.get(id(message))
             if encoded is None:
-                encoded = self._plain_json(message) or self._encode_message(message)
-            self._remember(message, encoded)
+                encoded = self._encoded(message)
+            self._remember([message], [encoded])
         return encoded
+
+    def get_all(self, messages: Sequence[Message]) -> list[bytes]:
+        """:meth:`get` of each of ``messages``, in order: the hits in one C pass, the
+        misses encoded together (a driver's loop then takes them one by one)."""
+        pieces = list(map(self._recent.get, map(id, messages)))  # the warm path: one C loop
+        if None in pieces:
+            self._fill(messages, pieces)
+        return cast("list[bytes]", pieces)
 
     def encode(self, messages: tuple[Message, ...]) -> bytes:
         """The JSON array of ``messages``, each encoded once (callers ask :meth:`serves`
         first, and encode a short history without the cache)."""
-        recent = self._recent
-        parts: list[bytes] = []
-        for message in messages:
-            encoded = recent.get(message)
-            if encoded is None:
-                encoded = self.get(message)
-                recent = self._recent
-            parts.append(encoded)
-        return b"[" + b",".join(parts) + b"]"
+        return b"[" + b",".join(self.get_all(messages)) + b"]"
 
-    def _remember(self, message: Message, encoded: bytes) -> None:
-        size = len(encoded)
-        if size > self._generation_bytes:
+    def _fill(self, messages: Sequence[Message], pieces: list[bytes | None]) -> None:
+        """Put each missing message's JSON in ``pieces``: from the older generation, or
+        encoded now; then remember them together."""
+        missing = list(compress(messages, map(is_, pieces, repeat(None))))
+        found = list(map(self._previous.get, map(id, missing)))
+        if None in found:
+            unknown = list(compress(missing, map(is_, found, repeat(None))))
+            made = iter(self._encoded_all(unknown))
+            found = [piece if piece is not None else next(made) for piece in found]
+        places = iter(cast("list[bytes]", found))
+        pieces[:] = [piece if piece is not None else next(places) for piece in pieces]
+        self._remember(missing, cast("list[bytes]", found))
+
+    def _remember(self, messages: list[Message], encoded: list[bytes]) -> None:
+        """Keep ``encoded`` for ``messages`` in the newer generation, which becomes the
+        older one when it fills; a JSON larger than a generation is not kept."""
+        limit = self._generation_bytes
+        sizes = list(map(len, encoded))
+        if self._recent_bytes + sum(sizes) <= limit and max(sizes) <= limit:
+            self._recent.update(zip(map(id, messages), encoded, strict=True))
+            self._recent_held += messages
+            self._recent_bytes += sum(sizes)
             return
-        if self._recent_bytes + size > self._generation_bytes:
-            self._previous, self._recent, self._recent_bytes = self._recent, {}, 0
-        self._recent[message] = encoded
-        self._recent_bytes += size
+        for message, piece, size in zip(messages, encoded, sizes, strict=True):
+            if size > limit:
+                continue
+            if self._recent_bytes + size > limit:
+                self._previous, self._previous_held = self._recent, self._recent_held
+                self._recent, self._recent_held, self._recent_bytes = {}, [], 0
+            self._recent[id(message)] = piece
+            self._recent_held.append(message)
+            self._recent_bytes += size
 
 
 # --- decoding ----------------------------------------------------------------

@@ -23,7 +23,9 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, Literal
+from itertools import repeat
+from operator import attrgetter, eq, is_, itemgetter
+from typing import Any, Final, Literal, TypeAlias
 
 import attrs
 
@@ -31,7 +33,7 @@ from threadline._errors import InvalidRequestError
 from threadline._messages import ImagePart, Message, Role, TextPart, ToolCall
 from threadline._provider import ProviderCall
 from threadline._replay import ReplayRules, ReplayScope, open_tool_cycle, replayed
-from threadline.drivers._http._wire import JSONCache, encode_body
+from threadline.drivers._http._wire import JSONCache, encode_body, without_system
 from threadline.tools._output import OutputSchema
 from threadline.tools._tools import Tool
 
@@ -272,6 +274,17 @@ def _marked(block: bytes) -> bytes:
     return block[:-1] + _CACHE_CONTROL
 
 
+_Entry: TypeAlias = tuple[bytes, bytes, bool, bool]
+"""A message on the wire: its role there, its blocks, whether a breakpoint may go
+there, whether it is a user prompt."""
+_WIRE_ROLES: Final = {role: b"assistant" if role is Role.ASSISTANT else b"user" for role in Role}
+_TURN_HEADS: Final = {
+    wire: b'{"role":"' + wire + b'","content":[' for wire in (b"assistant", b"user")
+}
+_role_of = attrgetter("role")
+_blocks_of = itemgetter(1)
+
+
 def _encode_transcript(
     messages: Sequence[Message], label: str, cache: JSONCache | None, *, breakpoints: bool = False
 ) -> tuple[list[bytes], bytes, list[str]]:
@@ -285,43 +298,87 @@ def _encode_transcript(
     system: list[bytes] = []
     left_out: list[str] = []
     replays = _replayed(messages, label, left_out)
-    # (role on the wire, blocks, whether a breakpoint may go there, a user prompt)
-    entries: list[tuple[bytes, bytes, bool, bool]] = []
+    entries = _cached_entries(messages, cache, system) if not replays else None
+    if entries is None:
+        entries = _entries(messages, replays, cache, system)
+    if breakpoints:
+        system = _place_breakpoints(system, entries)
+    wire = list(map(_wire_role_of, entries))
+    if not any(map(eq, wire[1:], wire[:-1])):
+        # One message a turn (a conversation's history): each turn made in C passes.
+        heads = map(_TURN_HEADS.__getitem__, wire)
+        turns = map(b"".join, zip(heads, map(_blocks_of, entries), repeat(b"]}")))
+        return system, b"[" + b",".join(turns) + b"]", left_out
+    grouped: list[bytes] = []
+    role = b""
+    blocks: list[bytes] = []
+    for this_role, encoded, _, _ in entries:
+        if this_role != role and blocks:
+            grouped.append(_turn(role, blocks))
+            blocks = []
+        role = this_role
+        blocks.append(encoded)
+    if blocks:
+        grouped.append(_turn(role, blocks))
+    return system, b"[" + b",".join(grouped) + b"]", left_out
+
+
+_wire_role_of = itemgetter(0)
+
+
+def _cached_entries(
+    messages: Sequence[Message], cache: JSONCache | None, system: list[bytes]
+) -> list[_Entry] | None:
+    """The entries of a transcript that replays no thinking, in C passes over the
+    cache's blocks; ``None`` without a cache, or when a message has no blocks (the
+    loop of :func:`_entries` leaves it out)."""
+    if cache is None:
+        return None
+    sent = without_system(messages)
+    blocks = cache.get_all(sent)
+    if b"" in blocks:
+        return None
+    for message in messages:
+        if message.role is Role.SYSTEM:
+            system.extend(_content_blocks(message))
+    roles = list(map(_role_of, sent))
+    wire = map(_WIRE_ROLES.__getitem__, roles)
+    prompts = map(is_, roles, repeat(Role.USER))
+    return list(zip(wire, blocks, repeat(True), prompts))
+
+
+def _entries(
+    messages: Sequence[Message],
+    replays: dict[int, bytes],
+    cache: JSONCache | None,
+    system: list[bytes],
+) -> list[_Entry]:
+    """Each message's entry, one by one, with the thinking ``replays`` sends; the system
+    messages' blocks go to ``system``."""
+    entries: list[_Entry] = []
+    # Every message but the system ones, from the cache at once: its misses are
+    # encoded together (a first request's whole history), in the loop's order.
+    cached = iter(cache.get_all(without_system(messages))) if cache is not None else None
     for index, message in enumerate(messages):
         if message.role is Role.SYSTEM:
             system.extend(_content_blocks(message))
             continue
+        known = next(cached) if cached is not None else None
         thinking = replays.get(index)
         if thinking is not None:
             plain = encode_message_blocks(message)
             encoded = b",".join(part for part in (thinking, plain) if part)
             markable = bool(plain)  # a thinking block cannot carry cache_control
         else:
-            encoded = cache.get(message) if cache is not None else encode_message_blocks(message)
+            encoded = known if known is not None else encode_message_blocks(message)
             markable = True
         if not encoded:
             continue  # an empty message: the API refuses empty content
-        this_role = b"assistant" if message.role is Role.ASSISTANT else b"user"
-        entries.append((this_role, encoded, markable, message.role is Role.USER))
-    if breakpoints:
-        system = _place_breakpoints(system, entries)
-    turns: list[bytes] = []
-    role = b""
-    blocks: list[bytes] = []
-    for this_role, encoded, _, _ in entries:
-        if this_role != role and blocks:
-            turns.append(_turn(role, blocks))
-            blocks = []
-        role = this_role
-        blocks.append(encoded)
-    if blocks:
-        turns.append(_turn(role, blocks))
-    return system, b"[" + b",".join(turns) + b"]", left_out
+        entries.append((_WIRE_ROLES[message.role], encoded, markable, message.role is Role.USER))
+    return entries
 
 
-def _place_breakpoints(
-    system: list[bytes], entries: list[tuple[bytes, bytes, bool, bool]]
-) -> list[bytes]:
+def _place_breakpoints(system: list[bytes], entries: list[_Entry]) -> list[bytes]:
     """Mark where the prompt cache should write and read: at most three breakpoints.
 
     The end of the system blocks (tools come before them in the cached

@@ -33,6 +33,8 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
+from itertools import repeat
+from operator import attrgetter, is_
 from typing import Any, Final
 
 import attrs
@@ -40,7 +42,7 @@ import attrs
 from threadline._errors import InvalidRequestError
 from threadline._messages import ImagePart, Message, Role, TextPart, ToolCall
 from threadline._replay import ReplayRules, ReplayScope, replayed
-from threadline.drivers._http._wire import JSONCache, encode_body
+from threadline.drivers._http._wire import JSONCache, encode_body, without_system
 
 __all__ = [
     "DUMMY_SIGNATURE",
@@ -369,6 +371,17 @@ def _turns(
     system: list[bytes] = []
     turns: list[_Turn] = []
     current = 0
+    cached = None
+    if cache is not None:
+        # What the loop takes from the cache (the condition below), at once and in its
+        # order: the misses are encoded together (a first request's whole history).
+        wanted = [
+            m
+            for i, m in enumerate(messages)
+            if m.role is Role.USER
+            or (m.role is Role.ASSISTANT and not m.tool_calls and i not in sent)
+        ]
+        cached = iter(cache.get_all(wanted))
     for index, message in enumerate(messages):
         if index == turn_start:
             current = len(turns)
@@ -377,7 +390,7 @@ def _turns(
             role is Role.ASSISTANT and not message.tool_calls and index not in sent
         ):
             # Most of a long history: one cached encoding, no calls to pair, kept as bytes.
-            encoded = cache.get(message) if cache is not None else encode_message_parts(message)
+            encoded = next(cached) if cached is not None else encode_message_parts(message)
             if encoded:
                 wire_role = "user" if role is Role.USER else "model"
                 if turns and turns[-1].role == wire_role:
@@ -420,6 +433,10 @@ def encode_contents(
     sent, foreign = replayed(messages, label=label, rules=GEMINI_REPLAY)
     for note in foreign:
         logger.info("%s", note)
+    if cache is not None and not sent:
+        plain = _plain_contents(messages, cache)
+        if plain is not None:
+            return plain
     notes: list[str] = []  # what this driver changed to make the transcript sendable
     system, turns, current = _turns(messages, sent, cache, notes)
     if not turns:
@@ -437,6 +454,28 @@ def encode_contents(
 
 
 _HEADS: Final = {role: b'{"role":"' + role.encode() + b'","parts":[' for role in ("user", "model")}
+_WIRE_HEADS: Final = {Role.USER: _HEADS["user"], Role.ASSISTANT: _HEADS["model"]}
+_role_of = attrgetter("role")
+_calls_of = attrgetter("tool_calls")
+
+
+def _plain_contents(messages: Sequence[Message], cache: JSONCache) -> EncodedContents | None:
+    """``messages`` as :func:`encode_contents` sends them, in C passes over the cache's
+    parts, when they are a conversation's plain history (no tool exchange, nothing
+    stored to replay, user and model in turn from a user message on, each with parts);
+    else ``None``."""
+    if Role.TOOL in map(_role_of, messages) or any(map(_calls_of, messages)):
+        return None
+    sent = without_system(messages)
+    roles = list(map(_role_of, sent))
+    if not roles or roles[0] is not Role.USER or any(map(is_, roles[1:], roles[:-1])):
+        return None
+    parts = cache.get_all(sent)
+    if b"" in parts:
+        return None
+    system = [part for m in messages if m.role is Role.SYSTEM for part in _user_parts(m)]
+    turns = map(b"".join, zip(map(_WIRE_HEADS.__getitem__, roles), parts, repeat(b"]}")))
+    return EncodedContents(system=tuple(system), contents=b"[" + b",".join(turns) + b"]", notes=())
 
 
 def _array(turns: list[_Turn]) -> bytes:

@@ -41,7 +41,7 @@ from threadline._errors import InvalidRequestError
 from threadline._messages import ImagePart, Message, Role, TextPart
 from threadline._provider import ProviderCall
 from threadline._replay import ReplayRules, block_types, replayed, window_start
-from threadline.drivers._http._wire import JSONCache, encode_body
+from threadline.drivers._http._wire import JSONCache, encode_body, without_system
 from threadline.drivers.openai_responses._state import Continuation, ServerState
 from threadline.tools._output import OutputSchema
 from threadline.tools._tools import Tool
@@ -315,6 +315,20 @@ def encode_input(messages: Sequence[Message], label: str, cache: JSONCache | Non
     items: list[bytes] = []
     reply: tuple[int, int] | None = None
     replays, window = _replayed(messages, label, left_out)
+    # The messages sent (from the window on, but the system ones) from the cache at
+    # once: its misses are encoded together (a first request's whole history).
+    sent = without_system(messages[window:]) if cache is not None else []
+    pieces = cache.get_all(sent) if cache is not None else None
+    if pieces is not None and not replays and b"" not in pieces:
+        # No reasoning to replay and no empty message: one item a message, as they are.
+        texts = [m.text for m in messages if m.role is Role.SYSTEM and m.text]
+        return EncodedInput(
+            instructions="\n\n".join(texts) if texts else None,
+            items=pieces,
+            reply=_last_reply(sent),
+            left_out=left_out,
+        )
+    cached = iter(pieces) if pieces is not None else None
     for index, message in enumerate(messages):
         if message.role is Role.SYSTEM:
             if message.text:
@@ -322,18 +336,27 @@ def encode_input(messages: Sequence[Message], label: str, cache: JSONCache | Non
             continue
         if index < window:
             continue  # the compaction item that opens the window carries it
+        known = next(cached) if cached is not None else None
         start = len(items)
         if reasoning := replays.get(index):
             items.append(reasoning)
         if not (reasoning and not (message.text or message.tool_calls)):
             # A message's opaque items may stand alone: no empty message after them.
-            encoded = cache.get(message) if cache is not None else encode_message_items(message)
+            encoded = known if known is not None else encode_message_items(message)
             if encoded:
                 items.append(encoded)
         if message.role is Role.ASSISTANT:
             reply = (start, len(items))
     instructions = "\n\n".join(system) if system else None
     return EncodedInput(instructions=instructions, items=items, reply=reply, left_out=left_out)
+
+
+def _last_reply(sent: list[Message]) -> tuple[int, int] | None:
+    """Where the last assistant message's item is, one item a message."""
+    for index in range(len(sent) - 1, -1, -1):
+        if sent[index].role is Role.ASSISTANT:
+            return (index, index + 1)
+    return None
 
 
 # --- fields ------------------------------------------------------------------
