@@ -578,6 +578,8 @@ class ToolTurn:
     cut: bool
     new_tokens: int = 0
     """What this turn added to the transcript, which no cache can hold yet."""
+    reply: str = ""
+    """The start of the model's answer to the tool result (for reading a run back)."""
     server: list[dict[str, float]] = field(default_factory=list)
     """The server's own timings of the turn's calls (real server only)."""
 
@@ -615,10 +617,12 @@ class ToolRun:
 
 
 def _verbatim_turns(sent: Sequence[Message], transcript: Sequence[Message]) -> int:
-    """Turns whose user question and final answer are both sent as they were."""
+    """Turns whose user question and final answer are both sent as they were. An
+    empty answer counts too: a small model often stops at once after a long result,
+    and its empty reply is still the turn's answer, sent as it was."""
     originals = {(m.role, m.text) for m in transcript if m.role in (Role.USER, Role.ASSISTANT)}
     questions = [m for m in sent if m.role is Role.USER and m.text.startswith("Step ")]
-    answers = [m for m in sent if m.role is Role.ASSISTANT and m.text and not m.tool_calls]
+    answers = [m for m in sent if m.role is Role.ASSISTANT and not m.tool_calls]
     kept = sum((m.role, m.text) in originals for m in answers)
     return min(len(questions), kept)
 
@@ -688,6 +692,7 @@ async def run_tool_heavy(
                 cut=any(_left_out(record) for record in result.limiting),
                 new_tokens=history_tokens(counter, [e.message for e in conv.events[before:]]),
                 server=_server_timings(log.timings[calls:] if log is not None else []),
+                reply=result.text[:80],
             )
         )
         for record in result.limiting:
