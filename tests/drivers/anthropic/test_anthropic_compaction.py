@@ -305,3 +305,19 @@ async def test_a_conversation_sends_from_the_block_keeps_every_turn_and_moves_pr
         "q4",
     ]
     assert b"compaction" not in chat_route.calls[0].request.content
+
+
+async def test_a_message_that_is_only_the_block_opens_the_window() -> None:
+    # pause_after_compaction answers with the block alone (stop_reason "compaction").
+    paused = Message.assistant(
+        "", reasoning=Reasoning(provider_reasoning=json.dumps([COMPACTION]), provider=LABEL)
+    )
+    transcript = (Message.user("old " * 100), paused, Message.user("Go on."))
+    with respx.mock() as mock:
+        route = mock.post(URL).respond(json=message({"type": "text", "text": "Yes."}))
+        async with driver() as d:
+            await d.complete(ProviderCall(model=MODEL, messages=transcript))
+    sent = sent_messages(route)
+    assert sent[0] == {"role": "assistant", "content": [COMPACTION]}
+    assert [turn["role"] for turn in sent] == ["assistant", "user"]
+    assert text_of(sent[1]) == "Go on."
