@@ -47,7 +47,8 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from dataclasses import fields as dataclass_fields
 from pathlib import Path
 from statistics import mean
 from typing import Any
@@ -575,6 +576,12 @@ class ToolTurn:
     verbatim_turns: int
     malformed: bool
     cut: bool
+    new_tokens: int = 0
+    """What this turn added to the transcript, which no cache can hold yet."""
+    reply: str = ""
+    """The start of the model's answer to the tool result (for reading a run back)."""
+    server: list[dict[str, float]] = field(default_factory=list)
+    """The server's own timings of the turn's calls (real server only)."""
 
 
 @dataclass
@@ -594,10 +601,12 @@ class ToolRun:
     def row(self) -> dict[str, Any]:
         pressure = self.under_pressure()
         prompt = sum(t.prompt_tokens for t in pressure)
+        new = sum(t.new_tokens for t in pressure)
         return {
             "policy": self.name,
             "turns": len(self.turns),
             "cached_pressure": sum(t.cached_tokens for t in pressure) / prompt if prompt else 0.0,
+            "cache_ceiling": 1 - new / prompt if prompt else 0.0,
             "sent_tokens": mean(t.sent_tokens for t in pressure),
             "verbatim_turns": mean(t.verbatim_turns for t in pressure),
             "malformed": sum(t.malformed for t in self.turns),
@@ -608,10 +617,12 @@ class ToolRun:
 
 
 def _verbatim_turns(sent: Sequence[Message], transcript: Sequence[Message]) -> int:
-    """Turns whose user question and final answer are both sent as they were."""
+    """Turns whose user question and final answer are both sent as they were. An
+    empty answer counts too: a small model often stops at once after a long result,
+    and its empty reply is still the turn's answer, sent as it was."""
     originals = {(m.role, m.text) for m in transcript if m.role in (Role.USER, Role.ASSISTANT)}
     questions = [m for m in sent if m.role is Role.USER and m.text.startswith("Step ")]
-    answers = [m for m in sent if m.role is Role.ASSISTANT and m.text and not m.tool_calls]
+    answers = [m for m in sent if m.role is Role.ASSISTANT and not m.tool_calls]
     kept = sum((m.role, m.text) in originals for m in answers)
     return min(len(questions), kept)
 
@@ -632,7 +643,11 @@ async def run_tool_heavy(
     stop_after: int | None = None,
     *,
     budget: int = TOOL_BUDGET,
+    log: ServerLog | None = None,
+    on_turn: Callable[[ToolRun], None] | None = None,
 ) -> ToolRun:
+    """Hold the conversation; ``on_turn`` sees the run after each turn (to save it
+    as it comes), ``log`` the server's timings."""
     from threadline.limiting import check_integrity
 
     agent = Agent(
@@ -652,6 +667,8 @@ async def run_tool_heavy(
     counter = client.token_counter or default_token_counter()
     started = time.perf_counter()
     for turn in range(turns if stop_after is None else min(turns, stop_after)):
+        calls = len(log.timings) if log is not None else 0
+        before = len(conv.events)
         result = await conv.run(tool_prompt(turn))
         last = result.last_prompt
         assert last is not None
@@ -672,13 +689,29 @@ async def run_tool_heavy(
                 sent_tokens=counter.count(list(sent)),
                 verbatim_turns=_verbatim_turns(sent, [e.message for e in conv.events]),
                 malformed=malformed,
-                cut=any(record.limited for record in result.limiting),
+                cut=any(_left_out(record) for record in result.limiting),
+                new_tokens=history_tokens(counter, [e.message for e in conv.events[before:]]),
+                server=_server_timings(log.timings[calls:] if log is not None else []),
+                reply=result.text[:80],
             )
         )
         for record in result.limiting:
             run.summaries += [str(c) for c in record.compactions]
-    run.seconds = time.perf_counter() - started
+        run.seconds = time.perf_counter() - started
+        if on_turn is not None:
+            on_turn(run)
     return run
+
+
+def _left_out(record: Any) -> bool:
+    """Whether a limiting step sent less than the transcript: a clearing handler runs
+    every round, so that it ran (``record.limited``) is not yet pressure."""
+    return bool(record.dropped or record.cleared or record.tokens_after < record.tokens_before)
+
+
+def _server_timings(timings: Sequence[Mapping[str, Any]]) -> list[dict[str, float]]:
+    keys = ("cache_n", "prompt_n", "prompt_ms")
+    return [{k: float(t.get(k, 0)) for k in keys} for t in timings]
 
 
 class SlotServer:
@@ -757,14 +790,15 @@ def extract_summary(material: str, limit: int = 1_000) -> str:
 TOOL_POLICIES = ("cache-stable", "clear+cache-stable", "summarize+default", "slide-by-one")
 
 
-def tool_policy(policy: str, writer: Client) -> tuple[Any, Any]:
-    """The Pre and Post handlers of ``policy``; ``writer`` writes summaries."""
+def tool_policy(policy: str, writer: Client, keep: int = 3) -> tuple[Any, Any]:
+    """The Pre and Post handlers of ``policy``; ``writer`` writes summaries, ``keep``
+    is how many of the newest tool results clearing keeps."""
     from threadline.limiting import clear_tool_results, summarize_oldest
 
     if policy == "cache-stable":
         return cache_stable_units(), None
     if policy == "clear+cache-stable":
-        return clear_tool_results(keep=3), cache_stable_units()
+        return clear_tool_results(keep=keep), cache_stable_units()
     if policy == "summarize+default":
         summarize = summarize_oldest(
             writer,
@@ -784,44 +818,105 @@ async def measure_tool_heavy(
     stop_after: Mapping[str, int] | None = None,
     progress: Callable[[str], None] | None = None,
     budget: int = TOOL_BUDGET,
+    keep: int = 3,
+    rows: Path | None = None,
 ) -> list[ToolRun]:
     """The tool-heavy conversation once per policy, at one budget, on the server at
-    ``root`` (``None``: on :class:`SlotServer` stand-ins)."""
+    ``root`` (``None``: on :class:`SlotServer` stand-ins). ``rows`` gets one JSON
+    line per turn as it ends, so a run cut short keeps what it measured."""
     held = dict(stop_after or {})
+    saver = TurnSaver(rows, progress)
+    runs = []
     if root is None:
-        runs = []
         for policy in policies:
             counter = default_token_counter()
             main = FunctionDriver(SlotServer(counter).reply)
             summarizer = FunctionDriver(SlotServer(counter).reply)
             client = Client(main, token_counter=counter)
             writer = Client(summarizer, token_counter=counter)
-            pre, post = tool_policy(policy, writer)
+            pre, post = tool_policy(policy, writer, keep)
             run = await run_tool_heavy(
-                policy, client, pre, post, turns, held.get(policy), budget=budget
+                policy, client, pre, post, turns, held.get(policy), budget=budget, on_turn=saver
             )
             runs.append(run)
             if progress is not None:
                 progress(f"{policy}: {run.seconds:.0f} s; {json.dumps(run.row())}")
         return runs
     timeout = httpx.Timeout(900.0, connect=5.0)
-    runs = []
+    log = ServerLog()
     async with (
-        httpx.AsyncClient(timeout=timeout) as http,
+        httpx.AsyncClient(timeout=timeout, event_hooks={"response": [log.hook]}) as http,
         ScriptedCalls(f"{root}/v1", http_client=http, max_retries=0) as driver,
         OpenAIChatDriver(f"{root}/v1", http_client=http, max_retries=0) as plain,
     ):
         client = Client(driver, token_counter=default_token_counter())
         writer = Client(plain, token_counter=default_token_counter())
         for policy in policies:
-            pre, post = tool_policy(policy, writer)
+            pre, post = tool_policy(policy, writer, keep)
             run = await run_tool_heavy(
-                policy, client, pre, post, turns, held.get(policy), budget=budget
+                policy,
+                client,
+                pre,
+                post,
+                turns,
+                held.get(policy),
+                budget=budget,
+                log=log,
+                on_turn=saver,
             )
             runs.append(run)
             if progress is not None:
                 progress(f"{policy}: {run.seconds:.0f} s; {json.dumps(run.row())}")
     return runs
+
+
+class TurnSaver:
+    """Appends each finished turn to a JSON-lines file (flushed, so a crash or a kill
+    loses at most the turn in flight) and reports a one-line progress note."""
+
+    def __init__(self, path: Path | None, progress: Callable[[str], None] | None) -> None:
+        self.path = path
+        self.progress = progress
+
+    def __call__(self, run: ToolRun) -> None:
+        number = len(run.turns)
+        turn = run.turns[-1]
+        line = {
+            "policy": run.name,
+            "turn": number,
+            "seconds": run.seconds,
+            **asdict(turn),
+            "recall": run.recall.get(number),
+            "sent_at_probe": run.sent_at_probe.get(number),
+            "summaries": run.summaries,
+        }
+        if self.path is not None:
+            with self.path.open("a") as out:
+                out.write(json.dumps(line) + "\n")
+        if self.progress is not None:
+            share = turn.cached_tokens / turn.prompt_tokens if turn.prompt_tokens else 0.0
+            self.progress(
+                f"{run.name} turn {number}: {run.seconds:.0f} s, prompt {turn.prompt_tokens}, "
+                f"cached {share:.0%}, sent {turn.sent_tokens}, verbatim {turn.verbatim_turns}"
+                f"{', CUT' if turn.cut else ''}{', MALFORMED' if turn.malformed else ''}"
+            )
+
+
+def load_rows(path: Path) -> list[ToolRun]:
+    """The runs a ``--rows`` file holds, as far as each got (its last turn's line
+    carries the summaries so far)."""
+    runs: dict[str, ToolRun] = {}
+    fields = {f.name for f in dataclass_fields(ToolTurn)}
+    for text in path.read_text().splitlines():
+        line = json.loads(text)
+        run = runs.setdefault(line["policy"], ToolRun(line["policy"]))
+        run.turns.append(ToolTurn(**{k: v for k, v in line.items() if k in fields}))
+        run.seconds = line["seconds"]
+        run.summaries = line["summaries"]
+        if line["recall"] is not None:
+            run.recall[line["turn"]] = tuple(line["recall"])  # type: ignore[assignment]
+            run.sent_at_probe[line["turn"]] = line["sent_at_probe"]
+    return list(runs.values())
 
 
 def tool_table(runs: Sequence[ToolRun], turns: int, budget: int = TOOL_BUDGET) -> str:
@@ -831,9 +926,9 @@ def tool_table(runs: Sequence[ToolRun], turns: int, budget: int = TOOL_BUDGET) -
         f"tool-heavy: {turns} turns, results of 300-3,000 tokens, budget {budget} tokens; "
         "averages over the turns from the first cut on",
         "",
-        "| policy | turns held | prompt tokens from cache | tokens sent / turn | "
-        "turns kept verbatim | x cache-stable | malformed |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| policy | turns held | prompt tokens from cache | at most (new tokens aside) | "
+        "tokens sent / turn | turns kept verbatim | x cache-stable | malformed |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for name, row in rows.items():
         ratio = (
@@ -841,8 +936,8 @@ def tool_table(runs: Sequence[ToolRun], turns: int, budget: int = TOOL_BUDGET) -
         )
         lines.append(
             f"| {name} | {row['turns']} | {row['cached_pressure']:.0%} | "
-            f"{row['sent_tokens']:.0f} | {row['verbatim_turns']:.1f} | {ratio:.1f}x | "
-            f"{row['malformed']} |"
+            f"{row['cache_ceiling']:.0%} | {row['sent_tokens']:.0f} | "
+            f"{row['verbatim_turns']:.1f} | {ratio:.1f}x | {row['malformed']} |"
         )
     lines += [
         "",
@@ -905,6 +1000,23 @@ def main() -> None:
     )
     parser.add_argument("--budget", type=int, default=None, help="tool-heavy: the prompt budget")
     parser.add_argument(
+        "--keep", type=int, default=3, help="tool-heavy: the newest tool results clearing keeps"
+    )
+    parser.add_argument(
+        "--rows", type=Path, help="tool-heavy: append one JSON line per turn here, as it ends"
+    )
+    parser.add_argument(
+        "--from-rows",
+        type=Path,
+        help="tool-heavy: print the tables of a --rows file (a run finished or cut short)",
+    )
+    parser.add_argument(
+        "--server-context",
+        type=int,
+        default=TOOL_SERVER_CONTEXT,
+        help="tool-heavy: llama-server's -c, shared by its slots (two with a summarizer)",
+    )
+    parser.add_argument(
         "--scenario",
         choices=("short-turns", "tool-heavy"),
         default="short-turns",
@@ -948,11 +1060,21 @@ def tool_main(
         else args.policies.split(",")
     )
     budget = args.budget or TOOL_BUDGET
+    if args.from_rows:
+        print(f"from {args.from_rows}")
+        print(tool_table(load_rows(args.from_rows), args.turns, budget))
+        return
     with contextlib.ExitStack() as stack:
         root: str | None = None
         if not args.simulate:
             root = args.base_url or stack.enter_context(
-                llama_server(args.threads, TOOL_SERVER_CONTEXT, slots=2)
+                # A second slot only for the summarizer, so the conversation keeps its own
+                # (two slots would let the server hand a turn whichever it picks).
+                llama_server(
+                    args.threads,
+                    args.server_context,
+                    slots=2 if "summarize+default" in policies else 1,
+                )
             )
         runs = anyio.run(
             lambda: measure_tool_heavy(
@@ -962,6 +1084,8 @@ def tool_main(
                 stop_after=stop_after,
                 progress=progress,
                 budget=budget,
+                keep=args.keep,
+                rows=args.rows,
             )
         )
     where = "stand-in slots (--simulate)" if args.simulate else "the llama.cpp server"

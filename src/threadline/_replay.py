@@ -16,7 +16,8 @@ serves everyone who needs it, so they cannot drift apart:
 - counting prices what is sent: the rules are the driver's replay projection.
 
 Some state is also a boundary (``ReplayRules.boundary``): OpenAI Responses'
-``compaction`` items carry everything before them. The latest message whose
+``compaction`` items and Anthropic's ``compaction`` blocks carry everything
+before them. The latest message whose
 sent state holds one opens the window: the messages before it (system
 messages apart) are not sent, and so not counted, while the transcript keeps
 them (:func:`window_start`).
@@ -114,9 +115,10 @@ class ReplayRules:
     ``{"type": "text"}`` block, which the model would read as the assistant's
     own words. ``scope`` says which messages' state is sent. ``boundary``
     names block types that carry everything before them (OpenAI Responses'
-    ``compaction`` items): a message whose sent state holds one opens the
-    window, and nothing before it but system messages is sent
-    (:func:`window_start`); they must be in ``blocks`` too.
+    ``compaction`` items, Anthropic's ``compaction`` blocks): a message
+    whose sent state holds one opens the window, and nothing before it but
+    system messages is sent (:func:`window_start`); they must be in
+    ``blocks`` too.
 
     The rules are a replay projection too (``replayed_reasoning``): counting
     prices the strings of the blocks they send, not the envelope.
@@ -393,7 +395,8 @@ def window_start(sent: dict[int, bytes], rules: ReplayRules) -> int:
 
     The messages before it, system messages apart, are not sent: the boundary
     block carries them (OpenAI bills and shows what precedes a compaction item
-    again if it is sent). The transcript still holds them.
+    again if it is sent; Anthropic ignores what precedes a compaction block).
+    The transcript still holds them.
     """
     if not rules.boundary:
         return 0

@@ -14,8 +14,9 @@ call is handed (:class:`ReplayGuard`): state another provider or model made
 earlier turn's, for a driver that replays only the open tool-use cycle) is
 left out silently; what is sent passes the rules' allow-list. When the
 latest state sent holds a boundary block (``ReplayRules.boundary``: OpenAI
-Responses' compaction items), the messages before it are not handed over
-(system messages apart): that block carries them. Limiting counts
+Responses' compaction items, Anthropic's compaction blocks), the messages
+before it are not handed over (system messages apart): that block carries
+them. Limiting counts
 the transcript as it is handed over, so the estimate, the exact count and the
 ledger count exactly what is sent. The transcript itself keeps everything:
 only what is sent loses it.

@@ -209,7 +209,8 @@ class AnthropicDriver(HTTPDriver):
 
     def replay_rules(self, model: Model) -> ReplayRules:
         """Only the ``thinking`` and ``redacted_thinking`` blocks of the open tool-use
-        cycle go back (:data:`~threadline.drivers.anthropic.THINKING_REPLAY`); any other
+        cycle go back (:data:`~threadline.drivers.anthropic.THINKING_REPLAY`), and every
+        ``compaction`` block, the latest of which opens the sent window; any other
         stored block is refused with ``InvalidRequestError`` before sending."""
         return THINKING_REPLAY
 

@@ -15,7 +15,10 @@ Pure translation, no I/O. What differs from Chat Completions:
   pass the rules' allow-list (``thinking`` and ``redacted_thinking`` blocks
   only). Thinking of earlier turns is left out: the API strips it anyway and
   does not count it. Reasoning another provider or another model produced is
-  never sent, and the request says so in its ``left_out`` notes.
+  never sent, and the request says so in its ``left_out`` notes;
+- server-side compaction's ``compaction`` block goes back every turn, and the
+  latest one opens what is sent: the API ignores every block before it, so
+  the messages before its message are left out (system messages apart).
 """
 
 from __future__ import annotations
@@ -32,7 +35,13 @@ import attrs
 from threadline._errors import InvalidRequestError
 from threadline._messages import ImagePart, Message, Role, TextPart, ToolCall
 from threadline._provider import ProviderCall
-from threadline._replay import ReplayRules, ReplayScope, open_tool_cycle, replayed
+from threadline._replay import (
+    ReplayRules,
+    ReplayScope,
+    open_tool_cycle,
+    replayed,
+    window_start,
+)
 from threadline.drivers._http._wire import JSONCache, encode_body, without_system
 from threadline.tools._output import OutputSchema
 from threadline.tools._tools import Tool
@@ -61,11 +70,14 @@ THINKING_REPLAY: Final = ReplayRules(
     frozenset({"thinking", "redacted_thinking", COMPACTION_BLOCK}),
     scope=ReplayScope.OPEN_TOOL_CYCLE,
     kept={COMPACTION_BLOCK},
+    boundary={COMPACTION_BLOCK},
 )
 """What the driver sends back of stored reasoning: the thinking blocks of the
 tool-use cycle still open, every ``compaction`` block this model made, and
 nothing else (a stored ``text`` or ``tool_use`` block would reach the model
-as words or calls the assistant never made)."""
+as words or calls the assistant never made). The latest ``compaction`` block
+opens what is sent: the API ignores every block before it, so the messages
+before its message are neither sent nor counted (the transcript keeps them)."""
 
 _TOOL_ERROR_PREFIX: Final = "error: "
 # The fields /v1/messages/count_tokens takes; anything else is refused there.
@@ -238,16 +250,21 @@ def _thinking_blocks(raw: bytes) -> bytes:
     return text[1:-1].strip() if text[:1] == b"[" else text
 
 
-def _replayed(messages: Sequence[Message], label: str, left_out: list[str]) -> dict[int, bytes]:
-    """The thinking each message sends, checked (see :data:`THINKING_REPLAY`), and a
-    note in ``left_out`` for each message whose reasoning another provider made."""
+def _replayed(
+    messages: Sequence[Message], label: str, left_out: list[str]
+) -> tuple[dict[int, bytes], int]:
+    """The thinking each message sends, checked (see :data:`THINKING_REPLAY`), and
+    where the sent window opens (the latest ``compaction`` block's message, or 0;
+    :func:`~threadline._replay.window_start`); a note in ``left_out`` for each
+    message whose reasoning another provider made."""
     sent, foreign = replayed(messages, label=label, rules=THINKING_REPLAY)
     left_out.extend(foreign)
     cycle = open_tool_cycle(messages)
-    return {
+    blocks = {
         index: _thinking_blocks(raw) if index == cycle else _compaction_blocks(raw)
         for index, raw in sent.items()
     }
+    return blocks, window_start(sent, THINKING_REPLAY)
 
 
 def _compaction_blocks(raw: bytes) -> bytes:
@@ -297,10 +314,10 @@ def _encode_transcript(
         cache = None
     system: list[bytes] = []
     left_out: list[str] = []
-    replays = _replayed(messages, label, left_out)
+    replays, window = _replayed(messages, label, left_out)
     entries = _cached_entries(messages, cache, system) if not replays else None
     if entries is None:
-        entries = _entries(messages, replays, cache, system)
+        entries = _entries(messages, replays, cache, system, window)
     if breakpoints:
         system = _place_breakpoints(system, entries)
     wire = list(map(_wire_role_of, entries))
@@ -352,9 +369,11 @@ def _entries(
     replays: dict[int, bytes],
     cache: JSONCache | None,
     system: list[bytes],
+    window: int,
 ) -> list[_Entry]:
-    """Each message's entry, one by one, with the thinking ``replays`` sends; the system
-    messages' blocks go to ``system``."""
+    """Each message's entry, one by one, with the thinking ``replays`` sends, from
+    message ``window`` on (the latest compaction block's); the system messages'
+    blocks go to ``system``."""
     entries: list[_Entry] = []
     # Every message but the system ones, from the cache at once: its misses are
     # encoded together (a first request's whole history), in the loop's order.
@@ -364,6 +383,8 @@ def _entries(
             system.extend(_content_blocks(message))
             continue
         known = next(cached) if cached is not None else None
+        if index < window:
+            continue  # before the latest compaction block, which stands for it
         thinking = replays.get(index)
         if thinking is not None:
             plain = encode_message_blocks(message)
