@@ -22,7 +22,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from threadline._messages import Message
-from threadline.counting._calibration import calibrated_estimate
 from threadline.counting._deferred import Deferred
 from threadline.counting._protocol import TokenCounter, is_bounded
 from threadline.limiting._budget import Budget, BudgetReport, budget_report
@@ -65,17 +64,12 @@ def bounded_outcome(
     held = (sent, tuple(tools), counter, budget, prompt_at)
     report = Deferred(lambda: _report(*held))
     total = Deferred(lambda: report.get().total_tokens)
-    record = LimitingRecord(
+    record = LimitingRecord.unchanged(
         round=round,
         budget_tokens=budget.prompt_tokens if budget is not None else None,
-        tokens_before=total,
-        tokens_after=total,
-        handlers=(),
-        dropped=(),
-        sent_over_budget=False,
+        tokens=total,
         report=report,
-        counted_by="estimate" if calibrated_estimate(counter) is None else "calibrated estimate",
-        estimated_tokens=total,
+        counter=counter,
     )
     return LimitingOutcome(
         messages=sent, record=record, sources=range(len(sent)), prompt_index=prompt_at

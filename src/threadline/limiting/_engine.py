@@ -70,6 +70,7 @@ from threadline.limiting._ledger import (
     LimitingOutcome,
     LimitingRecord,
     Phase,
+    estimate_kind,
 )
 from threadline.limiting._traits import traits_of
 from threadline.limiting._units import (
@@ -250,9 +251,7 @@ class _Limiting:
         self.estimated_tokens = self.tokens
         self.exact_tokens: int | None = None
         self.exact_candidate: tuple[Message, ...] | None = None
-        self.counted_by: CountedBy = (
-            "estimate" if calibrated_estimate(counter) is None else "calibrated estimate"
-        )
+        self.counted_by: CountedBy = estimate_kind(counter)
         self.runs: list[HandlerRun] = []
         self.drops: list[Drops] = []
         self.cleared: list[ClearedMessage] = []

@@ -25,10 +25,15 @@ import attrs
 
 from threadline._errors import TranscriptIntegrityError
 from threadline._messages import Message, Origin, Role
-from threadline.counting._calibration import calibrated_estimate
 from threadline.counting._protocol import IncrementalTokenCounter, TokenCounter, is_incremental
 from threadline.limiting._budget import Budget, BudgetReport
-from threadline.limiting._ledger import DroppedUnit, HandlerRun, LimitingOutcome, LimitingRecord
+from threadline.limiting._ledger import (
+    DroppedUnit,
+    HandlerRun,
+    LimitingOutcome,
+    LimitingRecord,
+    estimate_kind,
+)
 from threadline.limiting._units import (
     PinReason,
     check_integrity,
@@ -175,17 +180,12 @@ def quick_outcome(
             if sliding is None or exact_margin is not None or len(tail) != 1:
                 return None
             return _cut(sliding, messages, start, end, pinned, tools, counter, budget, round, total)
-    record = LimitingRecord(
+    record = LimitingRecord.unchanged(
         round=round,
         budget_tokens=budget.prompt_tokens if budget is not None else None,
-        tokens_before=total,
-        tokens_after=total,
-        handlers=(),
-        dropped=(),
-        sent_over_budget=False,
+        tokens=total,
         report=_report(head, tail, end, pinned, tools, counter, budget, total),
-        counted_by="estimate" if calibrated_estimate(counter) is None else "calibrated estimate",
-        estimated_tokens=total,
+        counter=counter,
     )
     return LimitingOutcome(
         messages=tuple(messages),
@@ -321,7 +321,7 @@ def _cut(
             budget,
             tokens,
         ),
-        counted_by="estimate" if calibrated_estimate(counter) is None else "calibrated estimate",
+        counted_by=estimate_kind(counter),
         estimated_tokens=total,
     )
     if record.sent_over_budget:

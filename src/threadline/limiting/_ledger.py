@@ -15,7 +15,9 @@ from typing import Literal, TypeAlias, overload
 import attrs
 
 from threadline._messages import Message, Role
+from threadline.counting._calibration import calibrated_estimate
 from threadline.counting._deferred import Deferred, resolved
+from threadline.counting._protocol import TokenCounter
 from threadline.limiting._budget import BudgetReport
 from threadline.limiting._units import UnitKind
 
@@ -298,6 +300,31 @@ class LimitingRecord:
     """What each compaction a handler tried this round came to (``summarize_oldest``):
     applied, reused, or a no-op and why."""
 
+    @classmethod
+    def unchanged(
+        cls,
+        *,
+        round: int,
+        budget_tokens: int | None,
+        tokens: int | Deferred[int],
+        report: BudgetReport | Deferred[BudgetReport],
+        counter: TokenCounter,
+    ) -> LimitingRecord:
+        """The record of a round that sent the transcript as given: no handler ran,
+        ``tokens`` counted by ``counter``'s estimate (fitting the budget)."""
+        return cls(
+            round=round,
+            budget_tokens=budget_tokens,
+            tokens_before=tokens,
+            tokens_after=tokens,
+            handlers=(),
+            dropped=(),
+            sent_over_budget=False,
+            report=report,
+            counted_by=estimate_kind(counter),
+            estimated_tokens=tokens,
+        )
+
     @property
     def tokens_before(self) -> int:
         """The count of the transcript given."""
@@ -391,6 +418,12 @@ class LimitingRecord:
         if self.exact_tokens is None or self.estimated_tokens is None or not self.exact_tokens:
             return None
         return (self.estimated_tokens - self.exact_tokens) / self.exact_tokens
+
+
+def estimate_kind(counter: TokenCounter) -> CountedBy:
+    """How ``counter`` estimates: ``"calibrated estimate"`` when the client's
+    calibration scales it, else ``"estimate"``."""
+    return "estimate" if calibrated_estimate(counter) is None else "calibrated estimate"
 
 
 @attrs.frozen(kw_only=True)
