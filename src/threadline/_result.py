@@ -86,6 +86,11 @@ class RoundRecord:
         """The request counter's estimate of what was sent."""
         return resolved(self._estimated_input_tokens)
 
+    def __repr__(self) -> str:
+        # Written out so a count made when first read shows under its public name.
+        names = (a.alias or a.name for a in attrs.fields(RoundRecord))
+        return f"RoundRecord({', '.join(f'{n}={getattr(self, n)!r}' for n in names)})"
+
     @property
     def decided_input_tokens(self) -> int:
         """The best count threadline had of what was sent: exact, else calibrated, else

@@ -10,11 +10,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from threadline import Budget, Message, Tool, ToolCall
+from threadline import Budget, Message, Tool, ToolCall, Usage
+from threadline._result import RoundRecord
 from threadline.counting import BuiltinTokenCounter
 
 # The bound and the step that uses it are private rooms.
 from threadline.counting._costs import marks_of
+from threadline.counting._deferred import Deferred
 from threadline.limiting import drop_oldest_units
 from threadline.limiting._engine import apply_limits
 from threadline.limiting._ledger import LimitingOutcome
@@ -201,3 +203,19 @@ def test_a_record_counted_later_pickles_and_copies_as_its_numbers() -> None:
     assert restored.tokens_after == expected
     assert restored == record
     assert copy.deepcopy(record).report == record.report
+
+
+def test_a_round_counted_later_shows_its_count_under_its_public_name() -> None:
+    round_record = RoundRecord(
+        round=1,
+        usage=Usage(input_tokens=40),
+        estimated_input_tokens=Deferred(lambda: 42),
+        reported_input_tokens=40,
+        limiting=None,
+        finish_reason="stop",
+        tool_calls=(),
+    )
+    shown = repr(round_record)
+    assert "estimated_input_tokens=42," in shown
+    assert "_estimated" not in shown
+    assert "Deferred" not in shown
