@@ -13,9 +13,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
+from _bench_threadline import ThreadlineCalls
 from httpx_aiohttp import HttpxAiohttpClient
 
-from threadline import Client, FinalResult, Message, Model, TextDelta
+from threadline import Client, Message, Model
 from threadline.drivers import GeminiDriver, ProviderCall
 from threadline.drivers.gemini._contents import new_message_cache
 from threadline.drivers.gemini._request import encode_request
@@ -72,8 +73,11 @@ def same_body(history: list[Message], prompt: str, *, stream: bool) -> dict[str,
     return body
 
 
-class GeminiClients:
+class GeminiClients(ThreadlineCalls):
     """GeminiDriver and raw httpx, each with its own pool."""
+
+    max_output_tokens = MAX_TOKENS
+    new_message_cache = new_message_cache
 
     def __init__(self, port: int) -> None:
         self.base = f"http://127.0.0.1:{port}{PATH}"
@@ -146,32 +150,6 @@ class GeminiClients:
                 pieces.append(candidate["content"]["parts"][0]["text"])
                 if candidate.get("finishReason"):
                     break
-        return "".join(pieces)
-
-    async def threadline_complete(
-        self, history: list[Message], prompt: str, *, httpx_pool: bool = False, cold: bool = False
-    ) -> str:
-        client = self.threadline_httpx if httpx_pool else self.threadline
-        client = self.threadline_cold if cold else client
-        request = client.request().with_messages(history).with_prompt(prompt)
-        result = await request.with_max_output_tokens(MAX_TOKENS).run()
-        return result.text
-
-    async def threadline_complete_uncached(self, history: list[Message], prompt: str) -> str:
-        """A first request: ``history`` is new objects (never counted nor encoded), and
-        the JSON cache is new."""
-        self.cold_driver._message_json = new_message_cache()
-        return await self.threadline_complete(history, prompt, cold=True)
-
-    async def threadline_consume_stream(self, prompt: str) -> str:
-        pieces = []
-        request = self.threadline_stream.request().with_prompt(prompt)
-        async with request.with_max_output_tokens(MAX_TOKENS).stream() as events:
-            async for event in events:
-                if isinstance(event, TextDelta):
-                    pieces.append(event.text)
-                elif isinstance(event, FinalResult):
-                    assert event.result.text == "".join(pieces)
         return "".join(pieces)
 
     async def _no_reference(self, items: Any) -> str:

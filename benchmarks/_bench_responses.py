@@ -12,9 +12,10 @@ import json
 from typing import Any
 
 import httpx
+from _bench_threadline import ThreadlineCalls
 from httpx_aiohttp import HttpxAiohttpClient
 
-from threadline import Client, FinalResult, Message, Model, TextDelta
+from threadline import Client, Message, Model
 from threadline.drivers import OpenAIResponsesDriver, ProviderCall
 from threadline.drivers.openai_responses._request import encode_request, new_message_cache
 
@@ -99,8 +100,11 @@ def same_body(history: list[Message], prompt: str, *, stream: bool) -> dict[str,
     return body
 
 
-class ResponsesClients:
+class ResponsesClients(ThreadlineCalls):
     """OpenAIResponsesDriver, raw httpx and the official client, each with its own pool."""
+
+    max_output_tokens = MAX_TOKENS
+    new_message_cache = new_message_cache
 
     def __init__(self, port: int) -> None:
         self.base = f"http://127.0.0.1:{port}{PATH}"
@@ -185,32 +189,6 @@ class ResponsesClients:
                     pieces.append(event["delta"])
                 elif event["type"] == "response.completed":
                     break
-        return "".join(pieces)
-
-    async def threadline_complete(
-        self, history: list[Message], prompt: str, *, httpx_pool: bool = False, cold: bool = False
-    ) -> str:
-        client = self.threadline_httpx if httpx_pool else self.threadline
-        client = self.threadline_cold if cold else client
-        request = client.request().with_messages(history).with_prompt(prompt)
-        result = await request.with_max_output_tokens(MAX_TOKENS).run()
-        return result.text
-
-    async def threadline_complete_uncached(self, history: list[Message], prompt: str) -> str:
-        """A first request: ``history`` is new objects (never counted nor encoded), and
-        the JSON cache is new."""
-        self.cold_driver._message_json = new_message_cache()
-        return await self.threadline_complete(history, prompt, cold=True)
-
-    async def threadline_consume_stream(self, prompt: str) -> str:
-        pieces = []
-        request = self.threadline_stream.request().with_prompt(prompt)
-        async with request.with_max_output_tokens(MAX_TOKENS).stream() as events:
-            async for event in events:
-                if isinstance(event, TextDelta):
-                    pieces.append(event.text)
-                elif isinstance(event, FinalResult):
-                    assert event.result.text == "".join(pieces)
         return "".join(pieces)
 
     async def reference_complete(self, items: list[dict[str, Any]]) -> str:

@@ -96,9 +96,10 @@ import _bench_gemini
 import _bench_responses
 import anyio
 import httpx
+from _bench_threadline import ThreadlineCalls
 from httpx_aiohttp import HttpxAiohttpClient
 
-from threadline import Client, FinalResult, Message, Model, TextDelta
+from threadline import Client, Message, Model
 from threadline.drivers import OpenAIChatDriver, ProviderCall
 from threadline.drivers.openai_chat._wire import MessageJSONCache, request_body
 
@@ -288,8 +289,10 @@ def _wire(messages: list[Message]) -> list[dict[str, Any]]:
     return [{"role": m.role.value, "content": m.text} for m in messages]
 
 
-class Clients:
+class Clients(ThreadlineCalls):
     """The three clients, each with its own connection pool to the same server."""
+
+    new_message_cache = MessageJSONCache
 
     def __init__(self, port: int) -> None:
         self.base = f"http://127.0.0.1:{port}/v1"
@@ -389,32 +392,7 @@ class Clients:
                         pieces.append(content)
         return "".join(pieces)
 
-    # threadline -------------------------------------------------------------------
-
-    async def threadline_complete(
-        self, history: list[Message], prompt: str, *, httpx_pool: bool = False, cold: bool = False
-    ) -> str:
-        client = self.threadline_httpx if httpx_pool else self.threadline
-        client = self.threadline_cold if cold else client
-        result = await client.request().with_messages(history).with_prompt(prompt).run()
-        return result.text
-
-    async def threadline_complete_uncached(self, history: list[Message], prompt: str) -> str:
-        """A first request: ``history`` is new objects (never counted nor encoded), and
-        the JSON cache is new."""
-        self.cold_driver._message_json = MessageJSONCache()
-        return await self.threadline_complete(history, prompt, cold=True)
-
-    async def threadline_consume_stream(self, prompt: str) -> str:
-        pieces = []
-        request = self.threadline_stream.request().with_prompt(prompt)
-        async with request.stream() as events:
-            async for event in events:
-                if isinstance(event, TextDelta):
-                    pieces.append(event.text)
-                elif isinstance(event, FinalResult):
-                    assert event.result.text == "".join(pieces)
-        return "".join(pieces)
+    # threadline: ThreadlineCalls, as for every protocol
 
     # openai ---------------------------------------------------------------------------
 
