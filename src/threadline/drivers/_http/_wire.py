@@ -26,6 +26,7 @@ __all__ = [
     "NOT_JSON",
     "JSONCache",
     "MalformedResponse",
+    "arguments_object",
     "count_field",
     "encode_body",
     "json_kind",
@@ -44,6 +45,19 @@ DEFAULT_CACHE_MIN_MESSAGES = 64
 """The shortest history whose messages :class:`JSONCache` keeps: encoding fewer
 costs less than 0.2 ms a request, and keeping their JSON would double the
 memory a short conversation holds (each message's text a second time)."""
+
+
+def arguments_object(arguments: str) -> dict[str, Any] | None:
+    """A tool call's ``arguments`` as the JSON object they spell (``{}`` when empty);
+    ``None`` when they are not one: a reply cut off mid-arguments, which the
+    protocols that take an object (Anthropic's ``input``, Gemini's ``args``) get
+    as ``{}``."""
+    text = arguments.strip()
+    try:
+        value = json.loads(text) if text else {}
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 class MalformedResponse(Exception):

@@ -42,7 +42,12 @@ from threadline._replay import (
     replayed,
     window_start,
 )
-from threadline.drivers._http._wire import JSONCache, encode_body, without_system
+from threadline.drivers._http._wire import (
+    JSONCache,
+    arguments_object,
+    encode_body,
+    without_system,
+)
 from threadline.tools._output import OutputSchema
 from threadline.tools._tools import Tool
 
@@ -184,15 +189,11 @@ def _content_blocks(message: Message) -> list[bytes]:
 
 def _tool_input(call: ToolCall) -> bytes:
     """The call's arguments as the ``input`` object, their own bytes when they are one."""
-    text = call.arguments.strip()
-    try:
-        value = json.loads(text) if text else {}
-    except ValueError:
-        value = None
-    if not isinstance(value, dict):
+    if arguments_object(call.arguments) is None:
         # A reply cut off mid-arguments; the API takes only an object here.
         logger.debug("tool call %r: arguments are not a JSON object; sent as {}", call.id)
         return b"{}"
+    text = call.arguments.strip()
     return text.encode("utf-8") if text else b"{}"
 
 

@@ -42,7 +42,12 @@ import attrs
 from threadline._errors import InvalidRequestError
 from threadline._messages import ImagePart, Message, Role, TextPart, ToolCall
 from threadline._replay import ReplayRules, ReplayScope, replayed
-from threadline.drivers._http._wire import JSONCache, encode_body, without_system
+from threadline.drivers._http._wire import (
+    JSONCache,
+    arguments_object,
+    encode_body,
+    without_system,
+)
 
 __all__ = [
     "DUMMY_SIGNATURE",
@@ -166,12 +171,8 @@ def _user_parts(message: Message) -> list[bytes]:
 
 
 def _args(call: ToolCall) -> dict[str, Any]:
-    text = call.arguments.strip()
-    try:
-        value = json.loads(text) if text else {}
-    except ValueError:
-        value = None
-    if not isinstance(value, dict):
+    value = arguments_object(call.arguments)
+    if value is None:
         # A reply cut off mid-arguments; Gemini takes only an object here.
         logger.debug("tool call %r: arguments are not a JSON object; sent as {}", call.id)
         return {}
