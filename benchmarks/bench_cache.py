@@ -287,15 +287,28 @@ def _free_port() -> int:
 
 @contextlib.contextmanager
 def llama_server(
-    threads: int, context: int = SERVER_CONTEXT_TOKENS, slots: int = 1
+    threads: int,
+    context: int = SERVER_CONTEXT_TOKENS,
+    slots: int = 1,
+    train_context: int | None = None,
+    model: Path | None = None,
 ) -> Iterator[str]:
-    """Start ``llama-server`` on a free loopback port; yield its root URL."""
+    """Start ``llama-server`` on a free loopback port; yield its root URL.
+
+    ``train_context`` overrides the context length the model file declares, which
+    llama-server caps each slot at (8,192 for SmolLM2): a longer slot lets the
+    tool-heavy run use the budget it is measured at. Past its training length the
+    model's answers degrade, but what the cache holds does not depend on them.
+    ``model`` replaces SmolLM2's file (``--toy-weights``: see ``_toy_gguf.py``)."""
+    override = (
+        ("--override-kv", f"llama.context_length=int:{train_context}") if train_context else ()
+    )
     port = _free_port()
     root = f"http://127.0.0.1:{port}"
     log = Path(tempfile.mkdtemp(prefix="bench-cache-")) / "server.log"
     command = [
         str(_binary()),
-        *("-m", str(_gguf()), "--alias", MODEL_ALIAS, "--host", "127.0.0.1"),
+        *("-m", str(model or _gguf()), "--alias", MODEL_ALIAS, "--host", "127.0.0.1"),
         *(
             "--port",
             str(port),
@@ -311,6 +324,7 @@ def llama_server(
         # earlier one left (the same turns), so only the slot's own KV cache counts.
         *("--cache-ram", "0"),
         "--no-repack",  # no AMX buffers: the tests' reason (tests/integration/conftest.py)
+        *override,
     ]
     with log.open("wb") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
@@ -1011,6 +1025,20 @@ def main() -> None:
         help="tool-heavy: print the tables of a --rows file (a run finished or cut short)",
     )
     parser.add_argument(
+        "--toy-weights",
+        action="store_true",
+        help="tool-heavy: the server runs a two-layer model of random weights with "
+        "SmolLM2's tokenizer and template (same prompts, same slot cache, minutes not "
+        "hours; see _toy_gguf.py)",
+    )
+    parser.add_argument(
+        "--train-context",
+        type=int,
+        default=None,
+        help="tool-heavy: override the model's declared context length (llama-server "
+        "caps a slot at it; SmolLM2 declares 8,192)",
+    )
+    parser.add_argument(
         "--server-context",
         type=int,
         default=TOOL_SERVER_CONTEXT,
@@ -1066,6 +1094,12 @@ def tool_main(
         return
     with contextlib.ExitStack() as stack:
         root: str | None = None
+        toy: Path | None = None
+        if args.toy_weights and not args.simulate:
+            from _toy_gguf import write_toy_model
+
+            folder = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+            toy = write_toy_model(_gguf(), folder / "toy.gguf", args.server_context)
         if not args.simulate:
             root = args.base_url or stack.enter_context(
                 # A second slot only for the summarizer, so the conversation keeps its own
@@ -1074,6 +1108,8 @@ def tool_main(
                     args.threads,
                     args.server_context,
                     slots=2 if "summarize+default" in policies else 1,
+                    train_context=args.train_context,
+                    model=toy,
                 )
             )
         runs = anyio.run(
@@ -1088,7 +1124,13 @@ def tool_main(
                 rows=args.rows,
             )
         )
-    where = "stand-in slots (--simulate)" if args.simulate else "the llama.cpp server"
+    where = (
+        "stand-in slots (--simulate)"
+        if args.simulate
+        else "the llama.cpp server, toy weights (--toy-weights)"
+        if args.toy_weights
+        else "the llama.cpp server"
+    )
     print(f"on {where}")
     print(tool_table(runs, args.turns, budget))
     if args.json:
