@@ -153,9 +153,13 @@ class ReplayRules:
             fail("kept", "block types that blocks sends too", sorted(value))
 
     def opens_window(self, raw: bytes) -> bool:
-        """Whether ``raw``, state these rules send, holds a boundary block (see
-        :func:`window_start`). State that is not JSON holds none."""
-        return bool(self.boundary) and _holds(self.boundary, raw)
+        """Whether ``raw``, state these rules send, holds a boundary block that
+        carries something (see :func:`window_start`). State that is not JSON holds
+        none. A boundary block with nothing in it (Anthropic returns a
+        ``compaction`` block whose ``content`` is null when the summary failed,
+        and round-trips it as a no-op) stands for nothing: the window does not
+        open there, or the turns before it would reach the model as nothing."""
+        return bool(self.boundary) and _opens(self.boundary, raw)
 
     def check(self, raw: bytes, *, index: int) -> None:
         """Refuse ``raw`` unless it is state these rules may send (``index``: the
@@ -244,6 +248,34 @@ def _holds(kinds: frozenset[str], raw: bytes) -> bool:
     except (ValueError, RecursionError):
         return False
     return not kinds.isdisjoint(block_types(document))
+
+
+_ENVELOPE: Final = frozenset({"type", "id", "cache_control"})
+"""A block's fields that name or place it; the rest is what it carries."""
+
+
+def _opens(kinds: frozenset[str], raw: bytes) -> bool:
+    """Whether ``raw`` holds a block of one of ``kinds`` that carries something:
+    a field besides its envelope that is neither null nor empty (nor only spaces)."""
+    if not _holds(kinds, raw):
+        return False
+    document = _loads(raw)
+    listed = document if isinstance(document, list) else [document]
+    return any(
+        _block_type(block) in kinds and _carries(block)
+        for block in listed
+        if isinstance(block, dict)
+    )
+
+
+def _carries(block: dict[str, Any]) -> bool:
+    return any(not _empty(value) for key, value in block.items() if key not in _ENVELOPE)
+
+
+def _empty(value: object) -> bool:
+    if isinstance(value, str):
+        return not value.strip()
+    return value is None or (isinstance(value, list | dict) and not value)
 
 
 def block_types(document: object) -> list[str | None]:

@@ -112,6 +112,7 @@ async def test_applied_adds_one_event_and_later_calls_open_their_window_at_it(
         (None, "unsupported", "no native compaction"),
         (ProviderUnavailableError("overloaded"), "failed", "overloaded"),
         (compaction(json.dumps({"type": "other"})), "empty", "no compaction block"),
+        (compaction(json.dumps({"type": "window", "data": None})), "empty", "an empty one"),
         (compaction(provider="another:model"), "empty", "tagged 'another:model'"),
         (compaction(text="a summary in words"), "empty", "not a bare compaction"),
     ],

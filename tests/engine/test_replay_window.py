@@ -51,8 +51,33 @@ def test_a_boundary_must_be_a_block_the_rules_send() -> None:
     with pytest.raises(InvalidRequestError, match="boundary"):
         ReplayRules({"compaction"}, boundary="compaction")
     assert not RULES.opens_window(b'{"type": "reasoning"}')
-    assert RULES.opens_window(b'[{"type": "reasoning"}, {"type": "compaction"}]')
-    assert not ReplayRules({"compaction"}).opens_window(b'{"type": "compaction"}')
+    assert RULES.opens_window(b'[{"type": "reasoning"}, {"type": "compaction", "content": "s"}]')
+    assert not ReplayRules({"compaction"}).opens_window(b'{"type": "compaction", "content": "s"}')
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        {"type": "compaction"},
+        {"type": "compaction", "content": None},  # Anthropic's block when the summary failed
+        {"type": "compaction", "content": "  \n"},
+        {"type": "compaction", "id": "cmp_1", "encrypted_content": ""},
+        {"type": "compaction", "content": [], "cache_control": {"type": "ephemeral"}},
+    ],
+)
+def test_a_boundary_block_that_carries_nothing_opens_no_window(block: dict[str, object]) -> None:
+    # The turns before it would reach the model as nothing: a failed compaction is a no-op.
+    assert not RULES.opens_window(json.dumps(block).encode())
+    assert not RULES.opens_window(json.dumps([{"type": "reasoning"}, block]).encode())
+    assert RULES.opens_window(json.dumps([block, {"type": "compaction", "content": "s"}]).encode())
+
+
+async def test_a_failed_compaction_keeps_the_whole_history_sent() -> None:
+    driver = WindowDriver(["fine"])
+    failed = Reasoning(provider_reasoning='{"type": "compaction", "content": null}', provider=OURS)
+    history = [Message.user("q1"), Message.assistant("a1", reasoning=failed), Message.user("q2")]
+    await Client(driver, default_model=MODEL).request().with_messages(history).run()
+    assert [m.text for m in driver.calls[0].messages] == ["q1", "a1", "q2"]
 
 
 async def test_the_driver_is_handed_the_window_and_the_rest_is_kept() -> None:

@@ -116,5 +116,8 @@ def _unusable(response: ProviderResponse, driver: Driver, model: Model) -> str:
     if reasoning.provider != label_of(driver.name, model.name):
         return f"the compaction state is tagged {reasoning.provider!r}, not this driver and model"
     if not driver.replay_rules(model).opens_window(raw):
-        return "the driver's answer holds no compaction block (nothing its replay rules send)"
+        return (
+            "the driver's answer holds no compaction block with a summary "
+            "(none its replay rules send, or an empty one)"
+        )
     return ""

@@ -1,9 +1,10 @@
 """Anthropic's ``compaction`` block opens the sent window, whatever the transcript.
 
 For any transcript of turns whose assistant messages carry no state, thinking,
-this model's compaction block, or another model's: the run loop hands the
-driver the system messages and the messages from the latest block this model
-made on (everything when there is none), the driver called directly with the
+this model's compaction block, another model's, or one whose summary failed
+(``content`` null): the run loop hands the driver the system messages and the
+messages from the latest block this model made with a summary on (everything
+when there is none; a failed one opens nothing), the driver called directly with the
 whole transcript sends the same body, and no other model's block is ever sent.
 """
 
@@ -22,7 +23,7 @@ from threadline.engine._replay import sent_form
 
 MODEL = Model("claude-test", context_size=200_000)
 LABEL = "anthropic:claude-test"
-KINDS = ("none", "thinking", "ours", "theirs")
+KINDS = ("none", "thinking", "ours", "theirs", "failed")
 
 
 def assistant(turn: int, kind: str) -> Message:
@@ -32,6 +33,8 @@ def assistant(turn: int, kind: str) -> Message:
     block: dict[str, Any]
     if kind == "thinking":
         block = {"type": "thinking", "thinking": f"hmm {turn}", "signature": "sig"}
+    elif kind == "failed":  # the API's block when the summary failed: a no-op, round-tripped
+        block = {"type": "compaction", "content": None}
     else:
         block = {"type": "compaction", "content": f"summary {turn} by {kind}"}
     provider = "anthropic:other" if kind == "theirs" else LABEL
