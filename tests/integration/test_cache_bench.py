@@ -11,28 +11,20 @@ stay in the benchmark.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from benchmark_modules import load_benchmark
+
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
-BENCH = Path(__file__).parents[2] / "benchmarks" / "bench_cache.py"
 TURNS = 80
 SLIDING_TURNS = 30
 
 
 def bench_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_cache", BENCH)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_cache"] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("bench_cache")
 
 
 @pytest.fixture

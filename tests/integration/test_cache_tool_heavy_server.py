@@ -14,29 +14,21 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from benchmark_modules import load_benchmark
+
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
-BENCHMARKS = Path(__file__).parents[2] / "benchmarks"
 TURNS = 60
 POLICIES = ("clear+cache-stable", "cache-stable")
 
 
 def bench_module() -> ModuleType:
-    sys.path.insert(0, str(BENCHMARKS))  # bench_cache imports _toy_gguf beside it
-    spec = importlib.util.spec_from_file_location("bench_cache", BENCHMARKS / "bench_cache.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_cache"] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("bench_cache")
 
 
 @pytest.fixture

@@ -7,28 +7,19 @@ has its table. An empty answer counts as the turn's answer sent as it was.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from benchmark_modules import load_benchmark
 from threadline import Message, ToolCall
 
 pytestmark = pytest.mark.anyio
 
-BENCH = Path(__file__).parents[2] / "benchmarks" / "bench_cache.py"
-
 
 def bench_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_cache", BENCH)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_cache"] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("bench_cache")
 
 
 @pytest.fixture
