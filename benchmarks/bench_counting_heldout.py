@@ -12,7 +12,10 @@ docs/counting.md shows it: ``Agent`` + ``Conversation`` +
 ``Client(driver, calibration=TokenCalibration())``, with the output reserve at
 2% of the window and no exact counter, holds the 60-turn conversation of
 ``_heldout_conversation.py`` (twelve scripts and notations, a tool exchange
-every fourth turn).
+every fourth turn). Calibration's prior is measured over thirteen vocabularies,
+three of them families measured here (Llama 3's, Command-R's, DeepSeek's), so
+each family's calibration is made on the prior without its own vocabulary's
+row, which it then never saw (``--full-prior``: the prior users get).
 
 Per family it prints, against the provider's report of each call: the
 built-in o200k estimate's mean error (the baseline: what limiting would
@@ -45,6 +48,8 @@ from _heldout_families import FAMILIES, Family, Tokenizer, serve, vocab_dir
 
 from threadline import Agent, Client, Conversation, Model
 from threadline.counting import TokenCalibration
+from threadline.counting._calibration._priors import MEASURED
+from threadline.counting._calibration._token_calibration import calibration_without
 from threadline.drivers import OpenAIChatDriver
 
 WINDOW = 4096
@@ -129,6 +134,13 @@ class Summary:
         return found
 
 
+def held_out_calibration(family: Family) -> TokenCalibration:
+    """A new calibration whose prior never saw ``family``'s vocabulary: the prior is
+    measured over thirteen vocabularies (``_priors.MEASURED``), three of which are
+    families measured here, so each family is measured on the prior without its own."""
+    return calibration_without({family.vocabulary} & MEASURED.keys())
+
+
 def error(count: int | None, reported: int) -> float:
     return 0.0 if count is None else (count - reported) / reported
 
@@ -142,7 +154,8 @@ async def converse(
     calibration: TokenCalibration | None = None,
 ) -> Summary:
     """Hold the conversation's first ``turns`` turns with ``family``'s provider (with
-    ``calibration``, that one: a new one otherwise)."""
+    ``calibration``, that one: otherwise a new one whose prior never saw the family's
+    vocabulary, :func:`held_out_calibration`)."""
     started = time.monotonic()
     reserve = math.ceil(RESERVE_SHARE * window)
     budget = window - reserve
@@ -151,7 +164,7 @@ async def converse(
     with serve(tokenizer, window, _script(TURNS[:turns])) as provider:
         async with OpenAIChatDriver(provider.url, api_key="not-needed", max_retries=0) as driver:
             agent = Agent(
-                Client(driver, calibration=calibration or TokenCalibration()),
+                Client(driver, calibration=calibration or held_out_calibration(family)),
                 model=Model(f"heldout-{family.name}", context_size=window),
                 instructions=SYSTEM,
                 tools=[get_weather, lookup_tool],
@@ -228,13 +241,22 @@ def table(summaries: Sequence[Summary]) -> str:
 
 
 async def measure(
-    families: Sequence[Family], turns: int, window: int, progress: bool = False
+    families: Sequence[Family],
+    turns: int,
+    window: int,
+    progress: bool = False,
+    full_prior: bool = False,
 ) -> list[Summary]:
+    """Every family's summary, each on the prior without its own vocabulary (with
+    ``full_prior``, on the prior users get, which may hold it)."""
     directory = vocab_dir(families)
     summaries = []
     for family in families:
         tokenizer = Tokenizer(family, directory)
-        summaries.append(await converse(family, tokenizer, turns, window, progress))
+        calibration = TokenCalibration() if full_prior else None
+        summaries.append(
+            await converse(family, tokenizer, turns, window, progress, calibration=calibration)
+        )
     return summaries
 
 
@@ -244,12 +266,19 @@ def main() -> int:
     parser.add_argument("--turns", type=int, default=len(TURNS))
     parser.add_argument("--window", type=int, default=WINDOW)
     parser.add_argument("--progress", action="store_true")
+    parser.add_argument(
+        "--full-prior",
+        action="store_true",
+        help="the prior users get (default: each family on the prior without its vocabulary)",
+    )
     args = parser.parse_args()
     chosen = FAMILIES
     if args.families:
         names = {n.strip().lower() for n in args.families.split(",")}
         chosen = tuple(f for f in FAMILIES if f.name.lower() in names)
-    summaries = anyio.run(measure, chosen, args.turns, args.window, args.progress)
+    summaries = anyio.run(
+        measure, chosen, args.turns, args.window, args.progress, args.full_prior
+    )
     print(table(summaries))
     failures = [f for s in summaries for f in s.failures()]
     for s in summaries:
