@@ -96,11 +96,41 @@ def _script(turns: Sequence[Turn]) -> Any:
     return answer
 
 
+class DecidingCalibration(TokenCalibration):
+    """A calibration that also keeps, for every report, the count its fit gave the
+    reported prompt at the bound (``deciding``): what limiting decided with, on every
+    call, since a transcript is sent whole only when it fits the budget at the bound.
+    A round shows its fitted price instead when it fits (``calibrated_input_tokens``);
+    the targets are on that one. ``None`` before a fit (the count shown decided)."""
+
+    __slots__ = ("_tools", "deciding")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._tools: tuple[Any, ...] = ()
+        self.deciding: list[int | None] = []
+
+    def estimate(
+        self, model: str, counter: Any, transcript: Any, tools: Any = (), **kw: Any
+    ) -> Any:
+        self._tools = tuple(tools)
+        return super().estimate(model, counter, transcript, tools, **kw)
+
+    def observe(self, model: str, **kw: Any) -> float | None:
+        sent, counter, tools = kw.get("sent"), kw.get("counter"), kw.get("tools", ())
+        bound = None
+        if sent is not None and counter is not None and self.fitted(model, tools) is not None:
+            bound = super().estimate(model, counter, sent, self._tools).count(sent, self._tools)
+        self.deciding.append(bound)
+        return super().observe(model, **kw)
+
+
 @attrs.define(kw_only=True)
 class Call:
     turn: int
     estimated: int
     calibrated: int | None
+    deciding: int | None
     reported: int
     after_cut: bool
 
@@ -114,6 +144,8 @@ class Summary:
     within: float
     worst_under: float
     worst_over: float
+    deciding_worst_under: float
+    """The count at the bound, what limiting decided with: its worst under (no target)."""
     refused: int
     kept: float | None
     seconds: float
@@ -134,11 +166,13 @@ class Summary:
         return found
 
 
-def held_out_calibration(family: Family) -> TokenCalibration:
+def held_out_calibration(family: Family) -> DecidingCalibration:
     """A new calibration whose prior never saw ``family``'s vocabulary: the prior is
     measured over thirteen vocabularies (``_priors.MEASURED``), three of which are
     families measured here, so each family is measured on the prior without its own."""
-    return calibration_without({family.vocabulary} & MEASURED.keys())
+    calibration = DecidingCalibration()
+    calibration_without({family.vocabulary} & MEASURED.keys(), calibration)
+    return calibration
 
 
 def error(count: int | None, reported: int) -> float:
@@ -151,7 +185,7 @@ async def converse(
     turns: int,
     window: int,
     progress: bool = False,
-    calibration: TokenCalibration | None = None,
+    calibration: DecidingCalibration | None = None,
 ) -> Summary:
     """Hold the conversation's first ``turns`` turns with ``family``'s provider (with
     ``calibration``, that one: otherwise a new one whose prior never saw the family's
@@ -161,10 +195,11 @@ async def converse(
     budget = window - reserve
     calls: list[Call] = []
     cut = False
+    calibration = calibration or held_out_calibration(family)
     with serve(tokenizer, window, _script(TURNS[:turns])) as provider:
         async with OpenAIChatDriver(provider.url, api_key="not-needed", max_retries=0) as driver:
             agent = Agent(
-                Client(driver, calibration=calibration or held_out_calibration(family)),
+                Client(driver, calibration=calibration),
                 model=Model(f"heldout-{family.name}", context_size=window),
                 instructions=SYSTEM,
                 tools=[get_weather, lookup_tool],
@@ -182,6 +217,7 @@ async def converse(
                                 turn=number,
                                 estimated=record.estimated_input_tokens,
                                 calibrated=record.calibrated_input_tokens,
+                                deciding=calibration.deciding[len(calls)],
                                 reported=record.reported_input_tokens,
                                 after_cut=cut,
                             )
@@ -202,6 +238,11 @@ def summarize(
 ) -> Summary:
     builtin = [error(c.estimated, c.reported) for c in calls]
     later = [error(c.calibrated, c.reported) for c in calls if c.turn > CALIBRATION_TURNS]
+    deciding = [
+        error(c.calibrated if c.deciding is None else c.deciding, c.reported)
+        for c in calls
+        if c.turn > CALIBRATION_TURNS
+    ]
     kept = [c.reported / budget for c in calls if c.after_cut]
     return Summary(
         family=family,
@@ -211,6 +252,7 @@ def summarize(
         within=sum(abs(e) <= WITHIN for e in later) / max(1, len(later)),
         worst_under=min(later, default=0.0),
         worst_over=max(later, default=0.0),
+        deciding_worst_under=min(deciding, default=0.0),
         refused=refused,
         kept=sum(kept) / len(kept) if kept else None,
         seconds=seconds,
@@ -227,15 +269,16 @@ def table(summaries: Sequence[Summary]) -> str:
     """The docs table: one line per family."""
     lines = [
         "| family | tuned on | calls | o200k estimate: mean error | calibrated within 3% "
-        "(from turn 4) | worst under | worst over | refused | kept after the first cut |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "(from turn 4) | worst under | worst over | at the bound, what decided: worst under "
+        "| refused | kept after the first cut |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for s in summaries:
         kept = "no cut" if s.kept is None else f"{s.kept:.0%}"
         lines.append(
             f"| {s.family.name} | {_split(s.family)} | {s.calls} | "
             f"{s.builtin_mean:+.0%} | {s.within:.0%} | {s.worst_under:+.1%} | "
-            f"{s.worst_over:+.1%} | {s.refused} | {kept} |"
+            f"{s.worst_over:+.1%} | {s.deciding_worst_under:+.1%} | {s.refused} | {kept} |"
         )
     return "\n".join(lines)
 
@@ -253,7 +296,7 @@ async def measure(
     summaries = []
     for family in families:
         tokenizer = Tokenizer(family, directory)
-        calibration = TokenCalibration() if full_prior else None
+        calibration = DecidingCalibration() if full_prior else None
         summaries.append(
             await converse(family, tokenizer, turns, window, progress, calibration=calibration)
         )
@@ -276,9 +319,7 @@ def main() -> int:
     if args.families:
         names = {n.strip().lower() for n in args.families.split(",")}
         chosen = tuple(f for f in FAMILIES if f.name.lower() in names)
-    summaries = anyio.run(
-        measure, chosen, args.turns, args.window, args.progress, args.full_prior
-    )
+    summaries = anyio.run(measure, chosen, args.turns, args.window, args.progress, args.full_prior)
     print(table(summaries))
     failures = [f for s in summaries for f in s.failures()]
     for s in summaries:

@@ -150,8 +150,9 @@ def test_a_prior_refuses_a_vocabulary_it_never_measured() -> None:
 
 def test_a_calibration_without_a_vocabulary_fits_from_the_prior_without_it() -> None:
     sent = [Message.user(ENGLISH[1])], [Message.user(ENGLISH[1]), Message.user(RUSSIAN[0])]
-    calibrations = TokenCalibration(min_estimated_tokens=0), calibration_without(
-        {"SmolLM2"}, min_estimated_tokens=0
+    calibrations = (
+        TokenCalibration(min_estimated_tokens=0),
+        calibration_without({"SmolLM2"}, TokenCalibration(min_estimated_tokens=0)),
     )
     for calibration in calibrations:
         for prompt, reported in zip(sent, (30, 90), strict=True):
@@ -169,6 +170,8 @@ def test_a_calibration_without_a_vocabulary_fits_from_the_prior_without_it() -> 
     assert full.posterior == fit(observed)
     assert held_out.posterior == fit(observed, Posterior.prior(excluding={"SmolLM2"}))
     assert held_out.posterior != full.posterior
+    with pytest.raises(ValueError, match="learned already"):
+        calibration_without({"SmolLM2"}, calibrations[0])  # its fit was on the full prior
 
 
 TRUTH = {"framing": 2.5, "latin": 1.05, "cyrillic": 3.0, "cjk": 1.5, "arabic": 2.0}

@@ -462,16 +462,20 @@ class TokenCalibration:
 
 
 def calibration_without(
-    vocabularies: Collection[str], *, min_estimated_tokens: int = DEFAULT_MIN_ESTIMATED_TOKENS
+    vocabularies: Collection[str], calibration: TokenCalibration | None = None
 ) -> TokenCalibration:
-    """A :class:`TokenCalibration` whose prior is measured without ``vocabularies``
-    (names of :data:`~._priors.MEASURED` rows): how ``bench_counting_heldout.py``
-    measures a family on a prior that never saw its vocabulary.
+    """``calibration`` (a new :class:`TokenCalibration` by default), its prior measured
+    without ``vocabularies`` (names of :data:`~._priors.MEASURED` rows): how
+    ``bench_counting_heldout.py`` measures a family on a prior that never saw its
+    vocabulary.
 
     Raises:
-        ValueError: a name that is not a measured vocabulary's.
+        ValueError: a name that is not a measured vocabulary's, or a calibration that
+            has learned something already (on the prior it had).
     """
-    calibration = TokenCalibration(min_estimated_tokens=min_estimated_tokens)
+    calibration = TokenCalibration() if calibration is None else calibration
+    if calibration._observed or calibration._priors:
+        raise ValueError("the calibration has learned already: give a new one")
     calibration._prior = Posterior.prior(excluding=vocabularies)
     return calibration
 
