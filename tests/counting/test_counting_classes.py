@@ -15,7 +15,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from threadline import Agent, Client, Conversation, InvalidRequestError, Message, Model, ToolCall
-from threadline._messages import Role
 from threadline._provider import ProviderCall, ProviderResponse
 from threadline.counting import BuiltinTokenCounter, TokenCalibration
 
@@ -34,7 +33,7 @@ from threadline.counting._calibration._priors import (
     PRIOR_SLOPES,
     prior_of,
 )
-from threadline.counting._calibration._slopes import Posterior, SlopeFit, fit
+from threadline.counting._calibration._slopes import Posterior, fit
 from threadline.counting._calibration._token_calibration import calibration_without
 from threadline.testing import ScriptedDriver
 
@@ -373,73 +372,6 @@ def test_a_class_priced_from_the_report_leans_towards_too_many() -> None:
     # Near it, the bound.
     near = calibration.estimate("m", COUNTER, [*sent, added], budget=70)
     assert near.count([*sent, added]) == 60 + math.ceil(high)
-
-
-def dropping_template(messages: list[Message]) -> int:
-    """A template like Mistral's: 40 tokens of system prompt, 5 per message and 1.1 per
-    o200k token of text, the system prompt left out when a tool result ends the prompt."""
-    counts = transcript_classes(COUNTER, messages)
-    text = sum(counts[CLASSES.index(name)] for name in SCRIPTS)
-    tools = counts[CLASSES.index("tool")] + counts[CLASSES.index("tool_result")]
-    system = 0 if messages[-1].role is Role.TOOL else 40
-    return round(system + 5 * len(messages) + 1.1 * text + tools)
-
-
-def test_a_transcript_is_priced_from_the_last_report_that_ended_as_it_does() -> None:
-    calibration = TokenCalibration(min_estimated_tokens=0)
-    messages: list[Message] = []
-    call = ToolCall(id="call00001", name="lookup", arguments='{"query": "old town"}')
-    turns = [
-        [Message.user(text), Message.assistant(f"Answer {n}.")] for n, text in enumerate(ENGLISH)
-    ]
-    tool_round = [Message.assistant(tool_calls=[call]), Message.tool("call00001", "Bridges: 12.")]
-    for added in [*turns, tool_round]:
-        messages += added if added is tool_round else added[:1]
-        calibration.observe(
-            "m",
-            estimated_tokens=COUNTER.count(messages),
-            reported_tokens=dropping_template(messages),
-            sent=list(messages),
-            counter=COUNTER,
-        )
-        messages += [] if added is tool_round else added[1:]
-    fitted = calibration.fitted("m")
-    assert fitted is not None
-    assert fitted.anchor[-1].role is Role.TOOL  # the latest report ended with the result
-    user_ended = messages[: -len(tool_round) - 1]
-    messages += [Message.assistant("Twelve."), Message.user("And the oldest one?")]
-    counted = calibration.estimate("m", COUNTER, messages, budget=100_000).count(messages)
-    # Priced from the last report that ended with a user's prompt, as this one does, not
-    # from the latest: that one lacks the 40 tokens of system prompt this one has again.
-    same = SlopeFit.of_report(
-        fitted.posterior,
-        user_ended,
-        dropping_template(user_ended),
-        transcript_classes(COUNTER, user_ended),
-    )
-    assert counted == same.counter(COUNTER, (), bound=False).count(messages)
-    assert counted >= 0.97 * dropping_template(messages)
-    latest = fitted.counter(COUNTER, (), bound=False).count(messages)
-    assert latest < 0.9 * dropping_template(messages)
-    # A saved fit prices a resumed conversation's first turn, which ends with a prompt.
-    saved = calibration.saved_of("m")["m"]
-    assert isinstance(saved, dict)
-    assert saved["intercept"] == pytest.approx(same.intercept)
-    assert saved["intercept"] > fitted.intercept + 30
-
-
-def test_a_step_is_never_taken_across_prompt_endings() -> None:
-    reports = synthetic(0)
-    ends = ["tool" if index % 3 == 2 else "user" for index in range(len(reports))]
-    # The template leaves 60 tokens out of every prompt that ends with a tool result.
-    shifted = [(c, r - 60 * (e == "tool")) for (c, r), e in zip(reports, ends, strict=True)]
-    alike = fit(shifted, ends=ends)
-    assert alike == fit(reports, ends=ends)  # the left-out part cancels in every step
-    for name in ("cyrillic", "cjk", "arabic"):
-        assert alike.slopes[CLASSES.index(name)] == pytest.approx(TRUTH[name], rel=0.1)
-    # Taken across endings, the steps would hold a change no class prices.
-    across = fit(shifted)
-    assert across.noise > 4 * alike.noise
 
 
 @pytest.mark.anyio

@@ -31,8 +31,9 @@ same fit.
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Collection, Hashable, Sequence
+from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Final
 
 import attrs
@@ -268,16 +269,12 @@ class SlopeFit:
 
 
 def fit(
-    observations: Sequence[tuple[ClassCounts, int]],
-    prior: Posterior | None = None,
-    *,
-    ends: Sequence[Hashable] | None = None,
+    observations: Sequence[tuple[ClassCounts, int]], prior: Posterior | None = None
 ) -> Posterior:
     """The slopes that best explain ``observations`` (class counts, reported tokens, in
     the order reported), their covariance and the noise per token: a Bayesian linear
     regression whose prior is ``prior`` (default :meth:`Posterior.prior`; a saved fit
-    when one was restored). Slopes are never below 0. ``ends`` says what each report's
-    prompt ended with (all alike when not given).
+    when one was restored). Slopes are never below 0.
 
     A report is the sum of every message's cost, and each message's cost departs
     from any linear model in its own way (a tokenizer's merges, a template's
@@ -288,14 +285,9 @@ def fit(
     its size). A tool result's price is a product (its scripts' slopes times the
     ``tool_result`` slope), so the regression is made twice, the second time
     around the first one's slopes (a Gauss-Newton step).
-
-    A template's fixed part can depend on how the prompt ends (Mistral's moves the
-    system message into the last user message, and leaves it out when a tool result
-    ends the prompt), so a step is taken from the last report whose prompt ended
-    alike, never across endings: no class prices that change.
     """
     prior = Posterior.prior() if prior is None else prior
-    steps = _steps(observations, ends)
+    steps = _steps(observations)
     if not steps:
         return prior
     around = prior.slopes
@@ -351,20 +343,12 @@ def _regress(
 
 
 def _steps(
-    observations: Sequence[tuple[ClassCounts, int]], ends: Sequence[Hashable] | None = None
+    observations: Sequence[tuple[ClassCounts, int]],
 ) -> list[tuple[list[int], int, float]]:
-    """Each report less the last one before it whose prompt ended alike (by ``ends``):
-    the change of the class counts, of the reported tokens, and the step's weight (one
-    over the tokens changed)."""
+    """Each report less the one before: the change of the class counts, of the
+    reported tokens, and the step's weight (one over the tokens changed)."""
     steps = []
-    last: dict[Hashable, tuple[ClassCounts, int]] = {}
-    for index, (after, now) in enumerate(observations):
-        end = None if ends is None else ends[index]
-        found = last.get(end)
-        last[end] = (after, now)
-        if found is None:
-            continue
-        before, was = found
+    for (before, was), (after, now) in itertools.pairwise(observations):
         change = [a - b for a, b in zip(after, before, strict=True)]
         moved = sum(map(abs, change[:_SIZE]))
         if moved:

@@ -47,7 +47,6 @@ from typing import TYPE_CHECKING
 import attrs
 
 from threadline._errors import InvalidRequestError
-from threadline._messages import Role
 from threadline._validate import fail, non_negative_int
 from threadline.counting._anchored import AnchoredCounter, message_key
 from threadline.counting._calibration._bounds import (
@@ -110,15 +109,6 @@ larger prompt; and a ratio that only ratchets up would keep that noise.
 """
 
 
-Ending = Role | None
-"""What a prompt ends with: its last message's role (``None`` for no message)."""
-
-
-def ending(messages: Sequence[Message]) -> Ending:
-    """What ``messages`` end with: a user's prompt, a tool result, ..."""
-    return messages[-1].role if messages else None
-
-
 def calibration_key(model: str, tools: Iterable[str] = ()) -> str:
     """Where a calibration keeps the ratio of ``model`` sent with the tools named ``tools``:
     the model's name, or ``"model [tools: a, b]"``."""
@@ -173,7 +163,6 @@ class TokenCalibration:
 
     __slots__ = (
         "_below",
-        "_ends",
         "_fits",
         "_last",
         "_lock",
@@ -195,13 +184,9 @@ class TokenCalibration:
         self._ratios: dict[str, float] = {}
         # The last report per key, with the prompt it counted: (messages, tokens).
         self._last: dict[str, tuple[tuple[Message, ...], int]] = {}
-        # Per key: the reports by class with what their prompt ended with (the latest
-        # MAX_OBSERVATIONS), and their fit, which prices from the latest report.
-        self._observed: dict[str, list[tuple[ClassCounts, int, Ending]]] = {}
+        # Per key: the reports by class (the latest MAX_OBSERVATIONS), and their fit.
+        self._observed: dict[str, list[tuple[ClassCounts, int]]] = {}
         self._fits: dict[str, SlopeFit] = {}
-        # Per key and ending, the last report whose prompt ended so: a transcript is
-        # priced from the one that ends as it does (a template's fixed part may not).
-        self._ends: dict[str, dict[Ending, tuple[tuple[Message, ...], int, ClassCounts]]] = {}
         # Per key, the fit a saved document held: what later fits are pulled towards;
         # any other key's fits are pulled towards the measured prior.
         self._priors: dict[str, Posterior] = {}
@@ -238,8 +223,7 @@ class TokenCalibration:
         own and of its tool sets, the ratio, with the fit by class where there is one."""
         saved: dict[str, SavedEntry] = {}
         for key, ratio in self.ratios_of(model).items():
-            # A resumed conversation's first turn ends with the user's prompt.
-            fitted = self._fit_for(key, Role.USER)
+            fitted = self._fits.get(key)
             if fitted is None:
                 saved[key] = ratio
                 continue
@@ -329,9 +313,7 @@ class TokenCalibration:
     ) -> float:
         """What the calibration prices a prompt at: by its fit, or the estimate times the
         ratio (the estimate itself before any report)."""
-        fitted = (
-            None if sent is None else self._fit_for(calibration_key(model, tools), ending(sent))
-        )
+        fitted = self._fits.get(calibration_key(model, tools))
         if fitted is not None and sent is not None and counter is not None:
             counts = transcript_classes(counter, sent)
             price = fitted.intercept + price_of(counts, fitted.slopes)
@@ -392,18 +374,15 @@ class TokenCalibration:
     ) -> None:
         """Fit the slopes of ``key`` again with one more report (see ``_slopes``)."""
         counts = transcript_classes(counter, sent)
-        end = ending(sent)
         with self._lock:
             observed = self._observed.setdefault(key, [])
-            observed.append((counts, reported_tokens, end))
+            observed.append((counts, reported_tokens))
             del observed[:-MAX_OBSERVATIONS]
-            self._ends.setdefault(key, {})[end] = (sent, reported_tokens, counts)
             if len(observed) >= MIN_FIT_REPORTS or key in self._priors:
                 prior = self._priors.get(key, self._prior)
                 before = self._fits.get(key)
                 previous = before.posterior if before is not None else prior
-                reports = [(c, r) for c, r, _ in observed]
-                found = fit(reports, prior, ends=[e for _, _, e in observed])
+                found = fit(observed, prior)
                 slopes = bounded_slopes(found.slopes, previous.slopes)
                 posterior = attrs.evolve(found, slopes=slopes)
                 self._fits[key] = SlopeFit.of_report(posterior, sent, reported_tokens, counts)
@@ -412,15 +391,6 @@ class TokenCalibration:
         """The slopes fitted for ``model`` sent with the tools named ``tools``, and the
         report they price from; ``None`` before a report with its prompt's counter."""
         return self._fits.get(calibration_key(model, tools))
-
-    def _fit_for(self, key: str, end: Ending) -> SlopeFit | None:
-        """The fit of ``key`` pricing from the last report whose prompt ended with
-        ``end`` (from the last report when none did)."""
-        fitted = self._fits.get(key)
-        found = self._ends.get(key, {}).get(end)
-        if fitted is None or found is None or found[0] is fitted.anchor:
-            return fitted
-        return SlopeFit.of_report(fitted.posterior, *found)
 
     def estimate(
         self,
@@ -443,7 +413,7 @@ class TokenCalibration:
         fitted price, the likeliest count, is the one given.
         """
         names = [t.name for t in tools]
-        fitted = self._fit_for(calibration_key(model, names), ending(transcript))
+        fitted = self._fits.get(calibration_key(model, names))
         if fitted is not None:
             bound = fitted.counter(counter, tools)
             if budget is not None and bound.count(transcript, tools) <= budget:
