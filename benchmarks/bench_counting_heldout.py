@@ -20,8 +20,11 @@ row, which it then never saw (``--full-prior``: the prior users get).
 Per family it prints, against the provider's report of each call: the
 built-in o200k estimate's mean error (the baseline: what limiting would
 decide on without calibration), and the calibrated estimate's share within
-3% from turn 4, its worst under and over; the requests the provider refused;
-and, after the first cut, the history kept as a share of the prompt budget.
+3% from turn 4, its worst under and over (the count each round shows: the
+fitted price where the transcript fits the budget even at the bound); the
+worst under of the count that decided (at the bound, :class:`DecidingCalibration`;
+no target); the requests the provider refused; and, after the first cut, the
+history kept as a share of the prompt budget.
 
 Targets, per family: from turn 4 the calibrated estimate within 3% on at
 least 95% of calls and never more than 3% under; 0 refused; after the first
