@@ -54,6 +54,11 @@ class Family:
     frozen: bool = False
     """Added after the calibration's model was frozen: nobody saw its numbers before."""
 
+    @property
+    def vocabulary(self) -> str:
+        """The vocabulary's name, as calibration's measured priors name it (``llama-bpe``)."""
+        return self.vocab.removeprefix("ggml-vocab-").removesuffix(".gguf")
+
 
 FAMILIES: tuple[Family, ...] = (
     Family(

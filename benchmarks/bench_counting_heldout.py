@@ -12,13 +12,19 @@ docs/counting.md shows it: ``Agent`` + ``Conversation`` +
 ``Client(driver, calibration=TokenCalibration())``, with the output reserve at
 2% of the window and no exact counter, holds the 60-turn conversation of
 ``_heldout_conversation.py`` (twelve scripts and notations, a tool exchange
-every fourth turn).
+every fourth turn). Calibration's prior is measured over thirteen vocabularies,
+three of them families measured here (Llama 3's, Command-R's, DeepSeek's), so
+each family's calibration is made on the prior without its own vocabulary's
+row, which it then never saw (``--full-prior``: the prior users get).
 
 Per family it prints, against the provider's report of each call: the
 built-in o200k estimate's mean error (the baseline: what limiting would
 decide on without calibration), and the calibrated estimate's share within
-3% from turn 4, its worst under and over; the requests the provider refused;
-and, after the first cut, the history kept as a share of the prompt budget.
+3% from turn 4, its worst under and over (the count each round shows: the
+fitted price where the transcript fits the budget even at the bound); the
+worst under of the count that decided (at the bound, :class:`DecidingCalibration`;
+no target); the requests the provider refused; and, after the first cut, the
+history kept as a share of the prompt budget.
 
 Targets, per family: from turn 4 the calibrated estimate within 3% on at
 least 95% of calls and never more than 3% under; 0 refused; after the first
@@ -45,6 +51,8 @@ from _heldout_families import FAMILIES, Family, Tokenizer, serve, vocab_dir
 
 from threadline import Agent, Client, Conversation, Model
 from threadline.counting import TokenCalibration
+from threadline.counting._calibration._priors import MEASURED
+from threadline.counting._calibration._token_calibration import calibration_without
 from threadline.drivers import OpenAIChatDriver
 
 WINDOW = 4096
@@ -91,11 +99,41 @@ def _script(turns: Sequence[Turn]) -> Any:
     return answer
 
 
+class DecidingCalibration(TokenCalibration):
+    """A calibration that also keeps, for every report, the count its fit gave the
+    reported prompt at the bound (``deciding``): what limiting decided with, on every
+    call, since a transcript is sent whole only when it fits the budget at the bound.
+    A round shows its fitted price instead when it fits (``calibrated_input_tokens``);
+    the targets are on that one. ``None`` before a fit (the count shown decided)."""
+
+    __slots__ = ("_tools", "deciding")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._tools: tuple[Any, ...] = ()
+        self.deciding: list[int | None] = []
+
+    def estimate(
+        self, model: str, counter: Any, transcript: Any, tools: Any = (), **kw: Any
+    ) -> Any:
+        self._tools = tuple(tools)
+        return super().estimate(model, counter, transcript, tools, **kw)
+
+    def observe(self, model: str, **kw: Any) -> float | None:
+        sent, counter, tools = kw.get("sent"), kw.get("counter"), kw.get("tools", ())
+        bound = None
+        if sent is not None and counter is not None and self.fitted(model, tools) is not None:
+            bound = super().estimate(model, counter, sent, self._tools).count(sent, self._tools)
+        self.deciding.append(bound)
+        return super().observe(model, **kw)
+
+
 @attrs.define(kw_only=True)
 class Call:
     turn: int
     estimated: int
     calibrated: int | None
+    deciding: int | None
     reported: int
     after_cut: bool
 
@@ -109,6 +147,8 @@ class Summary:
     within: float
     worst_under: float
     worst_over: float
+    deciding_worst_under: float
+    """The count at the bound, what limiting decided with: its worst under (no target)."""
     refused: int
     kept: float | None
     seconds: float
@@ -129,6 +169,15 @@ class Summary:
         return found
 
 
+def held_out_calibration(family: Family) -> DecidingCalibration:
+    """A new calibration whose prior never saw ``family``'s vocabulary: the prior is
+    measured over thirteen vocabularies (``_priors.MEASURED``), three of which are
+    families measured here, so each family is measured on the prior without its own."""
+    calibration = DecidingCalibration()
+    calibration_without({family.vocabulary} & MEASURED.keys(), calibration)
+    return calibration
+
+
 def error(count: int | None, reported: int) -> float:
     return 0.0 if count is None else (count - reported) / reported
 
@@ -139,19 +188,21 @@ async def converse(
     turns: int,
     window: int,
     progress: bool = False,
-    calibration: TokenCalibration | None = None,
+    calibration: DecidingCalibration | None = None,
 ) -> Summary:
     """Hold the conversation's first ``turns`` turns with ``family``'s provider (with
-    ``calibration``, that one: a new one otherwise)."""
+    ``calibration``, that one: otherwise a new one whose prior never saw the family's
+    vocabulary, :func:`held_out_calibration`)."""
     started = time.monotonic()
     reserve = math.ceil(RESERVE_SHARE * window)
     budget = window - reserve
     calls: list[Call] = []
     cut = False
+    calibration = calibration or held_out_calibration(family)
     with serve(tokenizer, window, _script(TURNS[:turns])) as provider:
         async with OpenAIChatDriver(provider.url, api_key="not-needed", max_retries=0) as driver:
             agent = Agent(
-                Client(driver, calibration=calibration or TokenCalibration()),
+                Client(driver, calibration=calibration),
                 model=Model(f"heldout-{family.name}", context_size=window),
                 instructions=SYSTEM,
                 tools=[get_weather, lookup_tool],
@@ -169,6 +220,7 @@ async def converse(
                                 turn=number,
                                 estimated=record.estimated_input_tokens,
                                 calibrated=record.calibrated_input_tokens,
+                                deciding=calibration.deciding[len(calls)],
                                 reported=record.reported_input_tokens,
                                 after_cut=cut,
                             )
@@ -189,6 +241,11 @@ def summarize(
 ) -> Summary:
     builtin = [error(c.estimated, c.reported) for c in calls]
     later = [error(c.calibrated, c.reported) for c in calls if c.turn > CALIBRATION_TURNS]
+    deciding = [
+        error(c.calibrated if c.deciding is None else c.deciding, c.reported)
+        for c in calls
+        if c.turn > CALIBRATION_TURNS
+    ]
     kept = [c.reported / budget for c in calls if c.after_cut]
     return Summary(
         family=family,
@@ -198,6 +255,7 @@ def summarize(
         within=sum(abs(e) <= WITHIN for e in later) / max(1, len(later)),
         worst_under=min(later, default=0.0),
         worst_over=max(later, default=0.0),
+        deciding_worst_under=min(deciding, default=0.0),
         refused=refused,
         kept=sum(kept) / len(kept) if kept else None,
         seconds=seconds,
@@ -214,27 +272,37 @@ def table(summaries: Sequence[Summary]) -> str:
     """The docs table: one line per family."""
     lines = [
         "| family | tuned on | calls | o200k estimate: mean error | calibrated within 3% "
-        "(from turn 4) | worst under | worst over | refused | kept after the first cut |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "(from turn 4) | worst under | worst over | at the bound, what decided: worst under "
+        "| refused | kept after the first cut |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for s in summaries:
         kept = "no cut" if s.kept is None else f"{s.kept:.0%}"
         lines.append(
             f"| {s.family.name} | {_split(s.family)} | {s.calls} | "
             f"{s.builtin_mean:+.0%} | {s.within:.0%} | {s.worst_under:+.1%} | "
-            f"{s.worst_over:+.1%} | {s.refused} | {kept} |"
+            f"{s.worst_over:+.1%} | {s.deciding_worst_under:+.1%} | {s.refused} | {kept} |"
         )
     return "\n".join(lines)
 
 
 async def measure(
-    families: Sequence[Family], turns: int, window: int, progress: bool = False
+    families: Sequence[Family],
+    turns: int,
+    window: int,
+    progress: bool = False,
+    full_prior: bool = False,
 ) -> list[Summary]:
+    """Every family's summary, each on the prior without its own vocabulary (with
+    ``full_prior``, on the prior users get, which may hold it)."""
     directory = vocab_dir(families)
     summaries = []
     for family in families:
         tokenizer = Tokenizer(family, directory)
-        summaries.append(await converse(family, tokenizer, turns, window, progress))
+        calibration = DecidingCalibration() if full_prior else None
+        summaries.append(
+            await converse(family, tokenizer, turns, window, progress, calibration=calibration)
+        )
     return summaries
 
 
@@ -244,12 +312,17 @@ def main() -> int:
     parser.add_argument("--turns", type=int, default=len(TURNS))
     parser.add_argument("--window", type=int, default=WINDOW)
     parser.add_argument("--progress", action="store_true")
+    parser.add_argument(
+        "--full-prior",
+        action="store_true",
+        help="the prior users get (default: each family on the prior without its vocabulary)",
+    )
     args = parser.parse_args()
     chosen = FAMILIES
     if args.families:
         names = {n.strip().lower() for n in args.families.split(",")}
         chosen = tuple(f for f in FAMILIES if f.name.lower() in names)
-    summaries = anyio.run(measure, chosen, args.turns, args.window, args.progress)
+    summaries = anyio.run(measure, chosen, args.turns, args.window, args.progress, args.full_prior)
     print(table(summaries))
     failures = [f for s in summaries for f in s.failures()]
     for s in summaries:

@@ -27,8 +27,14 @@ from threadline.counting._calibration._classes import (
     message_classes,
     transcript_classes,
 )
-from threadline.counting._calibration._priors import PRIOR_SLOPES
+from threadline.counting._calibration._priors import (
+    MEASURED,
+    PRIOR_COVARIANCE,
+    PRIOR_SLOPES,
+    prior_of,
+)
 from threadline.counting._calibration._slopes import Posterior, fit
+from threadline.counting._calibration._token_calibration import calibration_without
 from threadline.testing import ScriptedDriver
 
 COUNTER = BuiltinTokenCounter()
@@ -119,6 +125,53 @@ def test_without_steps_between_reports_every_slope_is_the_prior() -> None:
     assert fit([(counts_of(framing=4, latin=10), 50)]) == Posterior.prior()
     given_prior = Posterior.of((2.0,) * len(CLASSES), (0.5,) * len(CLASSES))
     assert fit([(counts_of(framing=4, latin=10), 50)], prior=given_prior) == given_prior
+
+
+def test_the_prior_is_the_measured_vocabularies_mean_and_a_held_out_one_leaves_its_row() -> None:
+    assert prior_of() == (PRIOR_SLOPES, PRIOR_COVARIANCE)
+    assert Posterior.prior(excluding=()) is Posterior.prior()
+    slopes, covariance = prior_of({"llama-bpe"})
+    others = [row for name, row in MEASURED.items() if name != "llama-bpe"]
+    for index, name in enumerate(SCRIPTS):
+        column = [row[index] for row in others]
+        assert slopes[CLASSES.index(name)] == pytest.approx(sum(column) / len(column))
+    assert slopes != PRIOR_SLOPES
+    assert covariance != PRIOR_COVARIANCE
+    # The template's classes are no vocabulary's: leaving one out does not move them.
+    assert slopes[: CLASSES.index("latin")] == PRIOR_SLOPES[: CLASSES.index("latin")]
+
+
+def test_a_prior_refuses_a_vocabulary_it_never_measured() -> None:
+    with pytest.raises(ValueError, match="'phi-3'"):
+        prior_of({"phi-3"})
+    with pytest.raises(ValueError, match="too few"):
+        prior_of(set(MEASURED) - {"gpt-2", "falcon"})
+
+
+def test_a_calibration_without_a_vocabulary_fits_from_the_prior_without_it() -> None:
+    sent = [Message.user(ENGLISH[1])], [Message.user(ENGLISH[1]), Message.user(RUSSIAN[0])]
+    calibrations = (
+        TokenCalibration(min_estimated_tokens=0),
+        calibration_without({"SmolLM2"}, TokenCalibration(min_estimated_tokens=0)),
+    )
+    for calibration in calibrations:
+        for prompt, reported in zip(sent, (30, 90), strict=True):
+            calibration.observe(
+                "m",
+                estimated_tokens=COUNTER.count(prompt),
+                reported_tokens=reported,
+                sent=prompt,
+                counter=COUNTER,
+            )
+    observed = [(transcript_classes(COUNTER, p), r) for p, r in zip(sent, (30, 90), strict=True)]
+    full, held_out = (c.fitted("m") for c in calibrations)
+    assert full is not None
+    assert held_out is not None
+    assert full.posterior == fit(observed)
+    assert held_out.posterior == fit(observed, Posterior.prior(excluding={"SmolLM2"}))
+    assert held_out.posterior != full.posterior
+    with pytest.raises(ValueError, match="learned already"):
+        calibration_without({"SmolLM2"}, calibrations[0])  # its fit was on the full prior
 
 
 TRUTH = {"framing": 2.5, "latin": 1.05, "cyrillic": 3.0, "cjk": 1.5, "arabic": 2.0}

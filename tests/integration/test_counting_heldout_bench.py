@@ -8,7 +8,9 @@ GGUF files and templates, from llama-cpp-python's sdist: downloaded once with
 pip into a cache directory, then reused). The whole 60-turn conversation
 (twelve scripts and notations, tool exchanges, the output reserve at 2% of the
 window), as ``Agent`` + ``Conversation`` + ``Client(driver,
-calibration=TokenCalibration())``. Per family: from turn 4 the calibrated
+calibration=TokenCalibration())``, the calibration's prior measured without the
+family's own vocabulary (Llama 3's is one of the thirteen it is measured over).
+Per family: from turn 4 the calibrated
 estimate within 3% of the report on at least 95% of calls and never more than
 3% under; nothing refused; after the first cut the history kept averages at
 least 60% of the budget. About half a minute in all.

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Final
 
 import attrs
@@ -41,7 +41,7 @@ import attrs
 from threadline._messages import Role
 from threadline.counting._anchored import AnchoredCounter, message_key
 from threadline.counting._calibration._classes import CLASSES, ClassCounts, message_classes
-from threadline.counting._calibration._priors import PRIOR_COVARIANCE, PRIOR_SLOPES
+from threadline.counting._calibration._priors import PRIOR_COVARIANCE, PRIOR_SLOPES, prior_of
 
 if TYPE_CHECKING:
     from threadline._messages import Message
@@ -143,9 +143,13 @@ class Posterior:
     """The classes (indices into :data:`CLASSES`) some step between reports changed."""
 
     @classmethod
-    def prior(cls) -> Posterior:
-        """What calibration believes before any report (``_priors``)."""
-        return _PRIOR
+    def prior(cls, excluding: Collection[str] = ()) -> Posterior:
+        """What calibration believes before any report (``_priors``); with
+        ``excluding``, measured without those vocabularies (:func:`~._priors.prior_of`)."""
+        if not excluding:
+            return _PRIOR
+        slopes, covariance = prior_of(excluding)
+        return cls(slopes, covariance, PRIOR_NOISE)
 
     @classmethod
     def of(

@@ -41,7 +41,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import attrs
@@ -90,6 +90,7 @@ __all__ = [
     "TokenCalibration",
     "calibrated_estimate",
     "calibration_key",
+    "calibration_without",
     "scaled",
 ]
 
@@ -167,6 +168,7 @@ class TokenCalibration:
         "_lock",
         "_min_estimated_tokens",
         "_observed",
+        "_prior",
         "_priors",
         "_ratios",
     )
@@ -185,8 +187,10 @@ class TokenCalibration:
         # Per key: the reports by class (the latest MAX_OBSERVATIONS), and their fit.
         self._observed: dict[str, list[tuple[ClassCounts, int]]] = {}
         self._fits: dict[str, SlopeFit] = {}
-        # Per key, the fit a saved document held: what later fits are pulled towards.
+        # Per key, the fit a saved document held: what later fits are pulled towards;
+        # any other key's fits are pulled towards the measured prior.
         self._priors: dict[str, Posterior] = {}
+        self._prior = Posterior.prior()
         # The keys whose last report was far below what it was priced at.
         self._below: set[str] = set()
         if ratios is not None:
@@ -375,9 +379,9 @@ class TokenCalibration:
             observed.append((counts, reported_tokens))
             del observed[:-MAX_OBSERVATIONS]
             if len(observed) >= MIN_FIT_REPORTS or key in self._priors:
-                prior = self._priors.get(key)
+                prior = self._priors.get(key, self._prior)
                 before = self._fits.get(key)
-                previous = (before.posterior if before is not None else prior) or Posterior.prior()
+                previous = before.posterior if before is not None else prior
                 found = fit(observed, prior)
                 slopes = bounded_slopes(found.slopes, previous.slopes)
                 posterior = attrs.evolve(found, slopes=slopes)
@@ -455,6 +459,25 @@ class TokenCalibration:
     def __repr__(self) -> str:
         shown = ", ".join(f"{key!r}: {ratio:.4f}" for key, ratio in self.ratios().items())
         return f"TokenCalibration({{{shown}}})"
+
+
+def calibration_without(
+    vocabularies: Collection[str], calibration: TokenCalibration | None = None
+) -> TokenCalibration:
+    """``calibration`` (a new :class:`TokenCalibration` by default), its prior measured
+    without ``vocabularies`` (names of :data:`~._priors.MEASURED` rows): how
+    ``bench_counting_heldout.py`` measures a family on a prior that never saw its
+    vocabulary.
+
+    Raises:
+        ValueError: a name that is not a measured vocabulary's, or a calibration that
+            has learned something already (on the prior it had).
+    """
+    calibration = TokenCalibration() if calibration is None else calibration
+    if calibration._observed or calibration._priors:
+        raise ValueError("the calibration has learned already: give a new one")
+    calibration._prior = Posterior.prior(excluding=vocabularies)
+    return calibration
 
 
 class CalibratedCounter:
