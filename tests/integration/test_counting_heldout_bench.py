@@ -20,17 +20,16 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import sys
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import anyio
 import pytest
 
+from benchmark_modules import load_benchmark
+
 pytestmark = pytest.mark.integration
 
-BENCHMARKS = Path(__file__).parents[2] / "benchmarks"
 FAMILIES = ("Llama 3", "Qwen 2.5", "Gemma 4")
 
 
@@ -41,17 +40,7 @@ def _missing(reason: str) -> None:
 
 
 def bench_module() -> ModuleType:
-    if str(BENCHMARKS) not in sys.path:
-        sys.path.insert(0, str(BENCHMARKS))  # it imports its siblings
-    spec = importlib.util.spec_from_file_location(
-        "bench_counting_heldout", BENCHMARKS / "bench_counting_heldout.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_counting_heldout"] = module  # attrs looks its module up by name
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("bench_counting_heldout")
 
 
 @pytest.fixture(scope="module")
