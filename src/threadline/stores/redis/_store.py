@@ -1,11 +1,5 @@
-"""``RedisStore``: conversations in Redis, shared by many processes and machines.
-
-Needs the ``redis`` extra (redis-py)::
-
-    pip install 'threadline[redis]'
-
-The layout and the Lua scripts are in ``_redis_scripts``.
-"""
+"""``RedisStore`` itself: the store's calls, each one Lua script (``_scripts``),
+sent through ``_calls``."""
 
 from __future__ import annotations
 
@@ -27,7 +21,7 @@ from threadline._errors import (
 )
 from threadline._store import ConversationInfo, StoredConversation
 from threadline.serialization._converter import FORMAT_VERSION
-from threadline.stores import _redis_scripts as scripts
+from threadline.stores.redis import _scripts as scripts
 from threadline.stores._base import DeleteCheck, StoreBase, Write, check_turn_ids_below
 from threadline.stores._parts import assemble, read_count, read_metadata, stored_conversation
 from threadline.stores._remote import RemoteTarget, on_asyncio
@@ -45,7 +39,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 __all__ = ["SCHEMA_VERSION", "RedisStore"]
 
 # A pending event in a conversation's list: "p<seq>\t<marker>\t<JSON>" (the layout
-# in _redis_scripts); anything else in the list is an answered event's JSON.
+# in _scripts); anything else in the list is an answered event's JSON.
 _PENDING_ITEM: Final = re.compile(r"p\d+\t(?P<marker>[^\t]*)\t(?P<event>.*)", re.DOTALL)
 
 SCHEMA_VERSION: Final = scripts.SCHEMA_VERSION
@@ -167,7 +161,7 @@ class RedisStore(StoreBase):
         )
 
     async def _write(self, write: Write) -> int:
-        # Packed into few arguments (the layout is WRITE's, in _redis_scripts): a call's
+        # Packed into few arguments (the layout is WRITE's, in _scripts): a call's
         # client-side cost grows with its argument count, and a turn makes two writes.
         fields = (
             f"{write.expected_version}\t{write.generation or ''}\t{write.write_id}\t"
