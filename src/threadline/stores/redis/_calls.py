@@ -52,6 +52,11 @@ class _Call:
         if self.done is not None:
             self.done.set()
 
+    def release(self) -> None:
+        """Let the task waiting for this call go, unanswered: its batch was never sent."""
+        if self.done is not None:
+            self.done.set()
+
     def result(self) -> Any:
         if self.error is not None:
             raise self.error
@@ -86,12 +91,17 @@ class ScriptCalls:
         self._open: set[Any] = set()  # every connection made and not yet closed
         self._gathering: list[_Call] | None = None  # the batch other calls may join
         self._busy = 0  # calls sending a batch, or waiting to
+        self._closed = False
 
     async def call(self, script: str, keys: Sequence[str], args: Sequence[str | int]) -> Any:
         """Run ``script`` on ``keys`` and ``args``; its answer, or redis-py's error."""
         call = _Call(script, _evalsha(self._scripts[script][0], keys, args))
-        batch = self._gathering
-        if batch is not None:  # another task sends the calls made now: go with them
+        while True:
+            batch = self._gathering
+            if batch is None:
+                await self._send_batch(call)
+                return call.result()
+            # Another task sends the calls made now: go with them.
             call.done = anyio.Event()
             batch.append(call)
             try:
@@ -99,12 +109,13 @@ class ScriptCalls:
             except BaseException:
                 call.gave_up = True
                 raise
-            return call.result()
-        await self._send_batch(call)
-        return call.result()
+            if call.finished:
+                return call.result()
+            # The task sending the batch stopped (its deadline) before sending it: go again.
 
     async def _send_batch(self, call: _Call) -> None:
         batch = [call]
+        sent = False
         self._busy += 1
         try:
             if self._busy > 1 or self._slots.value == 0:
@@ -116,15 +127,23 @@ class ScriptCalls:
             async with self._slots:
                 if self._gathering is batch:
                     self._gathering = None
+                sent = True
                 await self._exchange(batch)
+        except BaseException as exc:
+            # The others in the batch get its error; cut short (this task's deadline),
+            # a timeout. Never sent, they are free to go again.
+            if not isinstance(exc, redis.exceptions.RedisError):
+                exc = redis.exceptions.TimeoutError(f"no answer within {self._timeout:g} s")
+            for other in batch[1:]:
+                if not sent:
+                    other.release()
+                elif not other.finished:
+                    other.finish(error=exc)
+            raise
         finally:
             self._busy -= 1
             if self._gathering is batch:
                 self._gathering = None
-            for unanswered in batch:
-                if not unanswered.finished:
-                    problem = redis.exceptions.TimeoutError(f"no answer within {self._timeout:g} s")
-                    unanswered.finish(error=problem)
 
     async def _exchange(self, batch: list[_Call]) -> None:
         """Send the batch and read its answers; once more on a fresh connection when the
@@ -175,6 +194,8 @@ class ScriptCalls:
             await self._round_trip(connection, lost_scripts, reload_scripts=False)
 
     def _connection(self) -> Any:
+        if self._closed:
+            raise redis.exceptions.ConnectionError("the store was closed")
         connection = self._pool.make_connection()
         self._open.add(connection)
         return connection
@@ -186,6 +207,7 @@ class ScriptCalls:
 
     async def aclose(self) -> None:
         """Close every connection, those of calls still in flight too."""
+        self._closed = True
         self._idle.clear()
         for connection in list(self._open):
             await self._close(connection)
