@@ -71,8 +71,8 @@ class RedisStore(StoreBase):
     last write (every write renews it); ``None`` keeps conversations until
     they are deleted.
 
-    Under asyncio the store uses redis-py's async client; under trio, where
-    it does not run, the blocking client in worker threads. ``timeout``
+    Under asyncio the store uses redis-py's async connections; under trio,
+    where they do not run, its blocking client in worker threads. ``timeout``
     bounds a call: on asyncio the whole call (waiting for a free connection,
     connecting, the answer), in a worker thread each of those waits; a server
     gone silent included, past it the call raises ``StoreError``. A call
@@ -80,6 +80,9 @@ class RedisStore(StoreBase):
     is one script call, one round trip (a conversation's turn is two: its
     pending prompt, then its commit). A write whose connection is lost is
     retried once, safely: a retried write that had been applied is recognised.
+    On asyncio the calls tasks make at the same moment go to the server
+    together, each still its own script (``_calls``); ``max_connections``
+    bounds the connections, so the batches in flight.
 
     Raises (from any call):
         StoreError: the server cannot be reached, refuses the password, lost
