@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import anyio.to_thread
 import pytest
 import redis
@@ -40,9 +41,14 @@ class CountingConnection(redis.asyncio.Connection):
         await super().send_packed_command(command, check_health)
 
 
-def calls_for(server: RedisServer, *, max_connections: int = 4) -> ScriptCalls:
+def calls_for(
+    server: RedisServer, *, max_connections: int = 4, name: str | None = None
+) -> ScriptCalls:
     pool = redis.asyncio.ConnectionPool.from_url(
-        server.url(), decode_responses=True, connection_class=CountingConnection
+        server.url(),
+        decode_responses=True,
+        connection_class=CountingConnection,
+        client_name=name,
     )
     return ScriptCalls(pool, SCRIPTS, max_connections=max_connections, timeout=10.0)
 
@@ -208,3 +214,31 @@ async def test_a_closed_one_makes_no_connection(redis_server: RedisServer) -> No
     await calls.aclose()
     with pytest.raises(redis.exceptions.ConnectionError, match="closed"):
         await calls.call("echo", [], ["again"])
+
+
+async def test_closing_with_calls_in_flight_leaves_no_connection_open(
+    redis_server: RedisServer, admin: redis.Redis
+) -> None:
+    name = f"closing-{uuid.uuid4().hex}"
+    calls = calls_for(redis_server, name=name)
+    await calls.call("echo", [], ["warm"])
+    outcomes: list[object] = []
+
+    async def one() -> None:
+        try:
+            outcomes.append(await calls.call("echo", [], ["late"]))
+        except redis.exceptions.ConnectionError as exc:
+            outcomes.append(exc)
+
+    async with anyio.create_task_group() as group:
+        for _ in range(4):
+            group.start_soon(one)
+        await anyio.lowlevel.checkpoint()  # the calls are on their way
+        await calls.aclose()
+    assert len(outcomes) == 4
+    # Answered before the close or refused; either way no connection is left behind.
+    assert all(o == "late" or isinstance(o, redis.exceptions.ConnectionError) for o in outcomes)
+    deadline = time.monotonic() + 10
+    while any(client["name"] == name for client in admin.client_list()):
+        assert time.monotonic() < deadline, "a connection was left open"
+        await anyio.sleep(0.02)

@@ -166,7 +166,10 @@ class ScriptCalls:
                 await self._close(connection)
                 raise
             else:
-                self._idle.append(connection)
+                if self._closed:  # closed meanwhile: a closed connection would reconnect
+                    await self._close(connection)
+                else:
+                    self._idle.append(connection)
                 return
 
     async def _round_trip(
