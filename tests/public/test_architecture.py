@@ -181,6 +181,7 @@ MAY_IMPORT_PRIVATE_MODULES = frozenset(
         "stores/test_stores_deadlines.py",
         "stores/test_stores_postgres.py",
         "stores/test_stores_redis.py",
+        "stores/test_stores_redis_calls.py",
         "stores/test_stores_sqlite.py",
         "tools/test_output_properties.py",
         "tools/test_mcp_results.py",

@@ -339,7 +339,14 @@ def loads_conversation_parts(
 # --- JSON text ---------------------------------------------------------------
 
 
+# Made once: json.dumps with any option builds a new encoder per call, which cost
+# as much as the encoding of an event (a store encodes several a turn).
+_ENCODER: Final = json.JSONEncoder(ensure_ascii=True, allow_nan=False)
+
+
 def _write(document: dict[str, Any], indent: int | None) -> str:
+    if indent is None:
+        return _ENCODER.encode(document)
     return json.dumps(document, ensure_ascii=True, allow_nan=False, indent=indent)
 
 

@@ -1,11 +1,5 @@
-"""``RedisStore``: conversations in Redis, shared by many processes and machines.
-
-Needs the ``redis`` extra (redis-py)::
-
-    pip install 'threadline[redis]'
-
-The layout and the Lua scripts are in ``_redis_scripts``.
-"""
+"""``RedisStore`` itself: the store's calls, each one Lua script (``_scripts``),
+sent through ``_calls``."""
 
 from __future__ import annotations
 
@@ -27,10 +21,10 @@ from threadline._errors import (
 )
 from threadline._store import ConversationInfo, StoredConversation
 from threadline.serialization._converter import FORMAT_VERSION
-from threadline.stores import _redis_scripts as scripts
 from threadline.stores._base import DeleteCheck, StoreBase, Write, check_turn_ids_below
 from threadline.stores._parts import assemble, read_count, read_metadata, stored_conversation
 from threadline.stores._remote import RemoteTarget, on_asyncio
+from threadline.stores.redis import _scripts as scripts
 
 try:
     import redis
@@ -42,10 +36,12 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("RedisStore needs redis-py: pip install 'threadline[redis]'") from exc
 
+from threadline.stores.redis._calls import ScriptCalls  # imports redis-py, found above
+
 __all__ = ["SCHEMA_VERSION", "RedisStore"]
 
 # A pending event in a conversation's list: "p<seq>\t<marker>\t<JSON>" (the layout
-# in _redis_scripts); anything else in the list is an answered event's JSON.
+# in _scripts); anything else in the list is an answered event's JSON.
 _PENDING_ITEM: Final = re.compile(r"p\d+\t(?P<marker>[^\t]*)\t(?P<event>.*)", re.DOTALL)
 
 SCHEMA_VERSION: Final = scripts.SCHEMA_VERSION
@@ -75,8 +71,8 @@ class RedisStore(StoreBase):
     last write (every write renews it); ``None`` keeps conversations until
     they are deleted.
 
-    Under asyncio the store uses redis-py's async client; under trio, where
-    it does not run, the blocking client in worker threads. ``timeout``
+    Under asyncio the store uses redis-py's async connections; under trio,
+    where they do not run, its blocking client in worker threads. ``timeout``
     bounds a call: on asyncio the whole call (waiting for a free connection,
     connecting, the answer), in a worker thread each of those waits; a server
     gone silent included, past it the call raises ``StoreError``. A call
@@ -84,6 +80,9 @@ class RedisStore(StoreBase):
     is one script call, one round trip (a conversation's turn is two: its
     pending prompt, then its commit). A write whose connection is lost is
     retried once, safely: a retried write that had been applied is recognised.
+    On asyncio the calls tasks make at the same moment go to the server
+    together, each still its own script (``_calls``); ``max_connections``
+    bounds the connections, so the batches in flight.
 
     Raises (from any call):
         StoreError: the server cannot be reached, refuses the password, lost
@@ -124,10 +123,7 @@ class RedisStore(StoreBase):
         self._timeout = float(timeout)
         self._ready = False
         self._ready_lock = anyio.Lock()
-        self._async_client: redis.asyncio.Redis | None = None
-        # A call on the async client holds a slot, so at most max_connections are in use.
-        self._slots = anyio.Semaphore(max_connections, fast_acquire=True)
-        self._async_scripts: dict[str, Any] = {}
+        self._async_calls_made: ScriptCalls | None = None
         self._sync_client: redis.Redis | None = None
         self._sync_scripts: dict[str, Any] = {}
 
@@ -167,7 +163,7 @@ class RedisStore(StoreBase):
         )
 
     async def _write(self, write: Write) -> int:
-        # Packed into few arguments (the layout is WRITE's, in _redis_scripts): a call's
+        # Packed into few arguments (the layout is WRITE's, in _scripts): a call's
         # client-side cost grows with its argument count, and a turn makes two writes.
         fields = (
             f"{write.expected_version}\t{write.generation or ''}\t{write.write_id}\t"
@@ -237,10 +233,10 @@ class RedisStore(StoreBase):
 
     async def _close(self) -> None:
         async with self._ready_lock:
-            async_client, self._async_client = self._async_client, None
+            async_calls, self._async_calls_made = self._async_calls_made, None
             sync_client, self._sync_client = self._sync_client, None
-            if async_client is not None:
-                await async_client.aclose(close_connection_pool=True)
+            if async_calls is not None:
+                await async_calls.aclose()
             if sync_client is not None:
                 await anyio.to_thread.run_sync(sync_client.close)
                 await anyio.to_thread.run_sync(sync_client.connection_pool.disconnect)
@@ -254,7 +250,7 @@ class RedisStore(StoreBase):
         self,
         script: str,
         keys: Sequence[str],
-        args: Sequence[object],
+        args: Sequence[str | int],
         conversation_id: str | None = None,
     ) -> Any:
         """Run one script; errors become ``StoreError`` naming the store (and the
@@ -267,7 +263,7 @@ class RedisStore(StoreBase):
         self,
         script: str,
         keys: Sequence[str],
-        args: Sequence[object],
+        args: Sequence[str | int],
         conversation_id: str | None = None,
     ) -> Any:
         problem: redis.exceptions.RedisError
@@ -275,19 +271,11 @@ class RedisStore(StoreBase):
             if on_asyncio():
                 # One deadline for the whole call rather than redis-py's socket_timeout,
                 # which arms a timer for every send and every read (and, on Python 3.11,
-                # starts a task for every send). Cancelled at it, redis-py closes the
-                # connection, so no late answer is read as another call's.
+                # starts a task for every send). Cut short at it, the call's connection
+                # is closed, so no late answer is read as another call's.
                 deadline = anyio.current_time() + self._timeout
                 with anyio.CancelScope(shield=True, deadline=deadline):
-                    # With other calls in flight, yield once first: the calls of every
-                    # task ready in this round of the event loop then reach the server
-                    # together, and it wakes once for them all instead of once per call.
-                    # Alone, there is nothing to wait for. (Only this scope's deadline
-                    # can cancel here, which ends the call as it should.)
-                    if self._slots.value < self._max_connections:
-                        await anyio.lowlevel.checkpoint()
-                    async with self._slots:  # past max_connections, wait for a connection
-                        return await self._async_script(script)(keys=keys, args=args)
+                    return await self._async_calls().call(script, keys, args)
                 problem = redis.exceptions.TimeoutError(f"no answer within {self._timeout:g} s")
             else:
                 with anyio.CancelScope(shield=True):
@@ -308,15 +296,13 @@ class RedisStore(StoreBase):
         lost = (redis.exceptions.ConnectionError,)
         backoff = redis.backoff.NoBackoff()
         if asynchronous:
-            # The call's deadline bounds every wait (``_run_script``), and the store's
-            # own slots make a call wait for a connection: a plain pool is enough.
+            # The call's deadline bounds every wait (``_run_script``), and ScriptCalls
+            # sends a batch again once itself when its connection is lost.
             return {
                 "decode_responses": True,
                 "socket_timeout": None,  # not redis-py's default of a few seconds
                 "socket_connect_timeout": self._timeout,
-                "max_connections": self._max_connections,
-                "retry": redis.asyncio.retry.Retry(backoff, 1, supported_errors=lost),
-                "retry_on_error": list(lost),
+                "retry": redis.asyncio.retry.Retry(backoff, 0),
             }
         return {
             "decode_responses": True,
@@ -328,18 +314,16 @@ class RedisStore(StoreBase):
             "retry_on_error": list(lost),
         }
 
-    def _async_script(self, name: str) -> Any:
-        if self._async_client is None:
-            # A plain pool (a blocking one costs a condition and a timer per call);
-            # ``_slots`` keeps the calls in flight within max_connections.
+    def _async_calls(self) -> ScriptCalls:
+        if self._async_calls_made is None:
+            # The pool only makes the connections (it holds the URL's settings).
             pool = redis.asyncio.ConnectionPool.from_url(
                 self._target.url, **self._options(asynchronous=True)
             )
-            self._async_client = redis.asyncio.Redis(connection_pool=pool)
-            self._async_scripts = {
-                key: self._async_client.register_script(lua) for key, lua in _SCRIPTS.items()
-            }
-        return self._async_scripts[name]
+            self._async_calls_made = ScriptCalls(
+                pool, _SCRIPTS, max_connections=self._max_connections, timeout=self._timeout
+            )
+        return self._async_calls_made
 
     def _sync_script(self, name: str) -> Any:
         if self._sync_client is None:
