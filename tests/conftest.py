@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import respx.mocks
+from hypothesis import settings
 
 from needs import require_or_skip
 from servers import PostgresServer, RedisServer
@@ -30,6 +31,11 @@ BACKENDS = ("asyncio", "trio")
 # installed); httpx's mocker answers at the client, whatever its transport. The
 # docs (drivers.md, "Testing with respx") tell users the same.
 respx.mocks.DEFAULT_MOCKER = "httpx"
+
+# Property tests check what an example does, not how fast: hypothesis's default
+# 200 ms deadline per example fails them on a loaded machine (CI's is shared).
+settings.register_profile("threadline", deadline=None)
+settings.load_profile("threadline")
 
 
 @pytest.fixture
