@@ -19,6 +19,7 @@ import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from datetime import datetime
+from types import MappingProxyType
 from typing import Any, Unpack
 
 import attrs
@@ -75,6 +76,10 @@ from threadline.tools._output import output_spec
 
 __all__ = ["Conversation", "Turn"]
 
+_NOTHING: Mapping[str, Any] = MappingProxyType({})
+"""What a conversation without labels or unknown saved settings holds: one shared
+empty mapping, not an empty dict each."""
+
 
 @attrs.frozen(kw_only=True)
 class _Turn:
@@ -118,6 +123,24 @@ class Conversation:
         print((await conv.run("What is my name?")).text)
     """
 
+    # Slotted: a service keeps thousands of conversations, and a dict each adds up.
+    __slots__ = (
+        "__weakref__",
+        "_agent",
+        "_created_at",
+        "_extra_settings",
+        "_history_limit",
+        "_id",
+        "_last_prompt",
+        "_lock",
+        "_metadata",
+        "_policy",
+        "_slide",
+        "_transcript",
+        "_window",
+        "_writer",
+    )
+
     def __init__(
         self,
         agent: Agent,
@@ -135,10 +158,11 @@ class Conversation:
         self._id = uuid.uuid4().hex if id is None else _checked_id(id, "or None")
         self._history_limit = non_negative_int("history_limit", history_limit)
         self._policy = WindowPolicy.of(combined_settings(agent.settings, settings, options))
-        # The document type validates the labels; keep its copy.
-        self._metadata = ConversationDocument(id=self._id, metadata=metadata or {}).metadata
+        # The document type validates the labels; keep its copy (none: a shared empty one).
+        labels = ConversationDocument(id=self._id, metadata=metadata or {}).metadata
+        self._metadata: Mapping[str, str] = labels or _NOTHING
         # Settings keys this version does not know, and the saved calibration.
-        self._extra_settings: dict[str, JsonValue] = {}
+        self._extra_settings: Mapping[str, JsonValue] = _NOTHING
         self._lock = TurnLock()
         self._created_at: datetime | None = now()
         self._transcript = Transcript()
@@ -475,7 +499,7 @@ class Conversation:
         transcript.pending = pending
         transcript.append_turn(events, result.response, result.usage)
         self._window, self._slide = window, slide
-        self._last_prompt = result.last_prompt
+        self._last_prompt = transcript.kept_prompt(result.last_prompt)
 
     # -- rewriting ----------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ from threadline._provider import ProviderResponse
 from threadline._result import RunResult
 from threadline.conversation._packed_events import PackedEvents
 from threadline.limiting._incremental import CheckedHistory, HistoryTally
+from threadline.limiting._prefix import SentPrompt
 from threadline.limiting._units import check_integrity
 from threadline.serialization._documents import (
     ConversationDocument,
@@ -35,7 +36,14 @@ from threadline.serialization._documents import (
 )
 from threadline.tools._output import OutputProblem, output_spec
 
-__all__ = ["Transcript", "Turn", "checked_replacement", "sum_usage", "turn_events"]
+__all__ = [
+    "PromptWindow",
+    "Transcript",
+    "Turn",
+    "checked_replacement",
+    "sum_usage",
+    "turn_events",
+]
 
 _turn_id_of = attrgetter("turn_id")
 _Value = TypeVar("_Value")
@@ -219,6 +227,43 @@ class SeedWindow(Sequence[Message]):
 
     def __repr__(self) -> str:
         return f"SeedWindow({tuple(self)!r})"
+
+
+class PromptWindow(Sequence[Message]):
+    """A round's prompt as a conversation keeps it between turns: the messages sent
+    before the history (its system message), then messages ``start`` to ``stop`` of
+    the transcript's list, which hold the rest (the history, and the turn's own
+    messages as their seed copies). Not a copy of every message reference, nor the
+    turn's originals: the next turn compares its prompt with it, reading its ends.
+    """
+
+    __slots__ = ("_head", "_messages", "_start", "_stop")
+
+    def __init__(
+        self, head: tuple[Message, ...], messages: list[Message], start: int, stop: int
+    ) -> None:
+        self._head, self._messages, self._start, self._stop = head, messages, start, stop
+
+    def __len__(self) -> int:
+        return len(self._head) + self._stop - self._start
+
+    @overload
+    def __getitem__(self, index: int) -> Message: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[Message, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> Message | tuple[Message, ...]:
+        if isinstance(index, slice):
+            return tuple(self)[index]
+        where, head = range(len(self))[index], self._head  # IndexError as a tuple's
+        return head[where] if where < len(head) else self._messages[where - len(head) + self._start]
+
+    def __iter__(self) -> Iterator[Message]:
+        return itertools.chain(self._head, self._messages[self._start : self._stop])
+
+    def __repr__(self) -> str:
+        return f"PromptWindow({tuple(self)!r})"
 
 
 class Transcript:
@@ -458,3 +503,30 @@ class Transcript:
                 *(i + shift for i in reasoned[first:]),
             ),
         )
+
+    def kept_prompt(self, prompt: SentPrompt | None) -> SentPrompt | None:
+        """``prompt`` (the last round's, sent from this transcript's checked history) as
+        a :class:`PromptWindow` onto the transcript, once the turn that sent it has joined
+        it; ``prompt`` itself when it holds anything else (a cut, an edit, another
+        transcript's history), or when the turn's messages are not the last ones here.
+        """
+        span = None if prompt is None else prompt.history
+        if prompt is None or span is None or span.source[0] is not self._token:
+            return prompt
+        sent, messages = prompt.messages, self._messages
+        start, offset, length = span.source[1], span.offset, span.length
+        stop = start + len(sent) - offset
+        if stop > len(messages) or offset + length > len(sent):
+            return prompt
+        if length and (
+            sent[offset] is not messages[start]
+            or sent[offset + length - 1] is not messages[start + length - 1]
+        ):
+            return prompt
+        # After the history, the turn's own messages: here as their seed copies.
+        shift = start - offset
+        for at in range(offset + length, len(sent)):
+            if sent[at].with_origin(Origin.SEED) is not messages[at + shift]:
+                return prompt
+        window = PromptWindow(tuple(sent[:offset]), messages, start, stop)
+        return attrs.evolve(prompt, messages=window)
