@@ -43,6 +43,7 @@ from threadline.conversation._document import header_settings, restore, restore_
 from threadline.conversation._durability import Header, TurnWrite, TurnWriter, now, read_stored
 from threadline.conversation._lock import TurnLock
 from threadline.conversation._transcript import (
+    KeptPrompt,
     Transcript,
     Turn,
     checked_replacement,
@@ -50,6 +51,7 @@ from threadline.conversation._transcript import (
     turn_events,
 )
 from threadline.conversation._window import (
+    NOTHING_KEPT,
     KeptWindow,
     SentWindow,
     Slide,
@@ -166,12 +168,12 @@ class Conversation:
         self._lock = TurnLock()
         self._created_at: datetime | None = now()
         self._transcript = Transcript()
-        self._window = KeptWindow()
+        self._window = NOTHING_KEPT
         self._slide: Slide | None = None
         self._writer = TurnWriter(store, self._id)
         # What the last turn's last round sent: the next turn's prompt is compared
         # with it, to say why the provider's cache missed (RoundRecord.cache).
-        self._last_prompt: SentPrompt | None = None
+        self._last_prompt: KeptPrompt | SentPrompt | None = None
 
     # -- state --------------------------------------------------------------------------
 
@@ -459,10 +461,14 @@ class Conversation:
             request.with_output_type(output_type)
         return _Turn(
             write=self._writer.begin(transcript.next_turn_id, message, transcript.pending),
-            plan=attrs.evolve(planned(request), previous_prompt=self._last_prompt),
+            plan=attrs.evolve(planned(request), previous_prompt=self._previous_prompt()),
             sent=sent,
             slide_key=key,
         )
+
+    def _previous_prompt(self) -> SentPrompt | None:
+        last = self._last_prompt
+        return last.sent() if isinstance(last, KeptPrompt) else last
 
     def _pending_header(self, turn: _Turn) -> Header:
         """The header the turn's pending write sends: its turn id handed out."""
@@ -528,7 +534,7 @@ class Conversation:
                     next_turn_id=next_turn_id,
                     total_usage=sum_usage(replacement),
                 ),
-                window=KeptWindow(),
+                window=NOTHING_KEPT,
             )
 
     async def compact(self) -> CompactionOutcome:
@@ -586,7 +592,7 @@ class Conversation:
         """
         async with self._lock.held():
             await self._rewrite(
-                Transcript(next_turn_id=self._transcript.next_turn_id), window=KeptWindow()
+                Transcript(next_turn_id=self._transcript.next_turn_id), window=NOTHING_KEPT
             )
 
     async def discard_pending(self) -> None:

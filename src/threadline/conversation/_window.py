@@ -40,6 +40,7 @@ from threadline.limiting._defaults import DEFAULT_CONVERSATION_HANDLER
 from threadline.limiting._traits import traits_of
 
 __all__ = [
+    "NOTHING_KEPT",
     "KeptWindow",
     "SentWindow",
     "Slide",
@@ -65,7 +66,8 @@ class KeptWindow:
     head: tuple[Message, ...] = ()
 
 
-_NOTHING_KEPT = KeptWindow()
+NOTHING_KEPT = KeptWindow()
+"""Nothing cut yet: one value every such conversation shares."""
 
 
 @attrs.frozen(kw_only=True)
@@ -154,7 +156,7 @@ class WindowPolicy:
     def kept(self, window: KeptWindow) -> KeptWindow:
         """The part of the kept ``window`` a turn honours: all of it while a handler keeps
         a stable prefix, else none."""
-        return window if self.keeps_window else _NOTHING_KEPT
+        return window if self.keeps_window else NOTHING_KEPT
 
     def slide_key(self, agent: Agent) -> tuple[object, ...] | None:
         """What a slide of the window holds for on a turn of ``agent``; ``None`` when the
@@ -184,7 +186,7 @@ class WindowPolicy:
     def after(self, sent: SentWindow, result: RunResult, *, instructions: bool) -> KeptWindow:
         """The kept window once ``result`` is committed (none while no handler keeps one)."""
         if not self.keeps_window:
-            return _NOTHING_KEPT
+            return NOTHING_KEPT
         return window_after(sent, result, instructions=instructions)
 
 
