@@ -137,8 +137,15 @@ def _output_type(name: str, value: Any) -> None:
         output_spec(value)
 
 
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
 def _frozen_mapping(value: Any) -> Any:
-    return MappingProxyType(dict(value)) if isinstance(value, Mapping) else value
+    if not isinstance(value, Mapping):
+        return value
+    # Empty, the usual case, is one shared value: every copy of the settings (one per
+    # conversation) would otherwise hold a dict and a proxy of its own.
+    return MappingProxyType(dict(value)) if value else _EMPTY
 
 
 def _number() -> Any:

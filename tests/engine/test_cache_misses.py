@@ -24,6 +24,10 @@ from threadline import (
     tool,
 )
 from threadline import telemetry as threadline_telemetry
+
+# What a conversation keeps of its last prompt is private, as is the comparison
+# itself; the run fills RoundRecord.cache with it.
+from threadline.conversation._transcript import KeptPrompt
 from threadline.counting import ApproximateCounter
 from threadline.drivers import ProviderCall, ProviderResponse
 from threadline.limiting import (
@@ -34,8 +38,6 @@ from threadline.limiting import (
     cache_stable_units,
     clear_tool_results,
 )
-
-# The comparison itself is private; the run fills RoundRecord.cache with it.
 from threadline.limiting._prefix import compare_prompts
 from threadline.testing import ScriptedDriver
 
@@ -290,3 +292,51 @@ async def test_a_long_conversations_turn_compares_only_what_is_new_since_the_las
     result = await conv.run("and now?")
     change = result.rounds[0].cache.prefix  # type: ignore[union-attr]
     assert (change.reason, change.position) == ("edited message", 5)
+
+
+async def test_what_a_conversation_keeps_of_its_last_prompt_compares_as_the_prompt() -> None:
+    # Between turns a conversation keeps its last prompt as a window onto its
+    # transcript (the turn's own messages there as seed copies), not the prompt.
+    # Each turn's first round is compared with it; compared with the prompt as the
+    # run sent it (result.last_prompt), field by field, the answer is the same: over
+    # tool rounds, cuts by limiting and a rewritten transcript.
+    @tool
+    def read(n: int) -> str:
+        """Read page n."""
+        return f"page {n} " + "text " * 40
+
+    replies: list[str | Message] = []
+    for t in range(14):
+        if t % 3 == 1:
+            call = ToolCall(id=f"c{t}", name="read", arguments=f'{{"n": {t}}}')
+            replies.append(Message.assistant(tool_calls=[call]))
+        replies.append(f"answer {t} " + "word " * 10)
+    driver = CachingDriver(replies)
+    agent = agent_on(
+        driver,
+        tools=[read],
+        max_context_tokens=500,
+        output_reserve_tokens=50,
+        pre_max_tokens_reached=cache_stable_units(0.5),
+    )
+    conv = Conversation(agent)
+    previous = None
+    reasons = []
+    windows = 0
+    for t in range(14):
+        if t == 9:
+            await conv.replace_events(conv.events[conv.user_event_indices()[2] :])
+        calls = len(driver.calls)
+        result = await conv.run(f"question {t} " + "word " * 12)
+        first = result.rounds[0]
+        assert first.cache is not None
+        steps = [step for step in (first.limiting, first.retry_limiting) if step is not None]
+        sent = driver.calls[calls].messages
+        assert first.cache.prefix == compare_prompts(previous, sent, (read,), steps), t
+        reasons.append(first.cache.prefix.reason)
+        previous = result.last_prompt
+        assert previous is not None
+        assert type(previous.messages) is tuple
+        windows += isinstance(conv._last_prompt, KeptPrompt)
+    assert {"unchanged", "cut by limiting"} <= set(reasons)
+    assert windows >= 10  # the window, not the prompt, after most turns

@@ -19,6 +19,7 @@ import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from datetime import datetime
+from types import MappingProxyType
 from typing import Any, Unpack
 
 import attrs
@@ -42,6 +43,7 @@ from threadline.conversation._document import header_settings, restore, restore_
 from threadline.conversation._durability import Header, TurnWrite, TurnWriter, now, read_stored
 from threadline.conversation._lock import TurnLock
 from threadline.conversation._transcript import (
+    KeptPrompt,
     Transcript,
     Turn,
     checked_replacement,
@@ -49,6 +51,7 @@ from threadline.conversation._transcript import (
     turn_events,
 )
 from threadline.conversation._window import (
+    NOTHING_KEPT,
     KeptWindow,
     SentWindow,
     Slide,
@@ -74,6 +77,10 @@ from threadline.serialization._documents import (
 from threadline.tools._output import output_spec
 
 __all__ = ["Conversation", "Turn"]
+
+_NOTHING: Mapping[str, Any] = MappingProxyType({})
+"""What a conversation without labels or unknown saved settings holds: one shared
+empty mapping, not an empty dict each."""
 
 
 @attrs.frozen(kw_only=True)
@@ -118,6 +125,24 @@ class Conversation:
         print((await conv.run("What is my name?")).text)
     """
 
+    # Slotted: a service keeps thousands of conversations, and a dict each adds up.
+    __slots__ = (
+        "__weakref__",
+        "_agent",
+        "_created_at",
+        "_extra_settings",
+        "_history_limit",
+        "_id",
+        "_last_prompt",
+        "_lock",
+        "_metadata",
+        "_policy",
+        "_slide",
+        "_transcript",
+        "_window",
+        "_writer",
+    )
+
     def __init__(
         self,
         agent: Agent,
@@ -135,19 +160,20 @@ class Conversation:
         self._id = uuid.uuid4().hex if id is None else _checked_id(id, "or None")
         self._history_limit = non_negative_int("history_limit", history_limit)
         self._policy = WindowPolicy.of(combined_settings(agent.settings, settings, options))
-        # The document type validates the labels; keep its copy.
-        self._metadata = ConversationDocument(id=self._id, metadata=metadata or {}).metadata
+        # The document type validates the labels; keep its copy (none: a shared empty one).
+        labels = ConversationDocument(id=self._id, metadata=metadata or {}).metadata
+        self._metadata: Mapping[str, str] = labels or _NOTHING
         # Settings keys this version does not know, and the saved calibration.
-        self._extra_settings: dict[str, JsonValue] = {}
+        self._extra_settings: Mapping[str, JsonValue] = _NOTHING
         self._lock = TurnLock()
         self._created_at: datetime | None = now()
         self._transcript = Transcript()
-        self._window = KeptWindow()
+        self._window = NOTHING_KEPT
         self._slide: Slide | None = None
         self._writer = TurnWriter(store, self._id)
         # What the last turn's last round sent: the next turn's prompt is compared
         # with it, to say why the provider's cache missed (RoundRecord.cache).
-        self._last_prompt: SentPrompt | None = None
+        self._last_prompt: KeptPrompt | SentPrompt | None = None
 
     # -- state --------------------------------------------------------------------------
 
@@ -435,10 +461,14 @@ class Conversation:
             request.with_output_type(output_type)
         return _Turn(
             write=self._writer.begin(transcript.next_turn_id, message, transcript.pending),
-            plan=attrs.evolve(planned(request), previous_prompt=self._last_prompt),
+            plan=attrs.evolve(planned(request), previous_prompt=self._previous_prompt()),
             sent=sent,
             slide_key=key,
         )
+
+    def _previous_prompt(self) -> SentPrompt | None:
+        last = self._last_prompt
+        return last.sent() if isinstance(last, KeptPrompt) else last
 
     def _pending_header(self, turn: _Turn) -> Header:
         """The header the turn's pending write sends: its turn id handed out."""
@@ -475,7 +505,7 @@ class Conversation:
         transcript.pending = pending
         transcript.append_turn(events, result.response, result.usage)
         self._window, self._slide = window, slide
-        self._last_prompt = result.last_prompt
+        self._last_prompt = transcript.kept_prompt(result.last_prompt)
 
     # -- rewriting ----------------------------------------------------------------------
 
@@ -504,7 +534,7 @@ class Conversation:
                     next_turn_id=next_turn_id,
                     total_usage=sum_usage(replacement),
                 ),
-                window=KeptWindow(),
+                window=NOTHING_KEPT,
             )
 
     async def compact(self) -> CompactionOutcome:
@@ -562,7 +592,7 @@ class Conversation:
         """
         async with self._lock.held():
             await self._rewrite(
-                Transcript(next_turn_id=self._transcript.next_turn_id), window=KeptWindow()
+                Transcript(next_turn_id=self._transcript.next_turn_id), window=NOTHING_KEPT
             )
 
     async def discard_pending(self) -> None:

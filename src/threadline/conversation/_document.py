@@ -100,7 +100,7 @@ def restore_calibration(agent: Agent, extra: Mapping[str, JsonValue]) -> None:
 
 
 def header_settings(
-    settings: RequestSettings, extra: dict[str, JsonValue], agent: Agent, window: KeptWindow
+    settings: RequestSettings, extra: Mapping[str, JsonValue], agent: Agent, window: KeptWindow
 ) -> dict[str, JsonValue]:
     """The ``settings`` of a conversation's document: its budget knobs, the keys this
     version does not know, what ``agent``'s client's calibration knows of its model,
@@ -173,7 +173,7 @@ def saved_calibration(extra: Mapping[str, JsonValue]) -> dict[str, SavedEntry]:
 
 def saved_settings(
     settings: RequestSettings,
-    extra: dict[str, JsonValue],
+    extra: Mapping[str, JsonValue],
     calibration: Mapping[str, SavedEntry] | None = None,
 ) -> dict[str, JsonValue]:
     """The ``settings`` of a saved document; an unset reserve is left out.

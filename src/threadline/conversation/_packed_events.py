@@ -11,6 +11,7 @@ events are rebuilt (``Transcript.events``).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 
 from threadline._messages import Usage
@@ -95,12 +96,14 @@ class PackedEvents:
                 usage.reasoning_tokens,
             ):
                 _put(data, count)
+        # Interned: every conversation with a model names it, and finish reasons are
+        # few; one string each for all of them, not one per conversation.
         if flags & _NEW_MODEL:
-            self._labels.append(model)  # type: ignore[arg-type]  # flagged: not None
-            self._last_model = model
+            self._last_model = model = sys.intern(model)  # type: ignore[arg-type]  # flagged
+            self._labels.append(model)
         if flags & _NEW_FINISH:
-            self._labels.append(finish)  # type: ignore[arg-type]
-            self._last_finish = finish
+            self._last_finish = finish = sys.intern(finish)  # type: ignore[arg-type]
+            self._labels.append(finish)
 
     def __iter__(self) -> Iterator[Packed]:
         """Each event's fields, in the order they were appended."""

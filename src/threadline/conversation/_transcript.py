@@ -26,7 +26,8 @@ from threadline._messages import Message, Origin, Role, Usage
 from threadline._provider import ProviderResponse
 from threadline._result import RunResult
 from threadline.conversation._packed_events import PackedEvents
-from threadline.limiting._incremental import CheckedHistory, HistoryTally
+from threadline.limiting._incremental import CheckedHistory, HistorySpan, HistoryTally
+from threadline.limiting._prefix import SentPrompt
 from threadline.limiting._units import check_integrity
 from threadline.serialization._documents import (
     ConversationDocument,
@@ -35,7 +36,14 @@ from threadline.serialization._documents import (
 )
 from threadline.tools._output import OutputProblem, output_spec
 
-__all__ = ["Transcript", "Turn", "checked_replacement", "sum_usage", "turn_events"]
+__all__ = [
+    "KeptPrompt",
+    "Transcript",
+    "Turn",
+    "checked_replacement",
+    "sum_usage",
+    "turn_events",
+]
 
 _turn_id_of = attrgetter("turn_id")
 _Value = TypeVar("_Value")
@@ -219,6 +227,79 @@ class SeedWindow(Sequence[Message]):
 
     def __repr__(self) -> str:
         return f"SeedWindow({tuple(self)!r})"
+
+
+class KeptPrompt(Sequence[Message]):
+    """The last turn's last prompt as a conversation keeps it until the next turn, which
+    compares its own prompt with it (``RoundRecord.cache``): when it was sent from the
+    transcript's checked history, the transcript holds every message of it but the
+    system message in front, so it is kept as a window onto the transcript (the
+    history, then the turn's own messages as their seed copies), with the tools and
+    the response id, in one object: not a copy of every reference, nor the turn's
+    originals. As a sequence, it is the messages; :meth:`sent` is the prompt again.
+    """
+
+    __slots__ = (
+        "_length",
+        "_messages",
+        "_response_id",
+        "_start",
+        "_stop",
+        "_system",
+        "_token",
+        "_tools",
+    )
+
+    def __init__(
+        self, prompt: SentPrompt, system: Message | None, messages: list[Message], token: object
+    ) -> None:
+        span = prompt.history
+        assert span is not None
+        self._system, self._messages, self._token = system, messages, token
+        self._start = span.source[1]
+        self._length = span.length
+        self._stop = self._start + len(prompt.messages) - span.offset
+        self._tools, self._response_id = prompt.tools, prompt.response_id
+
+    def sent(self) -> SentPrompt:
+        """The prompt as the run sent it (its messages this very window)."""
+        return SentPrompt(
+            messages=self,
+            tools=self._tools,
+            response_id=self._response_id,
+            history=HistorySpan(
+                source=(self._token, self._start),
+                offset=0 if self._system is None else 1,
+                length=self._length,
+            ),
+        )
+
+    def __len__(self) -> int:
+        return (self._system is not None) + self._stop - self._start
+
+    @overload
+    def __getitem__(self, index: int) -> Message: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[Message, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> Message | tuple[Message, ...]:
+        if isinstance(index, slice):
+            return tuple(self)[index]
+        where = range(len(self))[index]  # IndexError as a tuple's
+        system = self._system
+        if system is not None:
+            if not where:
+                return system
+            where -= 1
+        return self._messages[self._start + where]
+
+    def __iter__(self) -> Iterator[Message]:
+        window = self._messages[self._start : self._stop]
+        return iter(window) if self._system is None else itertools.chain((self._system,), window)
+
+    def __repr__(self) -> str:
+        return f"KeptPrompt({tuple(self)!r})"
 
 
 class Transcript:
@@ -458,3 +539,30 @@ class Transcript:
                 *(i + shift for i in reasoned[first:]),
             ),
         )
+
+    def kept_prompt(self, prompt: SentPrompt | None) -> KeptPrompt | SentPrompt | None:
+        """``prompt`` (the last round's) as a :class:`KeptPrompt` onto this transcript,
+        once the turn that sent it has joined it; ``prompt`` itself when it holds
+        anything else (a cut, an edit, another transcript's history), or when the
+        turn's messages are not the ones here after the history.
+        """
+        span = None if prompt is None else prompt.history
+        if prompt is None or span is None or span.source[0] is not self._token:
+            return prompt
+        sent, messages = prompt.messages, self._messages
+        start, offset, length = span.source[1], span.offset, span.length
+        if offset > 1 or start + len(sent) - offset > len(messages) or offset + length > len(sent):
+            return prompt
+        if offset and sent[0].role is not Role.SYSTEM:
+            return prompt
+        if length and (
+            sent[offset] is not messages[start]
+            or sent[offset + length - 1] is not messages[start + length - 1]
+        ):
+            return prompt
+        # After the history, the turn's own messages: here as their seed copies.
+        shift = start - offset
+        for at in range(offset + length, len(sent)):
+            if sent[at].with_origin(Origin.SEED) is not messages[at + shift]:
+                return prompt
+        return KeptPrompt(prompt, sent[0] if offset else None, messages, self._token)

@@ -23,6 +23,7 @@ by a :class:`WindowPolicy`, made once from the conversation's settings:
 from __future__ import annotations
 
 import hashlib
+import weakref
 from collections.abc import Sequence
 
 import attrs
@@ -39,6 +40,7 @@ from threadline.limiting._defaults import DEFAULT_CONVERSATION_HANDLER
 from threadline.limiting._traits import traits_of
 
 __all__ = [
+    "NOTHING_KEPT",
     "KeptWindow",
     "SentWindow",
     "Slide",
@@ -64,7 +66,8 @@ class KeptWindow:
     head: tuple[Message, ...] = ()
 
 
-_NOTHING_KEPT = KeptWindow()
+NOTHING_KEPT = KeptWindow()
+"""Nothing cut yet: one value every such conversation shares."""
 
 
 @attrs.frozen(kw_only=True)
@@ -101,6 +104,10 @@ def slide_start(slide: Slide | None, key: tuple[object, ...] | None) -> int:
     return slide.start if key is not None and slide is not None and slide.key == key else 0
 
 
+_policies: weakref.WeakValueDictionary[int, WindowPolicy] = weakref.WeakValueDictionary()
+"""The policy made for each settings value (by its id) that a conversation still holds."""
+
+
 @attrs.frozen(kw_only=True, eq=False)
 class WindowPolicy:
     """How a conversation's settings shape its window, worked out once per settings value.
@@ -119,7 +126,21 @@ class WindowPolicy:
 
     @classmethod
     def of(cls, settings: RequestSettings) -> WindowPolicy:
-        """The policy of a conversation whose settings are ``settings``."""
+        """The policy of a conversation whose settings are ``settings``: the one made for
+        that very settings value while any conversation still holds it."""
+        # Thousands of conversations on one agent share its settings; each would
+        # otherwise hold its own copy of the turn settings (a fortieth of the memory
+        # of a 20-turn conversation). Found by id: the policy holds the settings, so
+        # while it is alive no other object has that id.
+        shared = _policies.get(id(settings))
+        if shared is not None and shared.settings is settings:
+            return shared
+        policy = cls._made(settings)
+        _policies[id(settings)] = policy
+        return policy
+
+    @classmethod
+    def _made(cls, settings: RequestSettings) -> WindowPolicy:
         turn = settings
         if settings.pre_max_tokens_reached is None:
             turn = settings.evolve(pre_max_tokens_reached=DEFAULT_CONVERSATION_HANDLER)
@@ -135,7 +156,7 @@ class WindowPolicy:
     def kept(self, window: KeptWindow) -> KeptWindow:
         """The part of the kept ``window`` a turn honours: all of it while a handler keeps
         a stable prefix, else none."""
-        return window if self.keeps_window else _NOTHING_KEPT
+        return window if self.keeps_window else NOTHING_KEPT
 
     def slide_key(self, agent: Agent) -> tuple[object, ...] | None:
         """What a slide of the window holds for on a turn of ``agent``; ``None`` when the
@@ -165,7 +186,7 @@ class WindowPolicy:
     def after(self, sent: SentWindow, result: RunResult, *, instructions: bool) -> KeptWindow:
         """The kept window once ``result`` is committed (none while no handler keeps one)."""
         if not self.keeps_window:
-            return _NOTHING_KEPT
+            return NOTHING_KEPT
         return window_after(sent, result, instructions=instructions)
 
 

@@ -397,7 +397,7 @@ def _transcript(
     *,
     checked: CheckedHistory | None,
 ) -> tuple[tuple[Message, ...], int | None]:
-    head = () if system is None else (Message.system(system),)
+    head = () if system is None else (_system_message(system),)
     tail = () if prompt is None else (prompt,)
     # One pass over a long history: unpacking goes through a list (a copy, a
     # second into the tuple, a third to free the list), each touching every
@@ -420,6 +420,21 @@ def _transcript(
     # Refused replay state fails the request here, before limiting or any driver sees it.
     check_transcript_reasoning(transcript, checked)
     return transcript, prompt_index
+
+
+_system_messages: weakref.WeakValueDictionary[str, Message] = weakref.WeakValueDictionary()
+"""The system message made of each instructions text, while a transcript still holds it."""
+
+
+def _system_message(text: str) -> Message:
+    """``Message.system(text)``: the very one the last plans of ``text`` sent, while any
+    transcript or kept prompt holds it. Every request of an agent opens with its
+    instructions, and a thousand conversations each keeping their last prompt would
+    otherwise keep a thousand equal messages (each priced once, too)."""
+    message = _system_messages.get(text)
+    if message is None:
+        message = _system_messages[text] = Message.system(text)
+    return message
 
 
 def _repairable(history: Sequence[Message]) -> bool:

@@ -95,12 +95,29 @@ class CheckedHistory:
         )
 
 
-@attrs.define(eq=False)
 class HistoryTally:
     """The tokens of a source's history counted last, so the next one, grown at its
-    end, costs its new messages: ``(counter, source, messages, tokens)``, set whole."""
+    end, costs its new messages: by which counter, whose history (a source's token
+    and start), how many messages and their tokens; set whole by :meth:`keep`. One a
+    conversation, kept between turns: slotted fields, not a tuple holding a tuple."""
 
-    last: tuple[IncrementalTokenCounter, tuple[object, int], int, int] | None = None
+    __slots__ = ("counter", "length", "start", "token", "tokens")
+
+    def __init__(self) -> None:
+        self.counter: IncrementalTokenCounter | None = None
+        self.token: object = None
+        self.start = self.length = self.tokens = 0
+
+    def keep(
+        self, counter: IncrementalTokenCounter, source: tuple[object, int], length: int, tokens: int
+    ) -> None:
+        """Remember ``tokens`` as the count of ``source``'s first ``length`` messages."""
+        self.counter, self.length, self.tokens = counter, length, tokens
+        self.token, self.start = source
+
+    def counted(self, counter: IncrementalTokenCounter, source: tuple[object, int]) -> bool:
+        """Whether the history counted last was ``source``'s, by ``counter``."""
+        return self.counter is counter and self.token is source[0] and self.start == source[1]
 
 
 def history_tokens(history: CheckedHistory, counter: IncrementalTokenCounter) -> int:
@@ -109,13 +126,12 @@ def history_tokens(history: CheckedHistory, counter: IncrementalTokenCounter) ->
     vouched, source, tally = history.messages, history.source, history.tally
     if source is None or tally is None:
         return counter.count(vouched, ())
-    last = tally.last
-    if last is not None and last[0] is counter and last[1] == source and last[2] <= len(vouched):
+    if tally.counted(counter, source) and tally.length <= len(vouched):
         # An incremental counter's count is its messages' message_tokens, plus overhead.
-        total = last[3] + sum(map(counter.message_tokens, vouched[last[2] :]))
+        total = tally.tokens + sum(map(counter.message_tokens, vouched[tally.length :]))
     else:
         total = counter.count(vouched, ())
-    tally.last = (counter, source, len(vouched), total)
+    tally.keep(counter, source, len(vouched), total)
     return total
 
 

@@ -57,7 +57,9 @@ class SentPrompt:
     """What one round sent: its messages and tools, as the very objects sent, and the
     id the provider gave its response."""
 
-    messages: tuple[Message, ...]
+    messages: Sequence[Message]
+    """A tuple; a conversation keeps its last turn's as a window onto its transcript,
+    which holds the same messages (its own as their seed copies)."""
     tools: tuple[Tool, ...] = ()
     response_id: str | None = None
     """The provider's id of the response to it, for the next call's cache diagnosis."""
