@@ -254,12 +254,17 @@ _ENVELOPE: Final = frozenset({"type", "id", "cache_control"})
 """A block's fields that name or place it; the rest is what it carries."""
 
 
+@functools.lru_cache(maxsize=4096)
 def _opens(kinds: frozenset[str], raw: bytes) -> bool:
     """Whether ``raw`` holds a block of one of ``kinds`` that carries something:
-    a field besides its envelope that is neither null nor empty (nor only spaces)."""
-    if not _holds(kinds, raw):
+    a field besides its envelope that is neither null nor empty (nor only spaces);
+    each distinct state parsed once, as :func:`_holds` does."""
+    if not has_provider_reasoning(raw):
         return False
-    document = _loads(raw)
+    try:
+        document = _loads(raw)
+    except (ValueError, RecursionError):
+        return False
     listed = document if isinstance(document, list) else [document]
     return any(
         _block_type(block) in kinds and _carries(block)
