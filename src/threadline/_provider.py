@@ -61,6 +61,36 @@ class SamplingSettings:
 
 
 @attrs.frozen(kw_only=True)
+class HistorySpan:
+    """Where a call's history stands in its messages and whose it is, without holding
+    them: the history a conversation vouches for (its own messages, sent again every
+    turn) is ``messages[offset:offset + length]``, taken from ``source`` (a
+    transcript's token and the event the history starts at).
+
+    Two spans with one source and offset hold the same message objects there, the
+    shorter's being the start of the longer: a transcript only grows at its end,
+    and a rewritten one is a new source. So whoever keeps something per call (the
+    next round's prompt comparison, a test double's call log) knows what two calls
+    share without comparing their messages.
+    """
+
+    source: tuple[object, int]
+    offset: int
+    length: int
+
+    def begins(self, later: HistorySpan | None) -> bool:
+        """Whether a call whose history has span ``later`` holds this span's history
+        at the same place, as its start (so its first ``offset + length`` messages
+        are this call's, the ``offset`` messages before the history aside)."""
+        return (
+            later is not None
+            and later.source == self.source
+            and later.offset == self.offset
+            and later.length >= self.length
+        )
+
+
+@attrs.frozen(kw_only=True)
 class ProviderCall:
     """One call to a provider: what the run loop sends in one round."""
 
@@ -85,6 +115,14 @@ class ProviderCall:
     a provider's cache diagnosis
     compares this call with (Anthropic's ``diagnostics.previous_message_id``).
     Only for diagnosis; a stateless driver sends the whole transcript regardless."""
+    history: HistorySpan | None = attrs.field(default=None, eq=False, repr=False)
+    """Where the conversation's history stands in ``messages`` and whose it is (see
+    :class:`HistorySpan`), when the engine can vouch for it: a driver that keeps
+    something per call knows what this call shares with an earlier one without
+    comparing their messages. ``None``: not known (no conversation, or a handler or
+    a replay rule changed the history); compare the messages then. Where the
+    messages came from, not what is sent: two calls that send the same are equal
+    whatever their spans."""
 
 
 @attrs.frozen(kw_only=True)

@@ -363,9 +363,9 @@ class CallLog(Sequence[ProviderCall]):
 
     def record(self, call: ProviderCall) -> int:
         """Log ``call``; its pretend input tokens."""
-        messages = call.messages
-        sent = () if self._latest is None else self._latest.messages
-        shared = _shared_start(sent, messages)
+        messages, latest = call.messages, self._latest
+        sent = () if latest is None else latest.messages
+        shared = _shared_start(sent, messages, _vouched(latest, call))
         totals = self._totals
         del totals[shared + 1 :]
         for message in messages[shared:]:
@@ -424,10 +424,30 @@ class CallLog(Sequence[ProviderCall]):
         return f"CallLog({list(self)!r})"
 
 
-def _shared_start(sent: tuple[Message, ...], messages: tuple[Message, ...]) -> int:
+def _vouched(latest: ProviderCall | None, call: ProviderCall) -> range | None:
+    """Where ``call`` holds the very messages ``latest`` held, as the engine vouches
+    (a conversation's history sent again, grown at its end): known from the
+    history's span, no message compared (``None``: it cannot say)."""
+    span = None if latest is None else latest.history
+    if span is None or not span.begins(call.history):
+        return None
+    return range(span.offset, span.offset + span.length)
+
+
+def _shared_start(
+    sent: tuple[Message, ...], messages: tuple[Message, ...], known: range | None = None
+) -> int:
     """How many messages ``messages`` starts with that ``sent`` did too (the same
-    objects, or equal ones)."""
+    objects, or equal ones); ``known``: where they are known to hold the same ones,
+    so only the few messages around it are compared."""
     end = min(len(sent), len(messages))
+    if known is not None and known.stop <= end:
+        before = known.start
+        if all(map(_alike, sent[:before], messages[:before])):
+            start = known.stop
+            while start < end and _alike(sent[start], messages[start]):
+                start += 1
+            return start
     # Usually only the end differs (a turn's messages come back as seed copies):
     # step back over it, then check the rest in one comparison, done in C (two
     # copies of pointers); a call that differs earlier is scanned from the start.
@@ -437,6 +457,10 @@ def _shared_start(sent: tuple[Message, ...], messages: tuple[Message, ...]) -> i
     if messages[:start] == sent[:start]:
         return start
     return next(compress(count(), map(is_not, sent, messages)), end)
+
+
+def _alike(sent: Message, message: Message) -> bool:
+    return sent is message or sent == message
 
 
 async def _each(items: AsyncIterable[_T] | Iterable[_T]) -> AsyncGenerator[_T, None]:

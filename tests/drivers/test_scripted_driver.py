@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 import threadline.testing
 from threadline import Agent, Client, Conversation, Message, Model
 from threadline.counting import estimate_message_tokens
-from threadline.drivers import ProviderCall
+from threadline.drivers import HistorySpan, ProviderCall
 from threadline.testing import ScriptedDriver
 
 pytestmark = pytest.mark.anyio
@@ -141,3 +141,97 @@ async def test_the_log_is_a_sequence_a_subclass_can_append_to_and_a_test_can_cle
     assert len(driver.calls) == 0
     await driver.complete(first)
     assert driver.calls[0] is first
+
+
+# -- what the engine vouches for: the log compares no history it knows alike -------------
+
+
+class _Watched(tuple[Message, ...]):
+    """A call's messages that note every place a comparison reads."""
+
+    read: set[int]
+
+    def __getitem__(self, index):  # type: ignore[no-untyped-def, override]
+        places = range(len(self))[index]
+        self.read.update(places if isinstance(places, range) else (places,))
+        return super().__getitem__(index)
+
+
+async def test_a_conversations_calls_carry_where_their_history_stands() -> None:
+    driver = ScriptedDriver([f"answer {turn}" for turn in range(3)])
+    conversation = Conversation(Agent(Client(driver), model=MODEL, instructions="Be brief."))
+    for turn in range(3):
+        await conversation.run(f"question {turn}")
+    spans = [call.history for call in driver.calls]
+    assert all(span is not None for span in spans)
+    assert [(span.offset, span.length) for span in spans if span] == [(1, 0), (1, 2), (1, 4)]
+    first, second, third = spans
+    assert first is not None
+    assert second is not None
+    assert first.begins(second)
+    assert first.begins(third)
+    assert second.begins(third)
+    assert not second.begins(first)
+    # The span is where the messages came from, not what is sent.
+    call = driver.calls[-1]
+    assert call == ProviderCall(model=call.model, messages=call.messages, cache_key=call.cache_key)
+
+
+async def test_a_structured_turn_without_instructions_moves_the_history_behind_its_own_system() -> (
+    None
+):
+    driver = ScriptedDriver(["first", '{"value": [1, 2]}'])
+    conversation = Conversation(Agent(Client(driver), model=MODEL))
+    await conversation.run("question 0")
+    await conversation.run("list two numbers", output_type=list[int])
+    call = driver.calls[-1]
+    assert call.messages[0].role.value == "system"  # the output instruction's own
+    assert call.history is not None
+    assert call.history.offset == 1
+    history = call.messages[call.history.offset : call.history.offset + call.history.length]
+    assert [m.text for m in history] == ["question 0", "first"]
+
+
+def test_the_log_compares_only_the_messages_around_a_history_known_alike() -> None:
+    long = tuple(Message.user(f"message {i}") for i in range(500))
+    log = threadline.testing.CallLog()
+    first = ProviderCall(
+        model=MODEL,
+        messages=long,
+        history=HistorySpan(source=(TOKEN, 0), offset=1, length=498),
+    )
+    log.record(first)
+    grown = _Watched((*long, Message.assistant("reply"), Message.user("next")))
+    grown.read = set()
+    second = ProviderCall(
+        model=MODEL,
+        messages=grown,
+        history=HistorySpan(source=(TOKEN, 0), offset=1, length=499),
+    )
+    priced = log.record(second)
+    assert priced == sum(map(estimate_message_tokens, grown))
+    assert log[0] == first
+    assert log[1] == second
+    # The system message in front, and from where the first call's history ended.
+    assert grown.read <= {0, *range(499, 502)}
+
+
+def test_spans_of_another_source_or_place_say_nothing_and_the_messages_are_compared() -> None:
+    messages = tuple(Message.user(f"message {i}") for i in range(20))
+    edited = (Message.user("changed"), *messages[1:])
+    for later in (
+        HistorySpan(source=(object(), 0), offset=0, length=20),
+        HistorySpan(source=(TOKEN, 0), offset=1, length=19),
+        HistorySpan(source=(TOKEN, 0), offset=0, length=19),
+        None,
+    ):
+        log = threadline.testing.CallLog()
+        span = HistorySpan(source=(TOKEN, 0), offset=0, length=20)
+        log.record(ProviderCall(model=MODEL, messages=messages, history=span))
+        priced = log.record(ProviderCall(model=MODEL, messages=edited, history=later))
+        assert priced == sum(map(estimate_message_tokens, edited))
+        assert log[0].messages == messages
+        assert log[1].messages == edited
+
+
+TOKEN = object()

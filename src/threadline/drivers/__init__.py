@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from threadline._errors import RequestTimeoutError
 from threadline._provider import (
     Driver,
+    HistorySpan,
     ProviderCall,
     ProviderResponse,
     ReasoningChunk,
@@ -60,6 +61,7 @@ _LAZY = {
 
 __all__ = [
     "Driver",
+    "HistorySpan",
     "ProviderCall",
     "ProviderResponse",
     "ReasoningChunk",

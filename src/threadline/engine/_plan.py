@@ -19,7 +19,7 @@ import attrs
 from threadline._errors import InvalidRequestError, TranscriptIntegrityError
 from threadline._messages import Message, Role
 from threadline._models import Model
-from threadline._provider import Driver, ProviderCall
+from threadline._provider import Driver, HistorySpan, ProviderCall
 from threadline._settings import RequestSettings
 from threadline._validate import problem
 from threadline.counting import default_token_counter, resolve_token_counter
@@ -120,6 +120,7 @@ class RunPlan:
         messages: tuple[Message, ...],
         round_number: int,
         previous_response_id: str | None = None,
+        history: HistorySpan | None = None,
     ) -> ProviderCall:
         """What round ``round_number`` sends: a forcing tool choice applies to the first
         round only, so the model can answer with the tools' results afterwards."""
@@ -127,12 +128,17 @@ class RunPlan:
         if round_number > 1 and choice not in _UNFORCED:
             choice = "auto"
         if self.output_instruction is not None:
-            messages = with_instruction(messages, self.output_instruction)
+            instructed = with_instruction(messages, self.output_instruction)
+            if history is not None and len(instructed) > len(messages):
+                # A system message of its own went in front of the history.
+                history = attrs.evolve(history, offset=history.offset + 1)
+            messages = instructed
         return attrs.evolve(
             self.call_template,
             messages=messages,
             tool_choice=choice,
             previous_response_id=previous_response_id,
+            history=history,
         )
 
 

@@ -317,6 +317,7 @@ class Run:
             handed.messages,
             current.number,
             previous_response_id=None if previous is None else previous.response_id,
+            history=None if handed.history is None else handed.history.span(),
         )
         deadline = self.plan.deadline(streaming=self.streaming)
         if not self.streaming:

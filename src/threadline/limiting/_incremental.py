@@ -25,6 +25,7 @@ import attrs
 
 from threadline._errors import TranscriptIntegrityError
 from threadline._messages import Message, Origin, Role
+from threadline._provider import HistorySpan
 from threadline.counting._protocol import IncrementalTokenCounter, TokenCounter, is_incremental
 from threadline.limiting._budget import Budget, BudgetReport
 from threadline.limiting._ledger import (
@@ -86,13 +87,7 @@ class CheckedHistory:
     def starts_with(self, span: HistorySpan | None) -> bool:
         """Whether this history, at the same place, starts with the history ``span``
         describes: known from their source, no message compared."""
-        return (
-            span is not None
-            and self.source is not None
-            and self.source == span.source
-            and self.offset == span.offset
-            and len(self.messages) >= span.length
-        )
+        return span is not None and span.begins(self.span())
 
 
 class HistoryTally:
@@ -133,17 +128,6 @@ def history_tokens(history: CheckedHistory, counter: IncrementalTokenCounter) ->
         total = counter.count(vouched, ())
     tally.keep(counter, source, len(vouched), total)
     return total
-
-
-@attrs.frozen(kw_only=True)
-class HistorySpan:
-    """Where a round sent a :class:`CheckedHistory` and whose it was, without holding
-    its messages: what the next round needs to know that its own history starts
-    with it (see :meth:`CheckedHistory.starts_with`)."""
-
-    source: tuple[object, int]
-    offset: int
-    length: int
 
 
 def quick_outcome(
