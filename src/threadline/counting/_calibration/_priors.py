@@ -73,6 +73,20 @@ def _text_prior(rows: Sequence[Sequence[float]]) -> tuple[list[float], list[list
     return means, covariance
 
 
+TEMPLATES_DROPPING_SYSTEM: Final = (1, 61)
+"""Of llama.cpp's shipped chat templates that render a system message, a tool call and
+its result, how many leave the system message out of a prompt a tool result ends."""
+
+
+def _dropped_variance(latin: float, latin_variance: float) -> float:
+    # A template drops the system message (its tokens per o200k token: Latin text's) or
+    # not (0): the second moment about 0, with the share of templates that drop it
+    # estimated by Laplace's rule of succession.
+    dropping, measured = TEMPLATES_DROPPING_SYSTEM
+    share = (dropping + 1) / (measured + 2)
+    return share * (latin**2 + latin_variance)
+
+
 def prior_of(
     excluding: Collection[str] = (),
 ) -> tuple[tuple[float, ...], tuple[tuple[float, ...], ...]]:
@@ -97,6 +111,9 @@ def prior_of(
     covariance = [[0.0] * size for _ in range(size)]
     for i in range(first):
         covariance[i][i] = TEMPLATE_PRIOR[1] ** 2
+    dropped = CLASSES.index("system_dropped")
+    means[dropped] = 0.0
+    covariance[dropped][dropped] = _dropped_variance(text_means[0], text_covariance[0][0])
     for i, row in enumerate(text_covariance):
         covariance[first + i][first:] = row
     return tuple(means), tuple(map(tuple, covariance))

@@ -40,7 +40,12 @@ import attrs
 
 from threadline._messages import Role
 from threadline.counting._anchored import AnchoredCounter, message_key
-from threadline.counting._calibration._classes import CLASSES, ClassCounts, message_classes
+from threadline.counting._calibration._classes import (
+    CLASSES,
+    ClassCounts,
+    dropped_system,
+    message_classes,
+)
 from threadline.counting._calibration._priors import PRIOR_COVARIANCE, PRIOR_SLOPES, prior_of
 
 if TYPE_CHECKING:
@@ -91,6 +96,7 @@ MAX_OBSERVATIONS: Final = 64
 
 _SIZE = len(CLASSES)
 _RESULTS = CLASSES.index("tool_result")
+_DROPPED = CLASSES.index("system_dropped")
 _TEXT = CLASSES.index("latin")
 
 
@@ -246,11 +252,18 @@ class SlopeFit:
         return cls(posterior, (), max(0, round(intercept)), intercept=intercept)
 
     def counter(
-        self, counter: TokenCounter, tools: Sequence[Tool], *, bound: bool = True
+        self,
+        counter: TokenCounter,
+        tools: Sequence[Tool],
+        *,
+        bound: bool = True,
+        transcript: Sequence[Message] = (),
     ) -> ClassAnchoredCounter:
         """The counter pricing transcripts sent with ``tools`` from this fit: at the
         bound (what is new high, what is gone low), or with ``bound=False`` at the
-        fitted price."""
+        fitted price. ``transcript`` (what is priced, and its cuts, which keep its
+        system messages and its last message) says whether its template may drop the
+        system messages."""
         return ClassAnchoredCounter(
             counter,
             self.anchor,
@@ -258,6 +271,7 @@ class SlopeFit:
             exact_tokens=self.anchor_tokens,
             posterior=self.posterior,
             bound=bound,
+            dropped=dropped_system(counter, transcript),
         )
 
     def __repr__(self) -> str:
@@ -338,8 +352,22 @@ def _regress(
         used = sum(covariance[i][j] * gram[j][i] for i in seen for j in seen) / noise
         free = max(0.0, len(steps) - used)
         noise = (residual + _NOISE_WEIGHT * prior.noise) / (free + _NOISE_WEIGHT)
+    delta = _at_most_dropped(delta, prior.slopes[_DROPPED], covariance)
     slopes = tuple(max(0.0, b + d) for b, d in zip(prior.slopes, delta, strict=True))
     return Posterior(slopes, tuple(map(tuple, covariance)), noise, prior.seen | set(seen))
+
+
+def _at_most_dropped(
+    delta: list[float], prior: float, covariance: list[list[float]]
+) -> list[float]:
+    """``delta`` with the ``system_dropped`` slope at 0 when the fit would put it below
+    (a template can only leave the system message out, not add to it): the others at
+    their most likely values given that, not merely that one clamped."""
+    below = -(prior + delta[_DROPPED])
+    if below <= 0:
+        return delta
+    lean = covariance[_DROPPED][_DROPPED]
+    return [d + covariance[i][_DROPPED] / lean * below for i, d in enumerate(delta)]
 
 
 def _steps(
@@ -402,6 +430,7 @@ class ClassAnchoredCounter(AnchoredCounter):
         exact_tokens: int,
         posterior: Posterior,
         bound: bool = True,
+        dropped: int = 0,
     ) -> None:
         self._posterior = posterior
         self._bound = bound
@@ -414,6 +443,19 @@ class ClassAnchoredCounter(AnchoredCounter):
             dropped_ratio=1.0,
             added_ratio=1.0,
         )
+        self._base += self._dropping(dropped_system(estimate, anchor) - dropped)
+
+    def _dropping(self, shown: int) -> int:
+        """What ``shown`` more tokens of system messages than the anchor's template
+        showed cost (fewer when negative): the ``system_dropped`` slope (never below 0:
+        a template can only drop them) times the change, at the bound's side."""
+        if not shown:
+            return 0
+        slope = self._posterior.slopes[_DROPPED]
+        if self._bound:
+            spread = BOUND_Z * math.sqrt(self._posterior.covariance[_DROPPED][_DROPPED])
+            slope = slope + spread if shown > 0 else max(0.0, slope - spread)
+        return math.ceil(slope * shown - 1e-9)
 
     @property
     def slopes(self) -> tuple[float, ...]:
