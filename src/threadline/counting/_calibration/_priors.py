@@ -73,9 +73,11 @@ def _text_prior(rows: Sequence[Sequence[float]]) -> tuple[list[float], list[list
     return means, covariance
 
 
-TEMPLATES_DROPPING_SYSTEM: Final = (1, 61)
+TEMPLATES_DROPPING_SYSTEM: Final = (1, 62)
 """Of llama.cpp's shipped chat templates that render a system message, a tool call and
-its result, how many leave the system message out of a prompt a tool result ends."""
+its result, how many leave the system message out of a prompt a tool result ends
+(Mistral Nemo's), and how many were rendered: printed by
+``benchmarks/derive_template_prior.py``."""
 
 
 def _dropped_variance(latin: float, latin_variance: float) -> float:
