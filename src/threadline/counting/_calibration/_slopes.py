@@ -312,9 +312,14 @@ def fit(
 
 
 def _regress(
-    steps: Sequence[tuple[list[int], int, float]], prior: Posterior, around: Sequence[float]
+    steps: Sequence[tuple[list[int], int, float]],
+    prior: Posterior,
+    around: Sequence[float],
+    *,
+    pinned: bool = False,
 ) -> Posterior:
-    """One Bayesian regression of ``steps`` on the price's gradient at ``around``."""
+    """One Bayesian regression of ``steps`` on the price's gradient at ``around``; with
+    ``pinned``, the ``system_dropped`` slope held at its prior's mean (0)."""
     rows = [_gradient(change, around) for change, _, _ in steps]
     # The price is linear in the slopes near ``around``: a step is the gradient times the
     # slopes, plus what the linearization leaves (0 but for tool results).
@@ -325,7 +330,8 @@ def _regress(
         - sum(g * b for g, b in zip(row, prior.slopes, strict=True))
         for (change, tokens, _), row in zip(steps, rows, strict=True)
     ]
-    seen = [k for k in range(_SIZE) if any(row[k] for row in rows)]
+    changed = {k for k in range(_SIZE) if any(row[k] for row in rows)}
+    seen = sorted(changed - {_DROPPED} if pinned else changed)
     gram = [[0.0] * _SIZE for _ in range(_SIZE)]
     moment = [0.0] * _SIZE
     for (_, _, weight), row, target in zip(steps, rows, targets, strict=True):
@@ -352,22 +358,13 @@ def _regress(
         used = sum(covariance[i][j] * gram[j][i] for i in seen for j in seen) / noise
         free = max(0.0, len(steps) - used)
         noise = (residual + _NOISE_WEIGHT * prior.noise) / (free + _NOISE_WEIGHT)
-    delta = _at_most_dropped(delta, prior.slopes[_DROPPED], covariance)
+    if _DROPPED in seen and prior.slopes[_DROPPED] + delta[_DROPPED] < 0:
+        # A template can only leave the system message out, not show it twice: the
+        # slope's prior is cut at 0, and the most likely fit below it is at 0. So the
+        # fit is made again with it held there (its spread as before), the noise too.
+        return _regress(steps, prior, around, pinned=True)
     slopes = tuple(max(0.0, b + d) for b, d in zip(prior.slopes, delta, strict=True))
-    return Posterior(slopes, tuple(map(tuple, covariance)), noise, prior.seen | set(seen))
-
-
-def _at_most_dropped(
-    delta: list[float], prior: float, covariance: list[list[float]]
-) -> list[float]:
-    """``delta`` with the ``system_dropped`` slope at 0 when the fit would put it below
-    (a template can only leave the system message out, not add to it): the others at
-    their most likely values given that, not merely that one clamped."""
-    below = -(prior + delta[_DROPPED])
-    if below <= 0:
-        return delta
-    lean = covariance[_DROPPED][_DROPPED]
-    return [d + covariance[i][_DROPPED] / lean * below for i, d in enumerate(delta)]
+    return Posterior(slopes, tuple(map(tuple, covariance)), noise, prior.seen | changed)
 
 
 def _steps(
