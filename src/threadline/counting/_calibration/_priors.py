@@ -37,7 +37,14 @@ from typing import Final
 
 from threadline.counting._calibration._classes import CLASSES, SCRIPTS
 
-__all__ = ["MEASURED", "PRIOR_COVARIANCE", "PRIOR_SLOPES", "PRIOR_UNCERTAINTY", "prior_of"]
+__all__ = [
+    "DROPPING_SHARE",
+    "MEASURED",
+    "PRIOR_COVARIANCE",
+    "PRIOR_SLOPES",
+    "PRIOR_UNCERTAINTY",
+    "prior_of",
+]
 
 MEASURED: Final = {
     # tokens per o200k token, by SCRIPTS
@@ -80,13 +87,18 @@ its result, how many leave the system message out of a prompt a tool result ends
 ``benchmarks/derive_template_prior.py``."""
 
 
-def _dropped_variance(latin: float, latin_variance: float) -> float:
-    # A template drops the system message (its tokens per o200k token: Latin text's) or
-    # not (0): the second moment about 0, with the share of templates that drop it
-    # estimated by Laplace's rule of succession.
-    dropping, measured = TEMPLATES_DROPPING_SYSTEM
-    share = (dropping + 1) / (measured + 2)
-    return share * (latin**2 + latin_variance)
+DROPPING_SHARE: Final = (TEMPLATES_DROPPING_SYSTEM[0] + 1) / (TEMPLATES_DROPPING_SYSTEM[1] + 2)
+"""The prior probability that a template leaves the system message out of a prompt a
+tool result ends: the share of :data:`TEMPLATES_DROPPING_SYSTEM`, by Laplace's rule of
+succession (one in 32)."""
+
+
+def _dropped(latin: float, latin_variance: float) -> tuple[float, float]:
+    # A template shows the system message (the slope is 0) or drops it (the slope is what
+    # its text costs, Latin text's, as unsure): the mean and variance of that mixture.
+    share = DROPPING_SHARE
+    mean = share * latin
+    return mean, share * (latin**2 + latin_variance) - mean**2
 
 
 def prior_of(
@@ -114,8 +126,7 @@ def prior_of(
     for i in range(first):
         covariance[i][i] = TEMPLATE_PRIOR[1] ** 2
     dropped = CLASSES.index("system_dropped")
-    means[dropped] = 0.0
-    covariance[dropped][dropped] = _dropped_variance(text_means[0], text_covariance[0][0])
+    means[dropped], covariance[dropped][dropped] = _dropped(text_means[0], text_covariance[0][0])
     for i, row in enumerate(text_covariance):
         covariance[first + i][first:] = row
     return tuple(means), tuple(map(tuple, covariance))

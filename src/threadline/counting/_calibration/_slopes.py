@@ -46,7 +46,12 @@ from threadline.counting._calibration._classes import (
     dropped_system,
     message_classes,
 )
-from threadline.counting._calibration._priors import PRIOR_COVARIANCE, PRIOR_SLOPES, prior_of
+from threadline.counting._calibration._priors import (
+    DROPPING_SHARE,
+    PRIOR_COVARIANCE,
+    PRIOR_SLOPES,
+    prior_of,
+)
 
 if TYPE_CHECKING:
     from threadline._messages import Message
@@ -306,20 +311,79 @@ def fit(
         return prior
     around = prior.slopes
     for _ in range(2):
-        posterior = _regress(steps, prior, around)
+        slab = _dropping(prior)
+        posterior = _either(_regress(steps, slab, around), slab)
         around = posterior.slopes
     return posterior
 
 
+def _dropping(prior: Posterior) -> Posterior:
+    """``prior`` for a template that leaves the system message out of a prompt a tool
+    result ends: its ``system_dropped`` slope is then what the system message's text
+    costs, Latin text's slope (most system messages are English), as unsure."""
+    slopes = list(prior.slopes)
+    slopes[_DROPPED] = prior.slopes[_TEXT]
+    covariance = [list(row) for row in prior.covariance]
+    for k in range(_SIZE):
+        covariance[k][_DROPPED] = covariance[_DROPPED][k] = 0.0
+    covariance[_DROPPED][_DROPPED] = prior.covariance[_TEXT][_TEXT]
+    return Posterior(tuple(slopes), tuple(map(tuple, covariance)), prior.noise, prior.seen)
+
+
+def _either(dropping: Posterior, prior: Posterior) -> Posterior:
+    """The fit of a template that either shows the system message in every prompt (the
+    ``system_dropped`` slope is 0) or leaves it out of a prompt a tool result ends
+    (``dropping``, fitted from ``prior``, :func:`_dropping`'s), each weighed by its prior
+    share (:data:`~._priors.DROPPING_SHARE`) and by how well it explains the steps, as
+    one mean and covariance (the mixture's). The evidence for "shows it" is the
+    Savage-Dickey ratio: the fitted density of the slope at 0 over its prior's (both
+    cut at 0, as a template can only leave text out); the fit of "shows it" is
+    ``dropping``'s given the slope is 0."""
+    slope, variance = dropping.slopes[_DROPPED], dropping.covariance[_DROPPED][_DROPPED]
+    cost, spread = prior.slopes[_DROPPED], prior.covariance[_DROPPED][_DROPPED]
+    evidence = _log_density_at_zero(cost, spread) - _log_density_at_zero(slope, variance)
+    odds = evidence + math.log(DROPPING_SHARE / (1 - DROPPING_SHARE))
+    weight = 1 / (1 + math.exp(-odds)) if odds > -700 else 0.0
+    lean = [row[_DROPPED] / variance for row in dropping.covariance]
+    shown = [b - g * slope for b, g in zip(dropping.slopes, lean, strict=True)]
+    shown[_DROPPED] = 0.0
+    dropped = list(dropping.slopes)
+    dropped[_DROPPED] = max(0.0, slope)
+    apart = [a - b for a, b in zip(dropped, shown, strict=True)]
+    covariance = tuple(
+        tuple(
+            weight * c
+            + (1 - weight) * (c - lean[i] * dropping.covariance[_DROPPED][j])
+            + weight * (1 - weight) * apart[i] * apart[j]
+            for j, c in enumerate(row)
+        )
+        for i, row in enumerate(dropping.covariance)
+    )
+    slopes = tuple(
+        max(0.0, weight * a + (1 - weight) * b) for a, b in zip(dropped, shown, strict=True)
+    )
+    return Posterior(slopes, covariance, dropping.noise, dropping.seen)
+
+
+def _log_density_at_zero(mean: float, variance: float) -> float:
+    """The log density at 0 of a normal distribution of ``mean`` and ``variance`` cut
+    below 0 (and scaled to 1 above it)."""
+    spread = math.sqrt(variance)
+    z = mean / spread
+    # log P(X > 0) = log Phi(z), by its asymptote where erfc underflows.
+    above = (
+        math.log(0.5 * math.erfc(-z / math.sqrt(2)))
+        if z > -30
+        else (-0.5 * z * z - math.log(-z * math.sqrt(2 * math.pi)))
+    )
+    return -0.5 * z * z - math.log(spread * math.sqrt(2 * math.pi)) - above
+
+
 def _regress(
-    steps: Sequence[tuple[list[int], int, float]],
-    prior: Posterior,
-    around: Sequence[float],
-    *,
-    pinned: bool = False,
+    steps: Sequence[tuple[list[int], int, float]], prior: Posterior, around: Sequence[float]
 ) -> Posterior:
-    """One Bayesian regression of ``steps`` on the price's gradient at ``around``; with
-    ``pinned``, the ``system_dropped`` slope held at its prior's mean (0)."""
+    """One Bayesian regression of ``steps`` on the price's gradient at ``around``. The
+    ``system_dropped`` slope is left as fitted, below 0 too (:func:`_either` weighs it)."""
     rows = [_gradient(change, around) for change, _, _ in steps]
     # The price is linear in the slopes near ``around``: a step is the gradient times the
     # slopes, plus what the linearization leaves (0 but for tool results).
@@ -330,8 +394,7 @@ def _regress(
         - sum(g * b for g, b in zip(row, prior.slopes, strict=True))
         for (change, tokens, _), row in zip(steps, rows, strict=True)
     ]
-    changed = {k for k in range(_SIZE) if any(row[k] for row in rows)}
-    seen = sorted(changed - {_DROPPED} if pinned else changed)
+    seen = [k for k in range(_SIZE) if any(row[k] for row in rows)]
     gram = [[0.0] * _SIZE for _ in range(_SIZE)]
     moment = [0.0] * _SIZE
     for (_, _, weight), row, target in zip(steps, rows, targets, strict=True):
@@ -358,13 +421,11 @@ def _regress(
         used = sum(covariance[i][j] * gram[j][i] for i in seen for j in seen) / noise
         free = max(0.0, len(steps) - used)
         noise = (residual + _NOISE_WEIGHT * prior.noise) / (free + _NOISE_WEIGHT)
-    if _DROPPED in seen and prior.slopes[_DROPPED] + delta[_DROPPED] < 0:
-        # A template can only leave the system message out, not show it twice: the
-        # slope's prior is cut at 0, and the most likely fit below it is at 0. So the
-        # fit is made again with it held there (its spread as before), the noise too.
-        return _regress(steps, prior, around, pinned=True)
-    slopes = tuple(max(0.0, b + d) for b, d in zip(prior.slopes, delta, strict=True))
-    return Posterior(slopes, tuple(map(tuple, covariance)), noise, prior.seen | changed)
+    slopes = tuple(
+        b + d if k == _DROPPED else max(0.0, b + d)
+        for k, (b, d) in enumerate(zip(prior.slopes, delta, strict=True))
+    )
+    return Posterior(slopes, tuple(map(tuple, covariance)), noise, prior.seen | set(seen))
 
 
 def _steps(
