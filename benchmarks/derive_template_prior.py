@@ -18,7 +18,6 @@ refuse a system message) are left out and listed.
 from __future__ import annotations
 
 import importlib.metadata
-import json
 import subprocess
 import sys
 import tarfile
@@ -102,7 +101,7 @@ def main() -> int:
         try:
             template = env.from_string(text)
             shown = shows_system(template, TOOL_ENDED), shows_system(template, USER_ENDED)
-        except Exception as exc:  # noqa: BLE001 - a template that cannot render is listed
+        except Exception as exc:
             failed.append(f"{name} ({type(exc).__name__})")
             continue
         rendered.append(name)

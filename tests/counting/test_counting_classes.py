@@ -438,7 +438,9 @@ def template_tokens(prompt: list[Message], *, ended_by_tool: float) -> int:
     cost += sum(TEMPLATE.get(s, 0.0) * results[i] for i, s in enumerate(SCRIPTS))
     if prompt[-1].tool_call_id is not None:
         system = transcript_classes(COUNTER, [SYSTEM])
-        cost += ended_by_tool * sum(TEMPLATE.get(k, 0.0) * system[CLASSES.index(k)] for k in TEMPLATE)
+        cost += ended_by_tool * sum(
+            TEMPLATE.get(k, 0.0) * system[CLASSES.index(k)] for k in TEMPLATE
+        )
     return round(cost)
 
 
@@ -479,7 +481,9 @@ def test_a_prompt_a_tool_result_ends_counts_its_system_messages_as_dropped() -> 
     assert transcript_classes(COUNTER, ended_by_tool[1:])[DROPPED] == 0  # no system message
     # Most templates show it (61 of 62 measured): before any report the slope is near 0.
     assert DROPPING_SHARE == 2 / 64
-    assert PRIOR_SLOPES[DROPPED] == pytest.approx(DROPPING_SHARE * PRIOR_SLOPES[CLASSES.index("latin")])
+    assert PRIOR_SLOPES[DROPPED] == pytest.approx(
+        DROPPING_SHARE * PRIOR_SLOPES[CLASSES.index("latin")]
+    )
 
 
 def test_the_fit_learns_a_template_that_drops_the_system_message_when_a_tool_result_ends() -> None:
