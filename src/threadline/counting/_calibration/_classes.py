@@ -28,7 +28,10 @@ which calibration learns a ratio of its own for (see ``_slopes``):
   ``tool_call_id``, with the estimate's framing of each (7 tokens a call, 4
   a result);
 - ``framing``: the rest of the counter's estimate of the message (its fixed
-  overhead, images, replayed reasoning), never below 0.
+  overhead, images, replayed reasoning), never below 0;
+- ``system_dropped``: no message's, a prompt's (:func:`transcript_classes`):
+  minus the estimate of its system messages when a tool result ends it, as
+  a template may leave them out of such a prompt (:func:`dropped_system`).
 
 The split is computed only when a client calibrates, and once per message
 value (a bounded cache keyed by the message, its origin aside). It is
@@ -58,6 +61,7 @@ __all__ = [
     "SCRIPTS",
     "ClassCounts",
     "classify_text",
+    "dropped_system",
     "message_classes",
     "transcript_classes",
 ]
@@ -242,7 +246,7 @@ def message_classes(counter: TokenCounter, message: Message) -> ClassCounts:
 
 
 def transcript_classes(counter: TokenCounter, messages: Sequence[Message]) -> ClassCounts:
-    """The class counts of ``messages``, summed."""
+    """The class counts of ``messages``, summed, with the prompt's ``system_dropped``."""
     totals = [0] * (len(CLASSES) + len(SCRIPTS))
     for message in messages:
         for index, value in enumerate(message_classes(counter, message)):

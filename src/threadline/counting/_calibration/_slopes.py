@@ -27,6 +27,15 @@ that (never below 0): the count is a one-sided 95% bound, high by as much
 as the fit is unsure, so a class the reports have said little about is
 priced high. Everything here is deterministic: the same reports give the
 same fit.
+
+One class is the template's choice, not a price: ``system_dropped``, the
+system messages of a prompt a tool result ends, counted negative (Mistral
+Nemo's template puts the system message into the last user message, and such
+a prompt has none after its results). A template either shows the system
+message (the slope is 0) or drops it (the slope is what its text costs), so
+the fit is a mixture of the two (:func:`_either`), weighed by the share of
+templates that drop it and by the evidence of the steps. A template can only
+leave text out: the slope is never below 0.
 """
 
 from __future__ import annotations
@@ -310,9 +319,9 @@ def fit(
     if not steps:
         return prior
     around = prior.slopes
+    dropping = _dropping(prior)
     for _ in range(2):
-        slab = _dropping(prior)
-        posterior = _either(_regress(steps, slab, around), slab)
+        posterior = _either(_regress(steps, dropping, around), dropping)
         around = posterior.slopes
     return posterior
 
@@ -340,8 +349,8 @@ def _either(dropping: Posterior, prior: Posterior) -> Posterior:
     cut at 0, as a template can only leave text out); the fit of "shows it" is
     ``dropping``'s given the slope is 0."""
     slope, variance = dropping.slopes[_DROPPED], dropping.covariance[_DROPPED][_DROPPED]
-    cost, spread = prior.slopes[_DROPPED], prior.covariance[_DROPPED][_DROPPED]
-    evidence = _log_density_at_zero(cost, spread) - _log_density_at_zero(slope, variance)
+    cost, unsure = prior.slopes[_DROPPED], prior.covariance[_DROPPED][_DROPPED]
+    evidence = _log_density_at_zero(cost, unsure) - _log_density_at_zero(slope, variance)
     odds = evidence + math.log(DROPPING_SHARE / (1 - DROPPING_SHARE))
     weight = 1 / (1 + math.exp(-odds)) if odds > -700 else 0.0
     lean = [row[_DROPPED] / variance for row in dropping.covariance]
@@ -501,9 +510,9 @@ class ClassAnchoredCounter(AnchoredCounter):
             dropped_ratio=1.0,
             added_ratio=1.0,
         )
-        self._base += self._dropping(dropped_system(estimate, anchor) - dropped)
+        self._base += self._system_shown(dropped_system(estimate, anchor) - dropped)
 
-    def _dropping(self, shown: int) -> int:
+    def _system_shown(self, shown: int) -> int:
         """What ``shown`` more tokens of system messages than the anchor's template
         showed cost (fewer when negative): the ``system_dropped`` slope (never below 0:
         a template can only drop them) times the change, at the bound's side."""
