@@ -348,8 +348,10 @@ def _either(dropping: Posterior, prior: Posterior) -> Posterior:
     Savage-Dickey ratio: the fitted density of the slope at 0 over its prior's (both
     cut at 0, as a template can only leave text out); the fit of "shows it" is
     ``dropping``'s given the slope is 0."""
-    slope, variance = dropping.slopes[_DROPPED], dropping.covariance[_DROPPED][_DROPPED]
-    cost, unsure = prior.slopes[_DROPPED], prior.covariance[_DROPPED][_DROPPED]
+    least = MIN_UNCERTAINTY**2
+    slope = dropping.slopes[_DROPPED]
+    variance = max(least, dropping.covariance[_DROPPED][_DROPPED])
+    cost, unsure = prior.slopes[_DROPPED], max(least, prior.covariance[_DROPPED][_DROPPED])
     evidence = _log_density_at_zero(cost, unsure) - _log_density_at_zero(slope, variance)
     odds = evidence + math.log(DROPPING_SHARE / (1 - DROPPING_SHARE))
     weight = 1 / (1 + math.exp(-odds)) if odds > -700 else 0.0
@@ -484,9 +486,14 @@ class ClassAnchoredCounter(AnchoredCounter):
     messages share their bound in order: the n-th saves the lower bound of the
     first n together less that of the first n - 1. System messages, which are
     not dropped with the rest, save their own lower bound.
+
+    ``dropped`` is what the transcripts priced may leave out of their system
+    messages (:func:`dropped_system` of them: a cut keeps the system messages and
+    the last message): the change from the anchor's is priced at the
+    ``system_dropped`` slope, a part of the overhead.
     """
 
-    __slots__ = ("_bound", "_posterior", "_shares")
+    __slots__ = ("_bound", "_ending", "_posterior", "_shares")
 
     def __init__(
         self,
@@ -501,6 +508,7 @@ class ClassAnchoredCounter(AnchoredCounter):
     ) -> None:
         self._posterior = posterior
         self._bound = bound
+        self._ending = self._system_shown(dropped_system(estimate, anchor) - dropped)
         self._shares = self._in_order(estimate, anchor) if bound else {}
         super().__init__(
             estimate,
@@ -510,7 +518,11 @@ class ClassAnchoredCounter(AnchoredCounter):
             dropped_ratio=1.0,
             added_ratio=1.0,
         )
-        self._base += self._system_shown(dropped_system(estimate, anchor) - dropped)
+
+    def overhead_tokens(self, tools: Sequence[Tool] = ()) -> int:
+        """The part of the count no message accounts for (see :class:`AnchoredCounter`),
+        with what the template shows of the system messages beyond the anchor's."""
+        return super().overhead_tokens(tools) + self._ending
 
     def _system_shown(self, shown: int) -> int:
         """What ``shown`` more tokens of system messages than the anchor's template
