@@ -489,7 +489,16 @@ def test_a_prompt_a_tool_result_ends_counts_its_system_messages_as_dropped() -> 
 def test_the_fit_learns_a_template_that_drops_the_system_message_when_a_tool_result_ends() -> None:
     prompts = tool_rounds(ended_by_tool=-1.0, turns=13)
     calibration = TokenCalibration(min_estimated_tokens=0)
-    observed(calibration, prompts[:-1])
+    observed(calibration, prompts[:-2])
+    # The last report's prompt ended with a user's message: the next, a tool round's
+    # second call, is priced without the system message, and never under at the bound.
+    second, reported = prompts[-2]
+    assert second[-1].tool_call_id is not None
+    likely = calibration.estimate("m", COUNTER, second, budget=100_000).count(second)
+    bound = calibration.estimate("m", COUNTER, second).count(second)
+    assert abs(likely - reported) <= 0.01 * reported
+    assert reported <= bound  # the tool call and its result are new: priced high there
+    observed(calibration, prompts[-2:-1])
     fitted = calibration.fitted("m")
     assert fitted is not None
     system = transcript_classes(COUNTER, [SYSTEM])
