@@ -189,10 +189,11 @@ async def converse(
     window: int,
     progress: bool = False,
     calibration: DecidingCalibration | None = None,
+    system: str = SYSTEM,
 ) -> Summary:
     """Hold the conversation's first ``turns`` turns with ``family``'s provider (with
     ``calibration``, that one: otherwise a new one whose prior never saw the family's
-    vocabulary, :func:`held_out_calibration`)."""
+    vocabulary, :func:`held_out_calibration`), ``system`` the agent's instructions."""
     started = time.monotonic()
     reserve = math.ceil(RESERVE_SHARE * window)
     budget = window - reserve
@@ -204,7 +205,7 @@ async def converse(
             agent = Agent(
                 Client(driver, calibration=calibration),
                 model=Model(f"heldout-{family.name}", context_size=window),
-                instructions=SYSTEM,
+                instructions=system,
                 tools=[get_weather, lookup_tool],
                 max_output_tokens=reserve,
             )
@@ -292,6 +293,7 @@ async def measure(
     window: int,
     progress: bool = False,
     full_prior: bool = False,
+    system_times: int = 1,
 ) -> list[Summary]:
     """Every family's summary, each on the prior without its own vocabulary (with
     ``full_prior``, on the prior users get, which may hold it)."""
@@ -301,7 +303,15 @@ async def measure(
         tokenizer = Tokenizer(family, directory)
         calibration = DecidingCalibration() if full_prior else None
         summaries.append(
-            await converse(family, tokenizer, turns, window, progress, calibration=calibration)
+            await converse(
+                family,
+                tokenizer,
+                turns,
+                window,
+                progress,
+                calibration=calibration,
+                system=" ".join([SYSTEM] * system_times),
+            )
         )
     return summaries
 
@@ -317,12 +327,26 @@ def main() -> int:
         action="store_true",
         help="the prior users get (default: each family on the prior without its vocabulary)",
     )
+    parser.add_argument(
+        "--system-times",
+        type=int,
+        default=1,
+        help="the system message repeated this many times (11: about 360 o200k tokens)",
+    )
     args = parser.parse_args()
     chosen = FAMILIES
     if args.families:
         names = {n.strip().lower() for n in args.families.split(",")}
         chosen = tuple(f for f in FAMILIES if f.name.lower() in names)
-    summaries = anyio.run(measure, chosen, args.turns, args.window, args.progress, args.full_prior)
+    summaries = anyio.run(
+        measure,
+        chosen,
+        args.turns,
+        args.window,
+        args.progress,
+        args.full_prior,
+        args.system_times,
+    )
     print(table(summaries))
     failures = [f for s in summaries for f in s.failures()]
     for s in summaries:

@@ -28,6 +28,7 @@ from threadline.counting._calibration._classes import (
     transcript_classes,
 )
 from threadline.counting._calibration._priors import (
+    DROPPING_SHARE,
     MEASURED,
     PRIOR_COVARIANCE,
     PRIOR_SLOPES,
@@ -137,8 +138,12 @@ def test_the_prior_is_the_measured_vocabularies_mean_and_a_held_out_one_leaves_i
         assert slopes[CLASSES.index(name)] == pytest.approx(sum(column) / len(column))
     assert slopes != PRIOR_SLOPES
     assert covariance != PRIOR_COVARIANCE
-    # The template's classes are no vocabulary's: leaving one out does not move them.
-    assert slopes[: CLASSES.index("latin")] == PRIOR_SLOPES[: CLASSES.index("latin")]
+    # The template's classes are no vocabulary's: leaving one out does not move them, but
+    # for the system message it may drop, whose text is priced as Latin text.
+    dropped = CLASSES.index("system_dropped")
+    assert slopes[:dropped] == PRIOR_SLOPES[:dropped]
+    latin = CLASSES.index("latin")
+    assert slopes[dropped] == pytest.approx(DROPPING_SHARE * slopes[latin])
 
 
 def test_a_prior_refuses_a_vocabulary_it_never_measured() -> None:
@@ -414,3 +419,111 @@ def test_an_old_document_with_a_plain_ratio_still_loads() -> None:
     assert calibration.saved_of("m")["m"] == 1.25
     with pytest.raises(InvalidRequestError, match="token calibration 'm'"):
         calibration.restore({"m": {"ratio": 1.5}})
+
+
+# -- a template that leaves the system message out of some prompts -----------------------
+
+SYSTEM = Message.system(" ".join([ENGLISH[0], ENGLISH[2], ENGLISH[3]] * 3))
+DROPPED = CLASSES.index("system_dropped")
+TEMPLATE = {"framing": 1.0, "tool": 1.5, "tool_result": 1.0, "latin": 1.2, "cyrillic": 3.0}
+
+
+def template_tokens(prompt: list[Message], *, ended_by_tool: float) -> int:
+    """A template's count of ``prompt``: 40 tokens of its own, each class at its
+    :data:`TEMPLATE` slope, and, when a tool result ends the prompt, ``ended_by_tool``
+    times the system message's cost (-1: Mistral Nemo's, which leaves it out)."""
+    counts = transcript_classes(COUNTER, prompt)
+    cost = 40.0 + sum(TEMPLATE.get(k, 0.0) * counts[CLASSES.index(k)] for k in TEMPLATE)
+    results = counts[len(CLASSES) :]
+    cost += sum(TEMPLATE.get(s, 0.0) * results[i] for i, s in enumerate(SCRIPTS))
+    if prompt[-1].tool_call_id is not None:
+        system = transcript_classes(COUNTER, [SYSTEM])
+        cost += ended_by_tool * sum(
+            TEMPLATE.get(k, 0.0) * system[CLASSES.index(k)] for k in TEMPLATE
+        )
+    return round(cost)
+
+
+def tool_rounds(*, ended_by_tool: float, turns: int = 12) -> list[tuple[list[Message], int]]:
+    """The prompts of a conversation with a tool round every third turn, and their counts."""
+    prompts = []
+    history = [SYSTEM]
+    for turn in range(turns):
+        history.append(Message.user(PROMPTS[turn % len(PROMPTS)]))
+        if turn % 3 == 2:
+            prompts.append(list(history))
+            call = ToolCall(id=f"call-{turn}", name="lookup", arguments='{"city": "Porto"}')
+            history.append(Message.assistant(tool_calls=[call]))
+            history.append(Message.tool(call.id, RUSSIAN[turn % len(RUSSIAN)], name="lookup"))
+        prompts.append(list(history))
+        history.append(Message.assistant(f"Answer {turn}: {ENGLISH[turn % len(ENGLISH)]}"))
+    return [(p, template_tokens(p, ended_by_tool=ended_by_tool)) for p in prompts]
+
+
+def observed(calibration: TokenCalibration, prompts: list[tuple[list[Message], int]]) -> None:
+    for prompt, reported in prompts:
+        calibration.observe(
+            "m",
+            estimated_tokens=COUNTER.count(prompt),
+            reported_tokens=reported,
+            sent=prompt,
+            counter=COUNTER,
+        )
+
+
+def test_a_prompt_a_tool_result_ends_counts_its_system_messages_as_dropped() -> None:
+    prompts = [p for p, _ in tool_rounds(ended_by_tool=-1.0, turns=3)]
+    ended_by_user, ended_by_tool = prompts[0], prompts[-1]
+    assert ended_by_tool[-1].tool_call_id is not None
+    assert transcript_classes(COUNTER, ended_by_user)[DROPPED] == 0
+    # Negative, so that a slope of 0 or more can only take the system message away.
+    assert transcript_classes(COUNTER, ended_by_tool)[DROPPED] == -COUNTER.message_tokens(SYSTEM)
+    assert transcript_classes(COUNTER, ended_by_tool[1:])[DROPPED] == 0  # no system message
+    # Most templates show it (61 of 62 measured): before any report the slope is near 0.
+    assert DROPPING_SHARE == 2 / 64
+    assert PRIOR_SLOPES[DROPPED] == pytest.approx(
+        DROPPING_SHARE * PRIOR_SLOPES[CLASSES.index("latin")]
+    )
+
+
+def test_the_fit_learns_a_template_that_drops_the_system_message_when_a_tool_result_ends() -> None:
+    prompts = tool_rounds(ended_by_tool=-1.0, turns=13)
+    calibration = TokenCalibration(min_estimated_tokens=0)
+    observed(calibration, prompts[:-2])
+    # The last report's prompt ended with a user's message: the next, a tool round's
+    # second call, is priced without the system message, and never under at the bound.
+    second, reported = prompts[-2]
+    assert second[-1].tool_call_id is not None
+    likely = calibration.estimate("m", COUNTER, second, budget=100_000).count(second)
+    bound = calibration.estimate("m", COUNTER, second).count(second)
+    assert abs(likely - reported) <= 0.01 * reported
+    assert reported <= bound  # the tool call and its result are new: priced high there
+    observed(calibration, prompts[-2:-1])
+    fitted = calibration.fitted("m")
+    assert fitted is not None
+    system = transcript_classes(COUNTER, [SYSTEM])
+    cost = sum(TEMPLATE.get(k, 0.0) * system[CLASSES.index(k)] for k in TEMPLATE)
+    assert fitted.slopes[DROPPED] == pytest.approx(cost / COUNTER.message_tokens(SYSTEM), rel=0.1)
+    # The last report's prompt ended with a tool result (its system message left out):
+    # the next, a user's, is priced with it again, at its likeliest and at its bound.
+    last, reported = prompts[-1]
+    assert fitted.anchor[-1].tool_call_id is not None
+    likely = calibration.estimate("m", COUNTER, last, budget=100_000).count(last)
+    bound = calibration.estimate("m", COUNTER, last).count(last)
+    assert abs(likely - reported) <= 0.01 * reported
+    assert reported <= bound <= 1.03 * reported
+
+
+def test_a_template_that_adds_on_tool_rounds_leaves_the_dropped_slope_at_zero() -> None:
+    prompts = tool_rounds(ended_by_tool=+0.5)
+    observations = [(transcript_classes(COUNTER, p), r) for p, r in prompts]
+    posterior = fit(observations)
+    # A template cannot show the system message more than once: the steps say it does not
+    # drop it, so the slope is 0, and the other slopes are those of the fit that knows it
+    # is 0 (not merely clamped).
+    assert posterior.slopes[DROPPED] == pytest.approx(0.0, abs=1e-6)
+    slopes, covariance = list(PRIOR_SLOPES), [list(row) for row in PRIOR_COVARIANCE]
+    slopes[DROPPED], covariance[DROPPED][DROPPED] = 0.0, 1e-12
+    known = fit(observations, Posterior(tuple(slopes), tuple(map(tuple, covariance))))
+    for index, (b, expected) in enumerate(zip(posterior.slopes, known.slopes, strict=True)):
+        assert b == pytest.approx(expected, rel=0.02, abs=0.02), CLASSES[index]

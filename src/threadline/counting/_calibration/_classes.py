@@ -28,7 +28,10 @@ which calibration learns a ratio of its own for (see ``_slopes``):
   ``tool_call_id``, with the estimate's framing of each (7 tokens a call, 4
   a result);
 - ``framing``: the rest of the counter's estimate of the message (its fixed
-  overhead, images, replayed reasoning), never below 0.
+  overhead, images, replayed reasoning), never below 0;
+- ``system_dropped``: no message's, a prompt's (:func:`transcript_classes`):
+  minus the estimate of its system messages when a tool result ends it, as
+  a template may leave them out of such a prompt (:func:`dropped_system`).
 
 The split is computed only when a client calibrates, and once per message
 value (a bounded cache keyed by the message, its origin aside). It is
@@ -58,6 +61,7 @@ __all__ = [
     "SCRIPTS",
     "ClassCounts",
     "classify_text",
+    "dropped_system",
     "message_classes",
     "transcript_classes",
 ]
@@ -78,7 +82,7 @@ SCRIPTS: Final = (
 )
 """The classes of text by script, in the order :func:`classify_text` numbers them."""
 
-CLASSES: Final = ("framing", "tool", "tool_result", *SCRIPTS)
+CLASSES: Final = ("framing", "tool", "tool_result", "system_dropped", *SCRIPTS)
 """Every class, in the order a :data:`ClassCounts` holds them."""
 
 ClassCounts = tuple[int, ...]
@@ -86,8 +90,8 @@ ClassCounts = tuple[int, ...]
 :data:`SCRIPTS`): how a template renders a result is its own (the ``tool_result``
 slope), but what its text costs is its script's."""
 
-_FRAMING, _TOOL, _TOOL_RESULT = 0, 1, 2
-_FIRST_SCRIPT = 3
+_FRAMING, _TOOL, _TOOL_RESULT, _DROPPED = 0, 1, 2, 3
+_FIRST_SCRIPT = 4
 _CACHE_SIZE = 32_768
 
 # Code point ranges of each script class but Latin (ASCII letters, Latin-1 and the
@@ -242,9 +246,19 @@ def message_classes(counter: TokenCounter, message: Message) -> ClassCounts:
 
 
 def transcript_classes(counter: TokenCounter, messages: Sequence[Message]) -> ClassCounts:
-    """The class counts of ``messages``, summed."""
+    """The class counts of ``messages``, summed, with the prompt's ``system_dropped``."""
     totals = [0] * (len(CLASSES) + len(SCRIPTS))
     for message in messages:
         for index, value in enumerate(message_classes(counter, message)):
             totals[index] += value
+    totals[_DROPPED] = -dropped_system(counter, messages)
     return tuple(totals)
+
+
+def dropped_system(counter: TokenCounter, messages: Sequence[Message]) -> int:
+    """The estimate of the system messages a template may leave out of ``messages``:
+    those of a prompt a tool result ends (Mistral's puts them in the last user message,
+    and such a prompt has none after its results); 0 for any other prompt."""
+    if not messages or messages[-1].role is not Role.TOOL:
+        return 0
+    return sum(_estimated(counter, m) for m in messages if m.role is Role.SYSTEM)

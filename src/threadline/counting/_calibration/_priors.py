@@ -27,6 +27,14 @@ The other three classes are the chat template's, not the vocabulary's: a
 template may leave tool calls and results out (a slope of 0) or spell them
 at length, and spends on a message's framing from nothing to a few times
 o200k's four tokens; their prior is 1 give or take 1, independent of the rest.
+The fourth, ``system_dropped``, is measured on templates: of the 62 chat
+templates llama.cpp ships that render a tool exchange, one (Mistral Nemo's)
+leaves the system message out of a prompt a tool result ends
+(``benchmarks/derive_template_prior.py``). So its slope is 0 (the template
+shows it) with a probability of 62 in 64 (Laplace's rule of succession), and
+else what the system message's text costs (Latin text's slope); its prior is
+that mixture's mean and variance, and a fit weighs the two by the reports
+(``_slopes``).
 """
 
 from __future__ import annotations
@@ -37,7 +45,14 @@ from typing import Final
 
 from threadline.counting._calibration._classes import CLASSES, SCRIPTS
 
-__all__ = ["MEASURED", "PRIOR_COVARIANCE", "PRIOR_SLOPES", "PRIOR_UNCERTAINTY", "prior_of"]
+__all__ = [
+    "DROPPING_SHARE",
+    "MEASURED",
+    "PRIOR_COVARIANCE",
+    "PRIOR_SLOPES",
+    "PRIOR_UNCERTAINTY",
+    "prior_of",
+]
 
 MEASURED: Final = {
     # tokens per o200k token, by SCRIPTS
@@ -73,6 +88,27 @@ def _text_prior(rows: Sequence[Sequence[float]]) -> tuple[list[float], list[list
     return means, covariance
 
 
+TEMPLATES_DROPPING_SYSTEM: Final = (1, 62)
+"""Of llama.cpp's shipped chat templates that render a system message, a tool call and
+its result, how many leave the system message out of a prompt a tool result ends
+(Mistral Nemo's), and how many were rendered: printed by
+``benchmarks/derive_template_prior.py``."""
+
+
+DROPPING_SHARE: Final = (TEMPLATES_DROPPING_SYSTEM[0] + 1) / (TEMPLATES_DROPPING_SYSTEM[1] + 2)
+"""The prior probability that a template leaves the system message out of a prompt a
+tool result ends: the share of :data:`TEMPLATES_DROPPING_SYSTEM`, by Laplace's rule of
+succession (one in 32)."""
+
+
+def _dropped(latin: float, latin_variance: float) -> tuple[float, float]:
+    # A template shows the system message (the slope is 0) or drops it (the slope is what
+    # its text costs, Latin text's, as unsure): the mean and variance of that mixture.
+    share = DROPPING_SHARE
+    mean = share * latin
+    return mean, share * (latin**2 + latin_variance) - mean**2
+
+
 def prior_of(
     excluding: Collection[str] = (),
 ) -> tuple[tuple[float, ...], tuple[tuple[float, ...], ...]]:
@@ -97,6 +133,8 @@ def prior_of(
     covariance = [[0.0] * size for _ in range(size)]
     for i in range(first):
         covariance[i][i] = TEMPLATE_PRIOR[1] ** 2
+    dropped = CLASSES.index("system_dropped")
+    means[dropped], covariance[dropped][dropped] = _dropped(text_means[0], text_covariance[0][0])
     for i, row in enumerate(text_covariance):
         covariance[first + i][first:] = row
     return tuple(means), tuple(map(tuple, covariance))

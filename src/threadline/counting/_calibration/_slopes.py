@@ -27,6 +27,15 @@ that (never below 0): the count is a one-sided 95% bound, high by as much
 as the fit is unsure, so a class the reports have said little about is
 priced high. Everything here is deterministic: the same reports give the
 same fit.
+
+One class is the template's choice, not a price: ``system_dropped``, the
+system messages of a prompt a tool result ends, counted negative (Mistral
+Nemo's template puts the system message into the last user message, and such
+a prompt has none after its results). A template either shows the system
+message (the slope is 0) or drops it (the slope is what its text costs), so
+the fit is a mixture of the two (:func:`_either`), weighed by the share of
+templates that drop it and by the evidence of the steps. A template can only
+leave text out: the slope is never below 0.
 """
 
 from __future__ import annotations
@@ -40,8 +49,18 @@ import attrs
 
 from threadline._messages import Role
 from threadline.counting._anchored import AnchoredCounter, message_key
-from threadline.counting._calibration._classes import CLASSES, ClassCounts, message_classes
-from threadline.counting._calibration._priors import PRIOR_COVARIANCE, PRIOR_SLOPES, prior_of
+from threadline.counting._calibration._classes import (
+    CLASSES,
+    ClassCounts,
+    dropped_system,
+    message_classes,
+)
+from threadline.counting._calibration._priors import (
+    DROPPING_SHARE,
+    PRIOR_COVARIANCE,
+    PRIOR_SLOPES,
+    prior_of,
+)
 
 if TYPE_CHECKING:
     from threadline._messages import Message
@@ -91,6 +110,7 @@ MAX_OBSERVATIONS: Final = 64
 
 _SIZE = len(CLASSES)
 _RESULTS = CLASSES.index("tool_result")
+_DROPPED = CLASSES.index("system_dropped")
 _TEXT = CLASSES.index("latin")
 
 
@@ -246,11 +266,18 @@ class SlopeFit:
         return cls(posterior, (), max(0, round(intercept)), intercept=intercept)
 
     def counter(
-        self, counter: TokenCounter, tools: Sequence[Tool], *, bound: bool = True
+        self,
+        counter: TokenCounter,
+        tools: Sequence[Tool],
+        *,
+        bound: bool = True,
+        transcript: Sequence[Message] = (),
     ) -> ClassAnchoredCounter:
         """The counter pricing transcripts sent with ``tools`` from this fit: at the
         bound (what is new high, what is gone low), or with ``bound=False`` at the
-        fitted price."""
+        fitted price. ``transcript`` (what is priced, and its cuts, which keep its
+        system messages and its last message) says whether its template may drop the
+        system messages."""
         return ClassAnchoredCounter(
             counter,
             self.anchor,
@@ -258,6 +285,7 @@ class SlopeFit:
             exact_tokens=self.anchor_tokens,
             posterior=self.posterior,
             bound=bound,
+            dropped=dropped_system(counter, transcript),
         )
 
     def __repr__(self) -> str:
@@ -291,16 +319,82 @@ def fit(
     if not steps:
         return prior
     around = prior.slopes
+    dropping = _dropping(prior)
     for _ in range(2):
-        posterior = _regress(steps, prior, around)
+        posterior = _either(_regress(steps, dropping, around), dropping)
         around = posterior.slopes
     return posterior
+
+
+def _dropping(prior: Posterior) -> Posterior:
+    """``prior`` for a template that leaves the system message out of a prompt a tool
+    result ends: its ``system_dropped`` slope is then what the system message's text
+    costs, Latin text's slope (most system messages are English), as unsure."""
+    slopes = list(prior.slopes)
+    slopes[_DROPPED] = prior.slopes[_TEXT]
+    covariance = [list(row) for row in prior.covariance]
+    for k in range(_SIZE):
+        covariance[k][_DROPPED] = covariance[_DROPPED][k] = 0.0
+    covariance[_DROPPED][_DROPPED] = prior.covariance[_TEXT][_TEXT]
+    return Posterior(tuple(slopes), tuple(map(tuple, covariance)), prior.noise, prior.seen)
+
+
+def _either(dropping: Posterior, prior: Posterior) -> Posterior:
+    """The fit of a template that either shows the system message in every prompt (the
+    ``system_dropped`` slope is 0) or leaves it out of a prompt a tool result ends
+    (``dropping``, fitted from ``prior``, :func:`_dropping`'s), each weighed by its prior
+    share (:data:`~._priors.DROPPING_SHARE`) and by how well it explains the steps, as
+    one mean and covariance (the mixture's). The evidence for "shows it" is the
+    Savage-Dickey ratio: the fitted density of the slope at 0 over its prior's (both
+    cut at 0, as a template can only leave text out); the fit of "shows it" is
+    ``dropping``'s given the slope is 0."""
+    least = MIN_UNCERTAINTY**2
+    slope = dropping.slopes[_DROPPED]
+    variance = max(least, dropping.covariance[_DROPPED][_DROPPED])
+    cost, unsure = prior.slopes[_DROPPED], max(least, prior.covariance[_DROPPED][_DROPPED])
+    evidence = _log_density_at_zero(cost, unsure) - _log_density_at_zero(slope, variance)
+    odds = evidence + math.log(DROPPING_SHARE / (1 - DROPPING_SHARE))
+    weight = 1 / (1 + math.exp(-odds)) if odds > -700 else 0.0
+    lean = [row[_DROPPED] / variance for row in dropping.covariance]
+    shown = [b - g * slope for b, g in zip(dropping.slopes, lean, strict=True)]
+    shown[_DROPPED] = 0.0
+    dropped = list(dropping.slopes)
+    dropped[_DROPPED] = max(0.0, slope)
+    apart = [a - b for a, b in zip(dropped, shown, strict=True)]
+    covariance = tuple(
+        tuple(
+            weight * c
+            + (1 - weight) * (c - lean[i] * dropping.covariance[_DROPPED][j])
+            + weight * (1 - weight) * apart[i] * apart[j]
+            for j, c in enumerate(row)
+        )
+        for i, row in enumerate(dropping.covariance)
+    )
+    slopes = tuple(
+        max(0.0, weight * a + (1 - weight) * b) for a, b in zip(dropped, shown, strict=True)
+    )
+    return Posterior(slopes, covariance, dropping.noise, dropping.seen)
+
+
+def _log_density_at_zero(mean: float, variance: float) -> float:
+    """The log density at 0 of a normal distribution of ``mean`` and ``variance`` cut
+    below 0 (and scaled to 1 above it)."""
+    spread = math.sqrt(variance)
+    z = mean / spread
+    # log P(X > 0) = log Phi(z), by its asymptote where erfc underflows.
+    above = (
+        math.log(0.5 * math.erfc(-z / math.sqrt(2)))
+        if z > -30
+        else (-0.5 * z * z - math.log(-z * math.sqrt(2 * math.pi)))
+    )
+    return -0.5 * z * z - math.log(spread * math.sqrt(2 * math.pi)) - above
 
 
 def _regress(
     steps: Sequence[tuple[list[int], int, float]], prior: Posterior, around: Sequence[float]
 ) -> Posterior:
-    """One Bayesian regression of ``steps`` on the price's gradient at ``around``."""
+    """One Bayesian regression of ``steps`` on the price's gradient at ``around``. The
+    ``system_dropped`` slope is left as fitted, below 0 too (:func:`_either` weighs it)."""
     rows = [_gradient(change, around) for change, _, _ in steps]
     # The price is linear in the slopes near ``around``: a step is the gradient times the
     # slopes, plus what the linearization leaves (0 but for tool results).
@@ -338,7 +432,10 @@ def _regress(
         used = sum(covariance[i][j] * gram[j][i] for i in seen for j in seen) / noise
         free = max(0.0, len(steps) - used)
         noise = (residual + _NOISE_WEIGHT * prior.noise) / (free + _NOISE_WEIGHT)
-    slopes = tuple(max(0.0, b + d) for b, d in zip(prior.slopes, delta, strict=True))
+    slopes = tuple(
+        b + d if k == _DROPPED else max(0.0, b + d)
+        for k, (b, d) in enumerate(zip(prior.slopes, delta, strict=True))
+    )
     return Posterior(slopes, tuple(map(tuple, covariance)), noise, prior.seen | set(seen))
 
 
@@ -389,9 +486,14 @@ class ClassAnchoredCounter(AnchoredCounter):
     messages share their bound in order: the n-th saves the lower bound of the
     first n together less that of the first n - 1. System messages, which are
     not dropped with the rest, save their own lower bound.
+
+    ``dropped`` is what the transcripts priced may leave out of their system
+    messages (:func:`dropped_system` of them: a cut keeps the system messages and
+    the last message): the change from the anchor's is priced at the
+    ``system_dropped`` slope, a part of the overhead.
     """
 
-    __slots__ = ("_bound", "_posterior", "_shares")
+    __slots__ = ("_bound", "_ending", "_posterior", "_shares")
 
     def __init__(
         self,
@@ -402,9 +504,11 @@ class ClassAnchoredCounter(AnchoredCounter):
         exact_tokens: int,
         posterior: Posterior,
         bound: bool = True,
+        dropped: int = 0,
     ) -> None:
         self._posterior = posterior
         self._bound = bound
+        self._ending = self._system_shown(dropped_system(estimate, anchor) - dropped)
         self._shares = self._in_order(estimate, anchor) if bound else {}
         super().__init__(
             estimate,
@@ -414,6 +518,23 @@ class ClassAnchoredCounter(AnchoredCounter):
             dropped_ratio=1.0,
             added_ratio=1.0,
         )
+
+    def overhead_tokens(self, tools: Sequence[Tool] = ()) -> int:
+        """The part of the count no message accounts for (see :class:`AnchoredCounter`),
+        with what the template shows of the system messages beyond the anchor's."""
+        return super().overhead_tokens(tools) + self._ending
+
+    def _system_shown(self, shown: int) -> int:
+        """What ``shown`` more tokens of system messages than the anchor's template
+        showed cost (fewer when negative): the ``system_dropped`` slope (never below 0:
+        a template can only drop them) times the change, at the bound's side."""
+        if not shown:
+            return 0
+        slope = self._posterior.slopes[_DROPPED]
+        if self._bound:
+            spread = BOUND_Z * math.sqrt(self._posterior.covariance[_DROPPED][_DROPPED])
+            slope = slope + spread if shown > 0 else max(0.0, slope - spread)
+        return math.ceil(slope * shown - 1e-9)
 
     @property
     def slopes(self) -> tuple[float, ...]:

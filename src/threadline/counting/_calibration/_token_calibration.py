@@ -415,9 +415,9 @@ class TokenCalibration:
         names = [t.name for t in tools]
         fitted = self._fits.get(calibration_key(model, names))
         if fitted is not None:
-            bound = fitted.counter(counter, tools)
+            bound = fitted.counter(counter, tools, transcript=transcript)
             if budget is not None and bound.count(transcript, tools) <= budget:
-                return fitted.counter(counter, tools, bound=False)
+                return fitted.counter(counter, tools, bound=False, transcript=transcript)
             return bound
         ratio = self.ratio(model, names)
         if ratio is None:
