@@ -27,11 +27,11 @@ The other three classes are the chat template's, not the vocabulary's: a
 template may leave tool calls and results out (a slope of 0) or spell them
 at length, and spends on a message's framing from nothing to a few times
 o200k's four tokens; their prior is 1 give or take 1, independent of the rest.
-The fourth, ``system_dropped``, is measured on templates: of the 62 chat
+The fourth, ``system_dropped``, is measured on templates: of the 61 chat
 templates llama.cpp ships that render a tool exchange, one (Mistral Nemo's)
 leaves the system message out of a prompt a tool result ends
 (``benchmarks/derive_template_prior.py``). So its slope is 0 (the template
-shows it) with a probability of 62 in 64 (Laplace's rule of succession), and
+shows it) with a probability of 61 in 63 (Laplace's rule of succession), and
 else what the system message's text costs (Latin text's slope); its prior is
 that mixture's mean and variance, and a fit weighs the two by the reports
 (``_slopes``).
@@ -88,7 +88,7 @@ def _text_prior(rows: Sequence[Sequence[float]]) -> tuple[list[float], list[list
     return means, covariance
 
 
-TEMPLATES_DROPPING_SYSTEM: Final = (1, 62)
+TEMPLATES_DROPPING_SYSTEM: Final = (1, 61)
 """Of llama.cpp's shipped chat templates that render a system message, a tool call and
 its result, how many leave the system message out of a prompt a tool result ends
 (Mistral Nemo's), and how many were rendered: printed by
@@ -98,7 +98,7 @@ its result, how many leave the system message out of a prompt a tool result ends
 DROPPING_SHARE: Final = (TEMPLATES_DROPPING_SYSTEM[0] + 1) / (TEMPLATES_DROPPING_SYSTEM[1] + 2)
 """The prior probability that a template leaves the system message out of a prompt a
 tool result ends: the share of :data:`TEMPLATES_DROPPING_SYSTEM`, by Laplace's rule of
-succession (one in 32)."""
+succession (2 in 63)."""
 
 
 def _dropped(latin: float, latin_variance: float) -> tuple[float, float]:
