@@ -226,13 +226,19 @@ def _print_factors(measured: dict[str, tuple[float, float, float]]) -> None:
     print("}")
 
 
-def main() -> int:
+def environment() -> jinja2.Environment:
+    """Where the templates render, as in llama.cpp's server."""
     # Not immutable, unlike the benchmark's provider: some templates append to lists.
     env = jinja2.sandbox.SandboxedEnvironment(
         trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
     )
     env.filters["tojson"] = _tojson
     env.globals.update(raise_exception=_raise, strftime_now=lambda _: "06 Dec 2026")
+    return env
+
+
+def main() -> int:
+    env = environment()
     dropping, rendered, failed = [], [], []
     measured = {}
     for name, text in sorted(templates().items()):
