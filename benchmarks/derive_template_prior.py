@@ -1,4 +1,4 @@
-"""Derive calibration's prior of the ``system_dropped`` class from real chat templates.
+"""Measure calibration's template classes on real chat templates (``system_dropped``'s prior).
 
 Run it with ``python benchmarks/derive_template_prior.py``; it prints
 ``TEMPLATES_DROPPING_SYSTEM`` of ``threadline/counting/_calibration/_priors.py``.
@@ -14,13 +14,15 @@ user message, and a prompt a tool result ends has none after its results).
 Templates that fail to render either prompt (they want other tool formats or
 refuse a system message) are left out and listed.
 
-It measures the template's classes too (``framing``, ``tool``, ``tool_result``:
-``TEMPLATE_FACTORS``), from renderings that differ by messages: a user's
-question and an assistant's answer added (what each template spends on a
-message's framing, per token of the estimate's framing class), a tool call
-and its result added, with a short and a long result (what it shows of a
-result's text, per token of it, and what it spends on the call and the
-result's id, per token of the ``tool`` class). Each rendering is counted with
+It measures the other template classes too (``framing``, ``tool``,
+``tool_result``: ``TEMPLATE_FACTORS``, documented in docs/counting.md, where
+priors made of them did worse than the guess they would replace), from
+renderings that differ by messages: a user's question and an assistant's
+answer added (what each template spends on a message's framing, per token
+of the estimate's framing class), a tool call and its result added, with a
+short and a long result (what it shows of a result's text, per token of it,
+and what it spends on the call and the result's id, per token of the
+``tool`` class). Each rendering is counted with
 o200k (the built-in counter's tokenizer, no family's vocabulary), a control
 marker the template writes (``<|im_start|>``, ``<start_of_turn>``,
 ``[INST]``) as one token, as the vocabulary it was written for counts it. It
@@ -187,13 +189,12 @@ def factors(template: jinja2.Template) -> tuple[float, float, float]:
         framing.append((_tokens(template, BASE + turn) - before - text) / count)
     spend = statistics.fmean(framing)
     exchanges = {}
+    without = _tokens(template, BASE + TURNS[0])
     for call in CALLS:
         for result in RESULTS:
             call_message = Message.assistant("", tool_calls=[call])
             shown = [call_message, Message.tool(call.id, result, name="lookup")]
-            added = _tokens(template, [*BASE, *shown, *TURNS[0]]) - _tokens(
-                template, BASE + TURNS[0]
-            )
+            added = _tokens(template, [*BASE, *shown, *TURNS[0]]) - without
             exchanges[call, result] = added, _classes(shown)
     shows = []  # a longer result adds its text times what the template shows of it
     for call in CALLS:
