@@ -271,6 +271,18 @@ class RedisServer(_Server):
             client.close()
 
 
+def paused_script_client(admin: Any, but_not: str | None = None) -> str:
+    """The client id of a connection whose script (``EVALSHA``) waits on a ``CLIENT
+    PAUSE``, as ``admin`` (a redis-py client) lists them, other than ``but_not``."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        for client in admin.client_list():
+            if client["cmd"] == "evalsha" and "b" in client["flags"] and client["id"] != but_not:
+                return str(client["id"])
+        time.sleep(0.02)
+    raise AssertionError("no script call reached the server")
+
+
 def user_document(conversation_id: str = "c1", *texts: str) -> Any:
     """A ``ConversationDocument`` whose transcript is ``texts`` as user messages."""
     from threadline import Message, Origin

@@ -238,16 +238,24 @@ def _document(raw: bytes, index: int) -> Any:
         ) from None
 
 
+_UNREADABLE: Final = object()
+
+
+def _readable(raw: bytes) -> Any:
+    """``raw`` parsed, or ``_UNREADABLE`` when it holds no replay state or is not JSON."""
+    if not has_provider_reasoning(raw):
+        return _UNREADABLE
+    try:
+        return _loads(raw)
+    except (ValueError, RecursionError):
+        return _UNREADABLE
+
+
 @functools.lru_cache(maxsize=4096)
 def _holds(kinds: frozenset[str], raw: bytes) -> bool:
     """Whether ``raw`` holds a block of one of ``kinds``; each distinct state parsed once."""
-    if not has_provider_reasoning(raw):
-        return False
-    try:
-        document = _loads(raw)
-    except (ValueError, RecursionError):
-        return False
-    return not kinds.isdisjoint(block_types(document))
+    document = _readable(raw)
+    return document is not _UNREADABLE and not kinds.isdisjoint(block_types(document))
 
 
 _ENVELOPE: Final = frozenset({"type", "id", "cache_control"})
@@ -259,11 +267,8 @@ def _opens(kinds: frozenset[str], raw: bytes) -> bool:
     """Whether ``raw`` holds a block of one of ``kinds`` that carries something:
     a field besides its envelope that is neither null nor empty (nor only spaces);
     each distinct state parsed once, as :func:`_holds` does."""
-    if not has_provider_reasoning(raw):
-        return False
-    try:
-        document = _loads(raw)
-    except (ValueError, RecursionError):
+    document = _readable(raw)
+    if document is _UNREADABLE:
         return False
     listed = document if isinstance(document, list) else [document]
     return any(

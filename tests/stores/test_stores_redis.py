@@ -7,7 +7,6 @@ from __future__ import annotations
 import functools
 import io
 import logging
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -16,7 +15,14 @@ import anyio
 import pytest
 import redis
 
-from servers import PASSWORD, RedisServer, assert_no_password, free_port, user_document
+from servers import (
+    PASSWORD,
+    RedisServer,
+    assert_no_password,
+    free_port,
+    paused_script_client,
+    user_document,
+)
 from threadline import (
     Agent,
     Client,
@@ -195,17 +201,6 @@ async def test_listing_pages_through_a_sorted_index_and_never_uses_keys(
 # --- lost connections and restarts ------------------------------------------------------
 
 
-def _blocked_writer(admin: redis.Redis, but_not: str | None = None) -> str:
-    """The client id of the store's connection once its script waits on the pause."""
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        for client in admin.client_list():
-            if client["cmd"] == "evalsha" and "b" in client["flags"] and client["id"] != but_not:
-                return str(client["id"])
-        time.sleep(0.02)
-    raise AssertionError("the write never reached the server")
-
-
 async def test_a_connection_dropped_during_a_write_is_retried_and_applied_once(
     store: RedisStore, admin: redis.Redis
 ) -> None:
@@ -219,9 +214,9 @@ async def test_a_connection_dropped_during_a_write_is_retried_and_applied_once(
     try:
         async with anyio.create_task_group() as group:
             group.start_soon(write)
-            first = await anyio.to_thread.run_sync(_blocked_writer, admin)
+            first = await anyio.to_thread.run_sync(paused_script_client, admin)
             admin.client_kill_filter(_id=first)
-            await anyio.to_thread.run_sync(_blocked_writer, admin, first)
+            await anyio.to_thread.run_sync(paused_script_client, admin, first)
             admin.execute_command("CLIENT", "UNPAUSE")
     finally:
         admin.execute_command("CLIENT", "UNPAUSE")

@@ -18,7 +18,7 @@ import pytest
 import redis
 import redis.asyncio
 
-from servers import RedisServer
+from servers import RedisServer, paused_script_client
 from threadline.stores.redis._calls import ScriptCalls
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
@@ -66,17 +66,6 @@ def admin(redis_server: RedisServer) -> Iterator[redis.Redis]:
     yield client
     client.execute_command("CLIENT", "UNPAUSE")
     client.close()
-
-
-def _blocked_calls(admin: redis.Redis, but_not: str | None = None) -> str:
-    """The client id of a connection whose script waits on the pause."""
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        for client in admin.client_list():
-            if client["cmd"] == "evalsha" and "b" in client["flags"] and client["id"] != but_not:
-                return str(client["id"])
-        time.sleep(0.02)
-    raise AssertionError("no call reached the server")
 
 
 async def test_calls_made_together_go_out_in_one_write_each_with_its_own_answer(
@@ -155,10 +144,10 @@ async def test_a_batch_whose_connection_is_lost_is_sent_again_and_applied_once(
         async with anyio.create_task_group() as group:
             for key in keys:
                 group.start_soon(count, key)
-            first = await anyio.to_thread.run_sync(_blocked_calls, admin)
+            first = await anyio.to_thread.run_sync(paused_script_client, admin)
             admin.client_kill_filter(_id=first)
             # Sent again on a fresh connection; let it through.
-            await anyio.to_thread.run_sync(_blocked_calls, admin, first)
+            await anyio.to_thread.run_sync(paused_script_client, admin, first)
             admin.execute_command("CLIENT", "UNPAUSE")
     finally:
         admin.execute_command("CLIENT", "UNPAUSE")
@@ -190,7 +179,7 @@ async def test_a_call_given_up_before_its_batch_went_is_never_sent_and_the_rest_
         admin.execute_command("CLIENT", "PAUSE", 30_000, "WRITE")
         async with anyio.create_task_group() as group:
             group.start_soon(count, first)  # holds the only connection
-            await anyio.to_thread.run_sync(_blocked_calls, admin)
+            await anyio.to_thread.run_sync(paused_script_client, admin)
             # A batch of two waits for the connection; one of them gives up.
             if gives_up == "the call that sends the batch":
                 group.start_soon(give_up, given_up)
