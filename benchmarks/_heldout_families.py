@@ -17,7 +17,10 @@ objects, a missing content as ""), tokenizes the prompt with the family's
 tokenizer, reports it as ``usage.prompt_tokens``, and refuses with OpenAI's
 ``context_length_exceeded`` 400 when the prompt plus ``max_tokens`` is more
 than the window. Its answers are scripted by the conversation: the tool call
-of a turn that has one, then the turn's answer.
+of a turn that has one, then the turn's answer. It reports each answer's
+``usage.completion_tokens`` as a server that generated it would: the family's
+tokens of its text, and one for the end of the turn (a tool call's: of its name
+and arguments, as JSON).
 """
 
 from __future__ import annotations
@@ -237,6 +240,17 @@ class Tokenizer:
         with self.lock:
             return len(self.llm.tokenize(text.encode(), add_bos=False, special=True))
 
+    def completion_tokens(self, reply: Mapping[str, Any]) -> int:
+        """The tokens of ``reply`` as the model would have generated them: its text's
+        (a tool call's name and arguments, as JSON), and the end of the turn."""
+        calls = reply.get("tool_calls") or ()
+        text = reply.get("content") or "".join(
+            json.dumps({"name": c["function"]["name"], "arguments": c["function"]["arguments"]})
+            for c in calls
+        )
+        with self.lock:
+            return len(self.llm.tokenize(text.encode(), add_bos=False, special=False)) + 1
+
 
 def _tojson(
     value: Any,
@@ -326,6 +340,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         reply = server.script(body["messages"])
         finish = "tool_calls" if reply.get("tool_calls") else "stop"
+        completion = server.tokenizer.completion_tokens(reply)
         self._send(
             200,
             {
@@ -336,8 +351,8 @@ class _Handler(BaseHTTPRequestHandler):
                 "choices": [{"index": 0, "message": reply, "finish_reason": finish}],
                 "usage": {
                     "prompt_tokens": prompt,
-                    "completion_tokens": 8,
-                    "total_tokens": prompt + 8,
+                    "completion_tokens": completion,
+                    "total_tokens": prompt + completion,
                 },
             },
         )

@@ -415,6 +415,9 @@ class Run:
                 sent=current.sent,
                 counter=self.plan.counter,
                 window=self.plan.model.context_size,
+                reply=response.message,
+                output_tokens=response.usage.output_tokens,
+                reasoning_tokens=response.usage.reasoning_tokens,
             )
         record = RoundRecord(
             round=current.number,

@@ -63,6 +63,7 @@ __all__ = [
     "classify_text",
     "dropped_system",
     "message_classes",
+    "reply_classes",
     "transcript_classes",
 ]
 
@@ -253,6 +254,21 @@ def transcript_classes(counter: TokenCounter, messages: Sequence[Message]) -> Cl
             totals[index] += value
     totals[_DROPPED] = -dropped_system(counter, messages)
     return tuple(totals)
+
+
+def reply_classes(counter: TokenCounter, message: Message) -> ClassCounts | None:
+    """The text classes of a reply of text alone (its framing and the rest 0), or
+    ``None`` for one whose output tokens hold more than its text: tool calls,
+    reasoning, an image."""
+    if message.role is not Role.ASSISTANT or message.tool_calls or message.reasoning is not None:
+        return None
+    if not isinstance(message.content, str) and any(
+        isinstance(p, ImagePart) for p in message.content
+    ):
+        return None
+    counts = list(message_classes(counter, message))
+    counts[:_FIRST_SCRIPT] = [0] * _FIRST_SCRIPT
+    return tuple(counts)
 
 
 def dropped_system(counter: TokenCounter, messages: Sequence[Message]) -> int:

@@ -68,6 +68,7 @@ if TYPE_CHECKING:
     from threadline.tools._tools import Tool
 
 __all__ = [
+    "AGREEING",
     "BOUND_Z",
     "MAX_OBSERVATIONS",
     "MIN_FIT_REPORTS",
@@ -97,6 +98,12 @@ templates that show no tool exchange at all.)"""
 _NOISE_WEIGHT = 2.0
 """How many steps :data:`PRIOR_NOISE` counts as, against the residuals' own."""
 
+AGREEING: Final = 2.0
+"""How many times one kind of step's noise per token (the prompts', the replies') may be
+the other's, or the prompts' alone, before the replies are taken as counted otherwise
+(:func:`fit`): a reply is cleaner than a step between prompts (no template around it),
+and replies that agree with the prompts leave the prompts' residuals as they were."""
+
 MIN_UNCERTAINTY: Final = 1e-3
 """The smallest uncertainty a slope is believed to (a saved fit's included)."""
 
@@ -112,6 +119,7 @@ _SIZE = len(CLASSES)
 _RESULTS = CLASSES.index("tool_result")
 _DROPPED = CLASSES.index("system_dropped")
 _TEXT = CLASSES.index("latin")
+_PROMPTS, _REPLIES = 0, 1  # the kinds of step: between reports, between replies
 
 
 def price_of(counts: ClassCounts, slopes: Sequence[float]) -> float:
@@ -297,12 +305,16 @@ class SlopeFit:
 
 
 def fit(
-    observations: Sequence[tuple[ClassCounts, int]], prior: Posterior | None = None
+    observations: Sequence[tuple[ClassCounts, int]],
+    prior: Posterior | None = None,
+    replies: Sequence[tuple[ClassCounts, int]] = (),
 ) -> Posterior:
     """The slopes that best explain ``observations`` (class counts, reported tokens, in
-    the order reported), their covariance and the noise per token: a Bayesian linear
-    regression whose prior is ``prior`` (default :meth:`Posterior.prior`; a saved fit
-    when one was restored). Slopes are never below 0.
+    the order reported) and ``replies`` (the text classes of replies of text alone, and
+    the output tokens reported for each), their covariance and the noise per token of
+    the prompts: a Bayesian linear regression whose prior is ``prior`` (default
+    :meth:`Posterior.prior`; a saved fit when one was restored). Slopes are never below
+    0.
 
     A report is the sum of every message's cost, and each message's cost departs
     from any linear model in its own way (a tokenizer's merges, a template's
@@ -313,17 +325,42 @@ def fit(
     its size). A tool result's price is a product (its scripts' slopes times the
     ``tool_result`` slope), so the regression is made twice, the second time
     around the first one's slopes (a Gauss-Newton step).
+
+    A reply's output tokens are its text as the vocabulary spells it, beside at most
+    an end of turn, with no template around it: a reply in one script says what that
+    script costs even where the prompts' steps hold it together with another. So the
+    replies are steps too (each less the one before: the end of turn cancels), with a
+    noise of their own, estimated from their own residuals: replies whose counts
+    scatter (a sampled spelling longer than the tokenizer's own, hidden tokens a
+    provider does not report apart) weigh less. Replies counted otherwise than the
+    prompts, but alike (another tokenizer's estimate of the output), would pull the
+    slopes from what the prompts say, and one kind's residuals or the other's grow:
+    where either kind's noise is more than :data:`AGREEING` times the least of the
+    prompts' alone and both kinds', the fit is the prompts' alone.
     """
     prior = Posterior.prior() if prior is None else prior
-    steps = _steps(observations)
+    prompts = _steps(observations, _PROMPTS)
+    alone, _ = _fitted(prompts, prior)
+    between = _steps(replies, _REPLIES)
+    if not between:
+        return alone
+    both, noise = _fitted(prompts + between, prior)
+    agree = max(noise.values()) <= AGREEING * min(alone.noise, *noise.values())
+    return both if agree else alone
+
+
+def _fitted(steps: Sequence[_Step], prior: Posterior) -> tuple[Posterior, dict[int, float]]:
+    """The mixture's fit of ``steps`` (see :func:`fit`), and the noise per token of each
+    kind of step."""
     if not steps:
-        return prior
+        return prior, {}
     around = prior.slopes
     dropping = _dropping(prior)
     for _ in range(2):
-        posterior = _either(_regress(steps, dropping, around), dropping)
+        regressed, noise = _regress(steps, dropping, around)
+        posterior = _either(regressed, dropping)
         around = posterior.slopes
-    return posterior
+    return posterior, noise
 
 
 def _dropping(prior: Posterior) -> Posterior:
@@ -391,65 +428,88 @@ def _log_density_at_zero(mean: float, variance: float) -> float:
 
 
 def _regress(
-    steps: Sequence[tuple[list[int], int, float]], prior: Posterior, around: Sequence[float]
-) -> Posterior:
-    """One Bayesian regression of ``steps`` on the price's gradient at ``around``. The
-    ``system_dropped`` slope is left as fitted, below 0 too (:func:`_either` weighs it)."""
-    rows = [_gradient(change, around) for change, _, _ in steps]
+    steps: Sequence[_Step], prior: Posterior, around: Sequence[float]
+) -> tuple[Posterior, dict[int, float]]:
+    """One Bayesian regression of ``steps`` on the price's gradient at ``around``, and
+    the noise per token of each kind of step (prompts', replies'). The
+    ``system_dropped`` slope is left as fitted, below 0 too (:func:`_either` weighs
+    it)."""
+    rows = [_gradient(step.change, around) for step in steps]
     # The price is linear in the slopes near ``around``: a step is the gradient times the
     # slopes, plus what the linearization leaves (0 but for tool results).
     targets = [
-        tokens
-        - price_of(tuple(change), around)
+        step.tokens
+        - price_of(step.change, around)
         + sum(g * b for g, b in zip(row, around, strict=True))
         - sum(g * b for g, b in zip(row, prior.slopes, strict=True))
-        for (change, tokens, _), row in zip(steps, rows, strict=True)
+        for step, row in zip(steps, rows, strict=True)
     ]
     seen = [k for k in range(_SIZE) if any(row[k] for row in rows)]
-    gram = [[0.0] * _SIZE for _ in range(_SIZE)]
-    moment = [0.0] * _SIZE
-    for (_, _, weight), row, target in zip(steps, rows, targets, strict=True):
+    kinds = sorted({step.kind for step in steps})
+    gram = {kind: [[0.0] * _SIZE for _ in range(_SIZE)] for kind in kinds}
+    moment = {kind: [0.0] * _SIZE for kind in kinds}
+    for step, row, target in zip(steps, rows, targets, strict=True):
         for i in seen:
-            moment[i] += row[i] * target * weight
+            moment[step.kind][i] += row[i] * target * step.weight
             for j in seen:
-                gram[i][j] += row[i] * row[j] * weight
+                gram[step.kind][i][j] += row[i] * row[j] * step.weight
     precision = _inverse([list(r) for r in prior.covariance])
-    noise = prior.noise
+    noise = dict.fromkeys(kinds, prior.noise)
     for _ in range(2):  # the weight of the reports depends on the noise, the noise on the fit
         covariance = _inverse(
             [
-                [g / noise + p for g, p in zip(gr, pr, strict=True)]
-                for gr, pr in zip(gram, precision, strict=True)
+                [p + sum(gram[k][i][j] / noise[k] for k in kinds) for j, p in enumerate(line)]
+                for i, line in enumerate(precision)
             ]
         )
-        delta = [
-            sum(c * m for c, m in zip(line, moment, strict=True)) / noise for line in covariance
+        weighed = [sum(moment[kind][i] / noise[kind] for kind in kinds) for i in range(_SIZE)]
+        delta = [sum(c * m for c, m in zip(line, weighed, strict=True)) for line in covariance]
+        misses = [
+            (t - sum(d * x for d, x in zip(delta, row, strict=True))) ** 2 * step.weight
+            for step, row, t in zip(steps, rows, targets, strict=True)
         ]
-        residual = sum(
-            (t - sum(d * x for d, x in zip(delta, row, strict=True))) ** 2 * weight
-            for (_, _, weight), row, t in zip(steps, rows, targets, strict=True)
-        )
-        used = sum(covariance[i][j] * gram[j][i] for i in seen for j in seen) / noise
-        free = max(0.0, len(steps) - used)
-        noise = (residual + _NOISE_WEIGHT * prior.noise) / (free + _NOISE_WEIGHT)
+        for kind in kinds:
+            residual = sum(m for m, step in zip(misses, steps, strict=True) if step.kind == kind)
+            used = _trace(covariance, gram[kind]) / noise[kind]
+            free = max(0.0, sum(step.kind == kind for step in steps) - used)
+            noise[kind] = (residual + _NOISE_WEIGHT * prior.noise) / (free + _NOISE_WEIGHT)
     slopes = tuple(
         b + d if k == _DROPPED else max(0.0, b + d)
         for k, (b, d) in enumerate(zip(prior.slopes, delta, strict=True))
     )
-    return Posterior(slopes, tuple(map(tuple, covariance)), noise, prior.seen | set(seen))
+    # The prompts' noise prices a message's own spread; the replies' stays here.
+    shown = noise.get(_PROMPTS, prior.noise)
+    posterior = Posterior(slopes, tuple(map(tuple, covariance)), shown, prior.seen | set(seen))
+    return posterior, noise
 
 
-def _steps(
-    observations: Sequence[tuple[ClassCounts, int]],
-) -> list[tuple[list[int], int, float]]:
-    """Each report less the one before: the change of the class counts, of the
-    reported tokens, and the step's weight (one over the tokens changed)."""
+def _trace(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]]) -> float:
+    """The trace of the product of two square matrices."""
+    total = 0.0
+    for i, line in enumerate(a):
+        total += sum(x * b[j][i] for j, x in enumerate(line))
+    return total
+
+
+@attrs.frozen
+class _Step:
+    """One report less the one before: the change of the class counts and of the
+    tokens, the step's weight (one over the tokens changed), and its kind."""
+
+    change: tuple[int, ...]
+    tokens: int
+    weight: float
+    kind: int
+
+
+def _steps(observations: Sequence[tuple[ClassCounts, int]], kind: int) -> list[_Step]:
+    """Each of ``observations`` less the one before, as steps of ``kind``."""
     steps = []
     for (before, was), (after, now) in itertools.pairwise(observations):
         change = [a - b for a, b in zip(after, before, strict=True)]
         moved = sum(map(abs, change[:_SIZE]))
         if moved:
-            steps.append((change, now - was, 1.0 / moved))
+            steps.append(_Step(tuple(change), now - was, 1.0 / moved, kind))
     return steps
 
 

@@ -53,11 +53,17 @@ from threadline.counting._calibration._bounds import (
     MAX_RATIO,
     MAX_STEP,
     MIN_RATIO,
+    MIN_REPLY_TOKENS,
     bounded_slopes,
     implausible,
+    implausible_reply,
     stepped,
 )
-from threadline.counting._calibration._classes import ClassCounts, transcript_classes
+from threadline.counting._calibration._classes import (
+    ClassCounts,
+    reply_classes,
+    transcript_classes,
+)
 from threadline.counting._calibration._saved import (
     SavedEntry,
     SavedValueError,
@@ -171,6 +177,7 @@ class TokenCalibration:
         "_prior",
         "_priors",
         "_ratios",
+        "_replies",
     )
 
     def __init__(
@@ -186,6 +193,8 @@ class TokenCalibration:
         self._last: dict[str, tuple[tuple[Message, ...], int]] = {}
         # Per key: the reports by class (the latest MAX_OBSERVATIONS), and their fit.
         self._observed: dict[str, list[tuple[ClassCounts, int]]] = {}
+        # Per key: the replies of text alone, by class, and their output tokens.
+        self._replies: dict[str, list[tuple[ClassCounts, int]]] = {}
         self._fits: dict[str, SlopeFit] = {}
         # Per key, the fit a saved document held: what later fits are pulled towards;
         # any other key's fits are pulled towards the measured prior.
@@ -267,6 +276,9 @@ class TokenCalibration:
         sent: Sequence[Message] | None = None,
         counter: TokenCounter | None = None,
         window: int | None = None,
+        reply: Message | None = None,
+        output_tokens: int = 0,
+        reasoning_tokens: int = 0,
     ) -> float | None:
         """Learn from one response: the prompt (sent with the tools named ``tools``) was
         estimated at ``estimated_tokens`` and the provider reported ``reported_tokens``.
@@ -274,6 +286,15 @@ class TokenCalibration:
         transcripts from (see the module docstring); with ``counter``, the request's
         estimate, the report also joins the fit by class. Returns the ratio that
         applies now.
+
+        ``reply`` is the response's message and ``output_tokens`` what the provider
+        counted for it (``reasoning_tokens`` of them its hidden reasoning): a reply of
+        text alone, at least :data:`MIN_REPLY_TOKENS` of o200k's, is its text spelled
+        by the provider's vocabulary with no template around it, so it joins the fit
+        too (``_slopes.fit``). One with tool calls, reasoning (``reasoning_tokens``
+        above 0 included) or an image is not learned from, nor one whose count no
+        vocabulary gives its text (``_bounds.implausible_reply``), nor one whose
+        prompt's report is left out.
 
         An estimate under :attr:`min_estimated_tokens` or a report of 0 changes nothing.
         Nor, but for a warning logged, does a report no provider could give: more than
@@ -300,6 +321,8 @@ class TokenCalibration:
             # moves the ratio a step, but a fit that took it in would see a step
             # between reports no template makes, and trust every report less.
             if counter is not None and believed == reported_tokens:
+                if reply is not None and not reasoning_tokens:
+                    self._hear(key, counter, reply, output_tokens)
                 self._learn(key, counter, sent, believed)
         return self._raise(key, believed / estimated_tokens)
 
@@ -369,6 +392,19 @@ class TokenCalibration:
             )
         return believed
 
+    def _hear(self, key: str, counter: TokenCounter, reply: Message, tokens: int) -> None:
+        """Keep ``reply`` and its output ``tokens`` for the fit, if it is text alone and
+        the count can be its text's (see :meth:`observe`)."""
+        counts = reply_classes(counter, reply)
+        if counts is None or sum(counts) < MIN_REPLY_TOKENS:
+            return
+        if implausible_reply(tokens, sum(counts)):
+            return
+        with self._lock:
+            replies = self._replies.setdefault(key, [])
+            replies.append((counts, tokens))
+            del replies[:-MAX_OBSERVATIONS]
+
     def _learn(
         self, key: str, counter: TokenCounter, sent: tuple[Message, ...], reported_tokens: int
     ) -> None:
@@ -382,7 +418,7 @@ class TokenCalibration:
                 prior = self._priors.get(key, self._prior)
                 before = self._fits.get(key)
                 previous = before.posterior if before is not None else prior
-                found = fit(observed, prior)
+                found = fit(observed, prior, self._replies.get(key, ()))
                 slopes = bounded_slopes(found.slopes, previous.slopes)
                 posterior = attrs.evolve(found, slopes=slopes)
                 self._fits[key] = SlopeFit.of_report(posterior, sent, reported_tokens, counts)
