@@ -12,6 +12,7 @@ from threadline import Client, Message, Model, ToolCall
 from threadline._messages import Reasoning
 from threadline._provider import ProviderCall, ProviderResponse
 from threadline.counting import BuiltinTokenCounter, TokenCalibration
+from threadline.counting._calibration._bounds import Residuals, worse_by_chance
 from threadline.counting._calibration._classes import (
     CLASSES,
     SCRIPTS,
@@ -51,13 +52,13 @@ def shared_steps() -> list[tuple[tuple[int, ...], int]]:
     return observations
 
 
-def replies(rule: dict[str, float]) -> list[tuple[tuple[int, ...], int]]:
+def replies(rule: dict[str, float], turns: int = 8) -> list[tuple[tuple[int, ...], int]]:
     """Replies in one script each, Russian and Chinese by turns, counted by ``rule``
     (tokens per o200k token) with one token for the end of the turn."""
     found = []
-    for turn in range(8):
+    for turn in range(turns):
         script = ("cyrillic", "cjk")[turn % 2]
-        size = 20 + 7 * turn
+        size = 20 + 7 * (turn % 8)
         found.append((counts_of(**{script: size}), round(rule[script] * size) + 1))
     return found
 
@@ -77,11 +78,26 @@ def test_replies_tell_apart_two_scripts_that_every_step_holds_together() -> None
         assert both.uncertainty[index] < alone.uncertainty[index] / 2
 
 
+def jittered() -> list[tuple[tuple[int, ...], int]]:
+    """:func:`shared_steps`, each report a few tokens off (a template's whitespace)."""
+    off = (-3, 4, -4, -1, -4, 2, 2, 2)
+    return [(counts, tokens + off[n]) for n, (counts, tokens) in enumerate(shared_steps())]
+
+
 def test_replies_counted_by_another_tokenizer_leave_the_fit_to_the_prompts() -> None:
     # A provider that counts its output with o200k (1 a token) and its prompts with its
-    # own vocabulary: the replies would pull Chinese to 1, against every prompt.
-    counted_otherwise = replies({"cyrillic": 1.0, "cjk": 1.0})
+    # own vocabulary: forty replies agree among themselves, and the prompts' residuals
+    # grow far past chance with them.
+    counted_otherwise = replies({"cyrillic": 1.0, "cjk": 1.0}, turns=40)
+    assert fit(jittered(), replies=counted_otherwise) == fit(jittered())
     assert fit(shared_steps(), replies=counted_otherwise) == fit(shared_steps())
+
+
+def test_replies_far_cleaner_than_the_prompts_are_kept() -> None:
+    # The prompts' steps are a few tokens off; the replies are exact.
+    alone, both = fit(jittered()), fit(jittered(), replies=replies(TRUTH, turns=40))
+    for name in ("cyrillic", "cjk"):
+        assert abs(slope(both, name) - TRUTH[name]) < abs(slope(alone, name) - TRUTH[name]) / 2
 
 
 def test_a_reply_is_text_alone_or_none() -> None:
@@ -210,3 +226,17 @@ def test_one_reply_or_replies_without_prompt_steps_fit_as_far_as_they_go() -> No
     assert fit([first], replies=one) == fit([first])  # no step at all: the prior
     both = fit([first], replies=replies(TRUTH))  # the replies' steps alone
     assert slope(both, "cjk") == pytest.approx(TRUTH["cjk"], rel=0.05)
+
+
+@pytest.mark.parametrize(
+    ("statistic", "settled", "free", "chance"),
+    [(6.94, 2, 4, 0.05), (18.0, 2, 4, 0.01), (3.15, 2, 60, 0.05), (1.0, 5, 10, 0.4651)],
+)
+def test_the_chance_of_the_residuals_growing_is_an_f_tests(
+    statistic: float, settled: float, free: float, chance: float
+) -> None:
+    # Published quantiles of Snedecor's F distribution (the last: its survival at 1).
+    alone = Residuals(noise=0.1, squares=free * 1.0, free=free)
+    joined = Residuals(noise=0.1, squares=alone.squares + statistic * settled, free=free + settled)
+    assert worse_by_chance(alone, joined) == pytest.approx(chance, abs=2e-3)
+    assert worse_by_chance(joined, alone) == 1.0  # the residuals did not grow

@@ -49,6 +49,7 @@ import attrs
 
 from threadline._messages import Role
 from threadline.counting._anchored import AnchoredCounter, message_key
+from threadline.counting._calibration._bounds import Residuals, worse_by_chance
 from threadline.counting._calibration._classes import (
     CLASSES,
     ClassCounts,
@@ -68,7 +69,7 @@ if TYPE_CHECKING:
     from threadline.tools._tools import Tool
 
 __all__ = [
-    "AGREEING",
+    "AGREEMENT_P",
     "BOUND_Z",
     "MAX_OBSERVATIONS",
     "MIN_FIT_REPORTS",
@@ -98,11 +99,9 @@ templates that show no tool exchange at all.)"""
 _NOISE_WEIGHT = 2.0
 """How many steps :data:`PRIOR_NOISE` counts as, against the residuals' own."""
 
-AGREEING: Final = 2.0
-"""How many times one kind of step's noise per token (the prompts', the replies') may be
-the other's, or the prompts' alone, before the replies are taken as counted otherwise
-(:func:`fit`): a reply is cleaner than a step between prompts (no template around it),
-and replies that agree with the prompts leave the prompts' residuals as they were."""
+AGREEMENT_P: Final = 0.01
+"""How unlikely by chance the growth of the prompts' residuals with the replies must be
+for the replies to be taken as counted otherwise (:func:`fit`)."""
 
 MIN_UNCERTAINTY: Final = 1e-3
 """The smallest uncertainty a slope is believed to (a saved fit's included)."""
@@ -334,33 +333,34 @@ def fit(
     scatter (a sampled spelling longer than the tokenizer's own, hidden tokens a
     provider does not report apart) weigh less. Replies counted otherwise than the
     prompts, but alike (another tokenizer's estimate of the output), would pull the
-    slopes from what the prompts say, and one kind's residuals or the other's grow:
-    where either kind's noise is more than :data:`AGREEING` times the least of the
-    prompts' alone and both kinds', the fit is the prompts' alone.
+    slopes from what the prompts say. So the fit is the prompts' alone where the
+    replies make the prompts' residuals grow more than chance would, at
+    :data:`AGREEMENT_P` (an F-test, :func:`~._bounds.worse_by_chance`).
     """
     prior = Posterior.prior() if prior is None else prior
     prompts = _steps(observations, _PROMPTS)
-    alone, _ = _fitted(prompts, prior)
+    alone, apart = _fitted(prompts, prior)
     between = _steps(replies, _REPLIES)
     if not between:
         return alone
-    both, noise = _fitted(prompts + between, prior)
-    agree = max(noise.values()) <= AGREEING * min(alone.noise, *noise.values())
-    return both if agree else alone
+    both, spread = _fitted(prompts + between, prior)
+    if _PROMPTS in apart and worse_by_chance(apart[_PROMPTS], spread[_PROMPTS]) < AGREEMENT_P:
+        return alone  # with the replies, the prompts are explained worse than by chance
+    return both
 
 
-def _fitted(steps: Sequence[_Step], prior: Posterior) -> tuple[Posterior, dict[int, float]]:
-    """The mixture's fit of ``steps`` (see :func:`fit`), and the noise per token of each
-    kind of step."""
+def _fitted(steps: Sequence[_Step], prior: Posterior) -> tuple[Posterior, dict[int, Residuals]]:
+    """The mixture's fit of ``steps`` (see :func:`fit`), and the residuals of each kind
+    of step."""
     if not steps:
         return prior, {}
     around = prior.slopes
     dropping = _dropping(prior)
     for _ in range(2):
-        regressed, noise = _regress(steps, dropping, around)
+        regressed, spread = _regress(steps, dropping, around)
         posterior = _either(regressed, dropping)
         around = posterior.slopes
-    return posterior, noise
+    return posterior, spread
 
 
 def _dropping(prior: Posterior) -> Posterior:
@@ -429,9 +429,9 @@ def _log_density_at_zero(mean: float, variance: float) -> float:
 
 def _regress(
     steps: Sequence[_Step], prior: Posterior, around: Sequence[float]
-) -> tuple[Posterior, dict[int, float]]:
+) -> tuple[Posterior, dict[int, Residuals]]:
     """One Bayesian regression of ``steps`` on the price's gradient at ``around``, and
-    the noise per token of each kind of step (prompts', replies'). The
+    the residuals of each kind of step (prompts', replies'). The
     ``system_dropped`` slope is left as fitted, below 0 too (:func:`_either` weighs
     it)."""
     rows = [_gradient(step.change, around) for step in steps]
@@ -455,6 +455,7 @@ def _regress(
                 gram[step.kind][i][j] += row[i] * row[j] * step.weight
     precision = _inverse([list(r) for r in prior.covariance])
     noise = dict.fromkeys(kinds, prior.noise)
+    spread: dict[int, Residuals] = {}
     for _ in range(2):  # the weight of the reports depends on the noise, the noise on the fit
         covariance = _inverse(
             [
@@ -473,6 +474,7 @@ def _regress(
             used = _trace(covariance, gram[kind]) / noise[kind]
             free = max(0.0, sum(step.kind == kind for step in steps) - used)
             noise[kind] = (residual + _NOISE_WEIGHT * prior.noise) / (free + _NOISE_WEIGHT)
+            spread[kind] = Residuals(noise[kind], residual, free)
     slopes = tuple(
         b + d if k == _DROPPED else max(0.0, b + d)
         for k, (b, d) in enumerate(zip(prior.slopes, delta, strict=True))
@@ -480,7 +482,7 @@ def _regress(
     # The prompts' noise prices a message's own spread; the replies' stays here.
     shown = noise.get(_PROMPTS, prior.noise)
     posterior = Posterior(slopes, tuple(map(tuple, covariance)), shown, prior.seen | set(seen))
-    return posterior, noise
+    return posterior, spread
 
 
 def _trace(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]]) -> float:
