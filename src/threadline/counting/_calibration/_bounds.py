@@ -129,9 +129,10 @@ def bounded_slopes(slopes: Sequence[float], previous: Sequence[float]) -> tuple[
 
 @attrs.frozen
 class Residuals:
-    """What a fit leaves of one kind of step: the noise per token (pulled towards the
-    prior's while the steps are few), the weighed sum of squared residuals, and the
-    steps the fit left free (their number less the parameters they spent)."""
+    """What a fit leaves of one kind of step (the prompts', the replies'): the noise
+    per token (pulled towards the prior's while the steps are few), the weighed sum
+    of the squared residuals, and the steps left free (their number less the
+    parameters the fit spent on them)."""
 
     noise: float
     squares: float

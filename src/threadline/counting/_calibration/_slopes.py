@@ -495,8 +495,8 @@ def _trace(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]]) -> float:
 
 @attrs.frozen
 class _Step:
-    """One report less the one before: the change of the class counts and of the
-    tokens, the step's weight (one over the tokens changed), and its kind."""
+    """One report (or reply) less the one before: the change of the class counts and
+    of the tokens, the step's weight (one over the tokens changed), and its kind."""
 
     change: tuple[int, ...]
     tokens: int
