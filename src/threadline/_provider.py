@@ -171,6 +171,10 @@ class ProviderResponse:
     cache_diagnosis: CacheDiagnosis | None = None
     """Why the provider's prompt cache missed, by the provider's own diagnosis, where
     the driver reads one (see :class:`CacheDiagnosis`)."""
+    omitted_output: bool = False
+    """Whether the provider's answer held output ``message`` does not (a server tool's
+    call, code it ran, audio): its ``usage.output_tokens`` then count more than the
+    message, and calibration learns nothing from them."""
 
     @property
     def text(self) -> str:

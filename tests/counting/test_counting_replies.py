@@ -8,11 +8,11 @@ from __future__ import annotations
 import attrs
 import pytest
 
-from threadline import Client, Message, Model, ToolCall
-from threadline._messages import Reasoning
+from threadline import Client, InvalidRequestError, Message, Model, ToolCall
+from threadline._messages import ImagePart, Reasoning, Role, TextPart
 from threadline._provider import ProviderCall, ProviderResponse
 from threadline.counting import BuiltinTokenCounter, TokenCalibration
-from threadline.counting._calibration._bounds import Residuals, worse_by_chance
+from threadline.counting._calibration._chance import Residuals, worse_by_chance
 from threadline.counting._calibration._classes import (
     CLASSES,
     SCRIPTS,
@@ -78,26 +78,46 @@ def test_replies_tell_apart_two_scripts_that_every_step_holds_together() -> None
         assert both.uncertainty[index] < alone.uncertainty[index] / 2
 
 
-def jittered() -> list[tuple[tuple[int, ...], int]]:
-    """:func:`shared_steps`, each report a few tokens off (a template's whitespace)."""
-    off = (-3, 4, -4, -1, -4, 2, 2, 2)
-    return [(counts, tokens + off[n]) for n, (counts, tokens) in enumerate(shared_steps())]
+def varied_steps(jitter: bool = False) -> list[tuple[tuple[int, ...], int]]:
+    """Eight reports whose steps hold Russian and Chinese in changing proportions (so
+    the prompts themselves can tell the two apart, given time), each report a few
+    tokens off with ``jitter`` (a template's whitespace)."""
+    observations = []
+    framing = cyrillic = cjk = 0
+    off = (-3, 4, -4, -1, -4, 2, 2, 2) if jitter else (0,) * 8
+    for step in range(8):
+        framing += (8, 4)[step % 2]
+        cyrillic += (40, 10, 25)[step % 3]
+        cjk += (30, 35, 5)[step % 3]
+        counts = counts_of(framing=framing, cyrillic=cyrillic, cjk=cjk)
+        observations.append((counts, 90 + priced(counts) + off[step]))
+    return observations
 
 
-def test_replies_counted_by_another_tokenizer_leave_the_fit_to_the_prompts() -> None:
-    # A provider that counts its output with o200k (1 a token) and its prompts with its
-    # own vocabulary: forty replies agree among themselves, and the prompts' residuals
-    # grow far past chance with them.
-    counted_otherwise = replies({"cyrillic": 1.0, "cjk": 1.0}, turns=40)
-    assert fit(jittered(), replies=counted_otherwise) == fit(jittered())
-    assert fit(shared_steps(), replies=counted_otherwise) == fit(shared_steps())
+@pytest.mark.parametrize(
+    "rule",
+    [{"cyrillic": 1.0, "cjk": 1.0}, {"cyrillic": 3.0, "cjk": 0.7}],
+    ids=["o200k's count", "against the grain"],
+)
+def test_replies_counted_otherwise_than_the_prompts_leave_the_fit_to_them(
+    rule: dict[str, float],
+) -> None:
+    # One reply a report, as a conversation gives them: by the eighth report the
+    # prompts' residuals have grown past chance with the replies in.
+    assert fit(varied_steps(), replies=replies(rule)) == fit(varied_steps())
 
 
-def test_replies_far_cleaner_than_the_prompts_are_kept() -> None:
-    # The prompts' steps are a few tokens off; the replies are exact.
-    alone, both = fit(jittered()), fit(jittered(), replies=replies(TRUTH, turns=40))
+def test_replies_that_agree_with_noisy_prompts_are_kept() -> None:
+    alone = fit(varied_steps(jitter=True))
+    both = fit(varied_steps(jitter=True), replies=replies(TRUTH))
+
+    def error(posterior: object) -> float:
+        return sum(abs(slope(posterior, name) - TRUTH[name]) for name in ("cyrillic", "cjk"))
+
+    assert error(both) < 0.8 * error(alone)
     for name in ("cyrillic", "cjk"):
-        assert abs(slope(both, name) - TRUTH[name]) < abs(slope(alone, name) - TRUTH[name]) / 2
+        index = CLASSES.index(name)
+        assert both.uncertainty[index] < alone.uncertainty[index]
 
 
 def test_a_reply_is_text_alone_or_none() -> None:
@@ -112,6 +132,28 @@ def test_a_reply_is_text_alone_or_none() -> None:
     thought = Message.assistant("It opens at nine.", reasoning=Reasoning(text="Check."))
     assert reply_classes(COUNTER, thought) is None
     assert reply_classes(COUNTER, Message.user("Когда открывается музей?")) is None
+    parts = Message(role=Role.ASSISTANT, content=(TextPart(text=text.text), TextPart(text=" Да.")))
+    assert reply_classes(COUNTER, parts) == reply_classes(COUNTER, Message.assistant(parts.text))
+    image = ImagePart(url="https://example.invalid/museum.png")
+    with_image = Message(role=Role.ASSISTANT, content=(TextPart(text=text.text), image))
+    assert reply_classes(COUNTER, with_image) is None
+    assert reply_classes(COUNTER, Message.assistant(text.text, name="guide")) is None
+
+
+def test_observe_names_a_count_that_is_no_count() -> None:
+    calibration = TokenCalibration()
+    prompt = PROMPTS[0]
+    for bad in (None, -1, 2.5, True):
+        with pytest.raises((TypeError, ValueError, InvalidRequestError), match="output_tokens"):
+            calibration.observe(
+                "m",
+                estimated_tokens=COUNTER.count(prompt),
+                reported_tokens=90,
+                sent=prompt,
+                counter=COUNTER,
+                reply=RUSSIAN,
+                output_tokens=bad,  # type: ignore[arg-type]
+            )
 
 
 RUSSIAN = Message.assistant(
@@ -161,7 +203,7 @@ def test_observe_learns_from_a_reply_of_text_alone_and_from_no_other() -> None:
     def thinking(said: str) -> Message:
         return Message.assistant(said, reasoning=Reasoning(text="Hm."))
 
-    without = fitted_after(text, -1.0)  # a count of 0 or less is none
+    without = fitted_after(text, 0.0)  # one token: no count of that text
     learned = fitted_after(text, TRUTH["cyrillic"])
     assert learned != without
     assert fitted_after(calling, TRUTH["cyrillic"]) == without
@@ -181,7 +223,7 @@ async def test_a_client_hands_each_reply_and_its_output_tokens_to_the_calibratio
     class CountsOutput(ScriptedDriver):
         """Prompts and replies counted alike: 1.3 a token of Russian, 2.0 of Chinese."""
 
-        def __init__(self, replies: list[str], *, outputs: bool) -> None:
+        def __init__(self, replies: list[str], *, outputs: str) -> None:
             super().__init__(replies)
             self.outputs = outputs
 
@@ -189,9 +231,12 @@ async def test_a_client_hands_each_reply_and_its_output_tokens_to_the_calibratio
             response = super()._next(call)
             prompt = 30 + priced(transcript_classes(COUNTER, call.messages))
             counts = reply_classes(COUNTER, response.message) or counts_of()
-            output = priced(counts) + 1 if self.outputs else 0
-            usage = attrs.evolve(response.usage, input_tokens=prompt, output_tokens=output)
-            return attrs.evolve(response, usage=usage)
+            output = priced(counts) + 1 if self.outputs != "none" else 0
+            hidden = 40 if self.outputs == "with hidden reasoning" else 0
+            usage = attrs.evolve(response.usage, input_tokens=prompt, output_tokens=output + hidden)
+            usage = attrs.evolve(usage, reasoning_tokens=hidden)
+            omitted = self.outputs == "beside a server tool's"
+            return attrs.evolve(response, usage=usage, omitted_output=omitted)
 
     answers = [
         "Музей открывается в девять утра, а по четвергам работает допоздна.",
@@ -201,7 +246,8 @@ async def test_a_client_hands_each_reply_and_its_output_tokens_to_the_calibratio
     ]
     questions = ["Когда открыт музей? А в четверг?", "什么时候开门？", "А экскурсии?", "周末呢？"]
     found = []
-    for outputs in (False, True):
+    kinds = ("none", "counted", "with hidden reasoning", "beside a server tool's")
+    for outputs in kinds:
         calibration = TokenCalibration(min_estimated_tokens=0)
         client = Client(
             CountsOutput(answers, outputs=outputs),
@@ -215,9 +261,10 @@ async def test_a_client_hands_each_reply_and_its_output_tokens_to_the_calibratio
         fitted = calibration.fitted("m")
         assert fitted is not None
         found.append(fitted.slopes[CLASSES.index("cjk")])
-    without, with_replies = found
+    without, with_replies, hidden, omitted = found
     assert abs(with_replies - TRUTH["cjk"]) < abs(without - TRUTH["cjk"])
     assert with_replies == pytest.approx(TRUTH["cjk"], rel=0.1)
+    assert hidden == omitted == without  # neither count is the reply's text
 
 
 def test_one_reply_or_replies_without_prompt_steps_fit_as_far_as_they_go() -> None:

@@ -160,6 +160,7 @@ MAY_IMPORT_PRIVATE_MODULES = frozenset(
         "drivers/local/test_local_driver_integration.py",
         "drivers/openai_chat/test_openai_chat_encoding.py",
         "drivers/openai_chat/test_openai_chat_request.py",
+        "drivers/test_omitted_output.py",
         "engine/test_catalog.py",
         "engine/test_messages.py",
         "engine/test_request_settings.py",

@@ -415,7 +415,7 @@ class Run:
                 sent=current.sent,
                 counter=self.plan.counter,
                 window=self.plan.model.context_size,
-                reply=response.message,
+                reply=None if response.omitted_output else response.message,
                 output_tokens=response.usage.output_tokens,
                 reasoning_tokens=response.usage.reasoning_tokens,
             )

@@ -25,8 +25,7 @@ vocabularies themselves (docs/counting.md has the measurements):
   *below* that price is the calibration's to judge: see ``_token_calibration``.)
 
 A reply's output tokens are believed by the same measure (:func:`implausible_reply`),
-and only while they agree with the prompts' reports: :func:`worse_by_chance` is the
-F-test ``_slopes.fit`` weighs that with.
+and only while they agree with the prompts' reports (``_chance``).
 """
 
 from __future__ import annotations
@@ -34,8 +33,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from typing import Final
-
-import attrs
 
 from threadline.counting._calibration._classes import CLASSES
 
@@ -45,13 +42,11 @@ __all__ = [
     "MAX_STEP",
     "MIN_RATIO",
     "MIN_REPLY_TOKENS",
-    "Residuals",
     "bounded_slopes",
     "implausible",
     "implausible_reply",
     "slope_range",
     "stepped",
-    "worse_by_chance",
 ]
 
 MAX_RATIO: Final = 128.0
@@ -125,62 +120,3 @@ def bounded_slopes(slopes: Sequence[float], previous: Sequence[float]) -> tuple[
         step_low, step_high = before / MAX_STEP, max(before * MAX_STEP, before + 1.0)
         bounded.append(min(high, max(low, step_low, min(step_high, slope))))
     return tuple(bounded)
-
-
-@attrs.frozen
-class Residuals:
-    """What a fit leaves of one kind of step (the prompts', the replies'): the noise
-    per token (pulled towards the prior's while the steps are few), the weighed sum
-    of the squared residuals, and the steps left free (their number less the
-    parameters the fit spent on them)."""
-
-    noise: float
-    squares: float
-    free: float
-
-
-def worse_by_chance(alone: Residuals, joined: Residuals) -> float:
-    """How likely chance alone makes the prompts' residuals grow from ``alone`` to
-    ``joined``, when the replies join the fit (an F-test): the parameters the replies
-    settle for the prompts (``alone.free`` less than ``joined.free``) against the
-    freedom left without them. 1 where the residuals did not grow."""
-    settled = joined.free - alone.free
-    if settled <= 1e-6 or alone.free < 1.0 or joined.squares <= alone.squares:
-        return 1.0
-    if alone.squares <= 0.0:
-        return 0.0
-    statistic = (joined.squares - alone.squares) / settled / (alone.squares / alone.free)
-    return _beta_regularized(
-        alone.free / 2, settled / 2, alone.free / (alone.free + settled * statistic)
-    )
-
-
-def _beta_regularized(a: float, b: float, x: float) -> float:
-    """The regularized incomplete beta function I_x(a, b), by its continued fraction
-    (Lentz's method), the symmetry taken where that converges faster."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    if x > (a + 1) / (a + b + 2):
-        return 1.0 - _beta_regularized(b, a, 1.0 - x)
-    front = math.exp(
-        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
-    )
-    tiny = 1e-300
-    c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    fraction = d
-    for m in range(1, 200):
-        for numerator in (
-            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
-        ):
-            d = 1.0 + numerator * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + numerator / c
-            c = c if abs(c) > tiny else tiny
-            fraction *= c * d
-        if abs(c * d - 1.0) < 1e-12:
-            break
-    return front * fraction / a

@@ -258,9 +258,11 @@ def transcript_classes(counter: TokenCounter, messages: Sequence[Message]) -> Cl
 
 def reply_classes(counter: TokenCounter, message: Message) -> ClassCounts | None:
     """The text classes of a reply of text alone (its framing and the rest 0), or
-    ``None`` for one whose output tokens hold more than its text: tool calls,
-    reasoning, an image."""
+    ``None`` for one whose output tokens hold more than its text (tool calls,
+    reasoning, an image) or whose text the model did not write all of (a ``name``)."""
     if message.role is not Role.ASSISTANT or message.tool_calls or message.reasoning is not None:
+        return None
+    if message.name is not None:
         return None
     if not isinstance(message.content, str) and any(
         isinstance(p, ImagePart) for p in message.content

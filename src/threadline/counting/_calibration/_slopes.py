@@ -49,7 +49,7 @@ import attrs
 
 from threadline._messages import Role
 from threadline.counting._anchored import AnchoredCounter, message_key
-from threadline.counting._calibration._bounds import Residuals, worse_by_chance
+from threadline.counting._calibration._chance import Residuals, worse_by_chance
 from threadline.counting._calibration._classes import (
     CLASSES,
     ClassCounts,
@@ -335,7 +335,7 @@ def fit(
     prompts, but alike (another tokenizer's estimate of the output), would pull the
     slopes from what the prompts say. So the fit is the prompts' alone where the
     replies make the prompts' residuals grow more than chance would, at
-    :data:`AGREEMENT_P` (an F-test, :func:`~._bounds.worse_by_chance`).
+    :data:`AGREEMENT_P` (an F-test, :func:`~._chance.worse_by_chance`).
     """
     prior = Posterior.prior() if prior is None else prior
     prompts = _steps(observations, _PROMPTS)
@@ -505,11 +505,15 @@ class _Step:
 
 
 def _steps(observations: Sequence[tuple[ClassCounts, int]], kind: int) -> list[_Step]:
-    """Each of ``observations`` less the one before, as steps of ``kind``."""
+    """Each of ``observations`` less the one before, as steps of ``kind``. A step's
+    noise grows with the tokens it holds: between two reports, what changed (they
+    share the rest); between two replies, both (they share nothing)."""
     steps = []
     for (before, was), (after, now) in itertools.pairwise(observations):
         change = [a - b for a, b in zip(after, before, strict=True)]
         moved = sum(map(abs, change[:_SIZE]))
+        if kind == _REPLIES:
+            moved = sum(before[:_SIZE]) + sum(after[:_SIZE]) if moved else 0
         if moved:
             steps.append(_Step(tuple(change), now - was, 1.0 / moved, kind))
     return steps

@@ -305,6 +305,8 @@ class TokenCalibration:
         times it.
         """
         tools = tuple(tools)
+        non_negative_int("output_tokens", output_tokens)
+        non_negative_int("reasoning_tokens", reasoning_tokens)
         if estimated_tokens < max(1, self._min_estimated_tokens) or reported_tokens <= 0:
             return self.ratio(model, tools)
         key = calibration_key(model, tools)

@@ -79,6 +79,9 @@ _KEPT_TYPES: Final = frozenset({*_THINKING_TYPES, "compaction"})
 """Blocks kept opaque as the message's replay state: thinking, and server-side
 compaction's ``compaction`` block (the summary that stands for the turns before it)."""
 
+_SHOWN: Final = frozenset({"text", "tool_use", *_KEPT_TYPES})
+"""Blocks the message holds; any other (a server tool's) is output it omits."""
+
 
 def finish_reason(stop_reason: str | None, has_tool_calls: bool) -> str:
     """threadline's finish reason for Anthropic's ``stop_reason``."""
@@ -196,6 +199,7 @@ def parse_message(
     texts: list[str] = []
     thinking: list[dict[str, Any]] = []
     calls: list[ToolCall] = []
+    omitted = False
     for index, item in enumerate(content):
         where = f"content[{index}]"
         block = json_object(item, where)
@@ -206,7 +210,7 @@ def parse_message(
             thinking.append(block)
         elif kind == "tool_use":
             calls.append(_tool_call(block, where))
-        # Other block types (server tools, citations) are not threadline's to keep.
+        omitted = omitted or kind not in _SHOWN  # server tools' blocks are not kept
     usage = body.get("usage")
     return ProviderResponse(
         message=Message.assistant(
@@ -221,6 +225,7 @@ def parse_message(
         request_id=request_id,
         response_id=_id_of(body),
         cache_diagnosis=parse_diagnosis(body.get("diagnostics"), provider),
+        omitted_output=omitted,
     )
 
 
@@ -409,6 +414,7 @@ class StreamAssembler:
             request_id=request_id,
             response_id=self._id,
             cache_diagnosis=self._diagnosis,
+            omitted_output=any(b.kind not in _SHOWN for b in self._blocks.values()),
         )
 
     @property

@@ -183,6 +183,12 @@ def _message(
     )
 
 
+def _omits(parts: list[dict[str, Any]]) -> bool:
+    """Whether ``parts`` hold output a message does not: code Gemini ran and its
+    result, inline data; anything but text, thoughts and function calls."""
+    return any("text" not in part and "functionCall" not in part for part in parts)
+
+
 def parse_response(
     payload: object, *, requested_model: str, provider: str, request_id: str | None
 ) -> ProviderResponse:
@@ -197,7 +203,8 @@ def parse_response(
     if candidate is None:
         _blocked(body)
         raise MalformedResponse("the response has no candidates and no promptFeedback.blockReason")
-    message = _message(_parts(candidate, "candidates[0]"), provider, "candidates[0].content.parts")
+    parts = _parts(candidate, "candidates[0]")
+    message = _message(parts, provider, "candidates[0].content.parts")
     usage = body.get("usageMetadata")
     reason = optional_str(candidate, "finishReason", "candidates[0]")
     return ProviderResponse(
@@ -207,6 +214,7 @@ def parse_response(
         model=optional_str(body, "modelVersion", "the response") or requested_model,
         request_id=request_id,
         response_id=optional_str(body, "responseId", "the response"),
+        omitted_output=_omits(parts),
     )
 
 
@@ -330,4 +338,5 @@ class StreamAssembler:
             model=self._model or self._requested_model,
             request_id=request_id,
             response_id=self._response_id,
+            omitted_output=_omits(self._parts),
         )

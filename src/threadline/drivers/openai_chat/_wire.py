@@ -416,6 +416,7 @@ def parse_completion(
         model=model or requested_model,
         request_id=request_id,
         response_id=optional_str(body, "id", "the response"),
+        omitted_output=bool(message.get("audio")),
     )
 
 
@@ -447,6 +448,7 @@ class StreamAssembler:
         self._usage: Usage | None = None
         self._model: str | None = None
         self._id: str | None = None
+        self._audio = False
 
     def add(self, payload: object) -> list[StreamChunk]:
         """Take one event's JSON; return the chunks it carries.
@@ -506,6 +508,7 @@ class StreamAssembler:
                 optional_str(delta, "content", f"a stream event's choices[{position}].delta")
             self._text.append(text)
             chunks.append(TextChunk(text=text))
+        self._audio = self._audio or bool(delta.get("audio"))
         refusal = delta.get("refusal")
         if refusal:
             self._refusal.append(
@@ -581,4 +584,5 @@ class StreamAssembler:
             model=self._model or self._requested_model,
             request_id=request_id,
             response_id=self._id,
+            omitted_output=self._audio,
         )

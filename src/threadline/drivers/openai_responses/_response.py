@@ -267,6 +267,10 @@ def parse_diagnosis(value: object, provider: str) -> CacheDiagnosis | None:
     return CacheDiagnosis(provider=provider, reason=word[:_REASON_CHARS], missed_tokens=missed)
 
 
+_SHOWN: Final = frozenset({"message", "function_call", "reasoning", "compaction"})
+"""Output items the message holds; any other (a built-in tool's) is output it omits."""
+
+
 def build_response(
     body: Mapping[str, Any],
     output: list[Any],
@@ -280,10 +284,12 @@ def build_response(
     reasoning: list[dict[str, Any]] = []
     summaries: list[str] = []
     calls: list[ToolCall] = []
+    omitted = False
     for index, value in enumerate(output):
         where = f"output[{index}]"
         item = json_object(value, where)
         kind = item.get("type")
+        omitted = omitted or kind not in _SHOWN
         if kind == "message":
             texts.append(_message_text(item, where))
         elif kind == "function_call":
@@ -307,6 +313,7 @@ def build_response(
         request_id=request_id,
         response_id=response_id if isinstance(response_id := body.get("id"), str) else None,
         cache_diagnosis=parse_diagnosis(body.get("prompt_cache_diagnostics"), provider),
+        omitted_output=omitted,
     )
 
 
