@@ -160,20 +160,13 @@ def test_a_calibration_without_a_vocabulary_fits_from_the_prior_without_it() -> 
         calibration_without({"SmolLM2"}, TokenCalibration(min_estimated_tokens=0)),
     )
     for calibration in calibrations:
-        for prompt, reported in zip(sent, (30, 90), strict=True):
-            calibration.observe(
-                "m",
-                estimated_tokens=COUNTER.count(prompt),
-                reported_tokens=reported,
-                sent=prompt,
-                counter=COUNTER,
-            )
-    observed = [(transcript_classes(COUNTER, p), r) for p, r in zip(sent, (30, 90), strict=True)]
+        observed(calibration, list(zip(sent, (30, 90), strict=True)))
+    reports = [(transcript_classes(COUNTER, p), r) for p, r in zip(sent, (30, 90), strict=True)]
     full, held_out = (c.fitted("m") for c in calibrations)
     assert full is not None
     assert held_out is not None
-    assert full.posterior == fit(observed)
-    assert held_out.posterior == fit(observed, Posterior.prior(excluding={"SmolLM2"}))
+    assert full.posterior == fit(reports)
+    assert held_out.posterior == fit(reports, Posterior.prior(excluding={"SmolLM2"}))
     assert held_out.posterior != full.posterior
     with pytest.raises(ValueError, match="learned already"):
         calibration_without({"SmolLM2"}, calibrations[0])  # its fit was on the full prior

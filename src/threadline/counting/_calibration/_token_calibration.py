@@ -398,9 +398,8 @@ class TokenCalibration:
         """Keep ``reply`` and its output ``tokens`` for the fit, if it is text alone and
         the count can be its text's (see :meth:`observe`)."""
         counts = reply_classes(counter, reply)
-        if counts is None or sum(counts) < MIN_REPLY_TOKENS:
-            return
-        if implausible_reply(tokens, sum(counts)):
+        estimated = 0 if counts is None else sum(counts)
+        if counts is None or estimated < MIN_REPLY_TOKENS or implausible_reply(tokens, estimated):
             return
         with self._lock:
             replies = self._replies.setdefault(key, [])

@@ -508,7 +508,8 @@ class StreamAssembler:
                 optional_str(delta, "content", f"a stream event's choices[{position}].delta")
             self._text.append(text)
             chunks.append(TextChunk(text=text))
-        self._audio = self._audio or bool(delta.get("audio"))
+        if delta.get("audio"):  # spoken output the message does not hold
+            self._audio = True
         refusal = delta.get("refusal")
         if refusal:
             self._refusal.append(
