@@ -21,7 +21,8 @@ token on Korean, another 3.9), and the letters of most scripts move together
 first reports of some scripts say something of the others; digits move with
 none (whether a vocabulary splits numbers into single digits is its
 pre-tokenizer's rule). Thirteen rows are too few to know 66 correlations, so
-the covariance is taken half-way to its diagonal.
+the correlations are shrunk towards none by as much as the rows say they are
+unsure (:func:`correlation_shrinkage`, Schäfer and Strimmer's estimate).
 
 The other three classes are the chat template's, not the vocabulary's: a
 template may leave tool calls and results out (a slope of 0) or spell them
@@ -39,6 +40,7 @@ that mixture's mean and variance, and a fit weighs the two by the reports
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from collections.abc import Collection, Sequence
 from typing import Final
@@ -51,6 +53,7 @@ __all__ = [
     "PRIOR_COVARIANCE",
     "PRIOR_SLOPES",
     "PRIOR_UNCERTAINTY",
+    "correlation_shrinkage",
     "prior_of",
 ]
 
@@ -75,14 +78,32 @@ MEASURED: Final = {
 TEMPLATE_PRIOR: Final = (1.0, 1.0)
 """The mean and standard deviation of the framing, tool call and tool result slopes."""
 
-_SHRINK = 0.5
+def correlation_shrinkage(columns: Sequence[Sequence[float]]) -> float:
+    """How far towards none the correlations of ``columns`` (one per variable, as many
+    values each) are best shrunk, from 0 (kept) to 1 (none): Schäfer and Strimmer's
+    estimate (2005), the sum of the sample correlations' estimated variances over the
+    sum of their squares. Few rows make each correlation unsure, and it shrinks them
+    more; correlations far from 0, less."""
+    size = len(columns[0])
+    standard = []
+    for column in columns:
+        mean, spread = statistics.fmean(column), statistics.stdev(column)
+        standard.append([(x - mean) / spread if spread else 0.0 for x in column])
+    unsure = squares = 0.0
+    for i, j in itertools.permutations(range(len(columns)), 2):
+        products = [a * b for a, b in zip(standard[i], standard[j], strict=True)]
+        mean = statistics.fmean(products)
+        squares += (mean * size / (size - 1)) ** 2
+        unsure += size / (size - 1) ** 3 * sum((p - mean) ** 2 for p in products)
+    return min(1.0, unsure / squares) if squares else 1.0
 
 
 def _text_prior(rows: Sequence[Sequence[float]]) -> tuple[list[float], list[list[float]]]:
     columns = list(zip(*rows, strict=True))
     means = [statistics.fmean(c) for c in columns]
+    kept = 1.0 - correlation_shrinkage(columns)
     covariance = [
-        [statistics.covariance(a, b) * (1.0 if i == j else _SHRINK) for j, b in enumerate(columns)]
+        [statistics.covariance(a, b) * (1.0 if i == j else kept) for j, b in enumerate(columns)]
         for i, a in enumerate(columns)
     ]
     return means, covariance
