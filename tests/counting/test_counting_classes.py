@@ -8,13 +8,23 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import statistics
 
 import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from threadline import Agent, Client, Conversation, InvalidRequestError, Message, Model, ToolCall
+from threadline import (
+    Agent,
+    Client,
+    Conversation,
+    InvalidRequestError,
+    Message,
+    Model,
+    Role,
+    ToolCall,
+)
 from threadline._provider import ProviderCall, ProviderResponse
 from threadline.counting import BuiltinTokenCounter, TokenCalibration
 
@@ -32,6 +42,7 @@ from threadline.counting._calibration._priors import (
     MEASURED,
     PRIOR_COVARIANCE,
     PRIOR_SLOPES,
+    correlation_shrinkage,
     prior_of,
 )
 from threadline.counting._calibration._slopes import Posterior, fit
@@ -144,6 +155,29 @@ def test_the_prior_is_the_measured_vocabularies_mean_and_a_held_out_one_leaves_i
     assert slopes[:dropped] == PRIOR_SLOPES[:dropped]
     latin = CLASSES.index("latin")
     assert slopes[dropped] == pytest.approx(DROPPING_SHARE * slopes[latin])
+
+
+def test_the_priors_correlations_shrink_by_how_unsure_the_rows_make_them() -> None:
+    # Two columns of four, correlated 0.8: the products of their standardized values are
+    # 1.35, -0.15, -0.15 and 1.35, so each correlation's variance is 4 / 27 * 2.25 = 1/3,
+    # and the shrinkage (1/3 + 1/3) / (0.64 + 0.64) = 25/48.
+    assert correlation_shrinkage([[1, 2, 3, 4], [1, 3, 2, 4]]) == pytest.approx(25 / 48)
+    # Columns nearly alike keep most of their correlation, columns nearly unrelated (0.03)
+    # none of it.
+    steady = [float(x) for x in range(12)]
+    assert correlation_shrinkage([steady, [x + (-0.1) ** x for x in steady]]) < 0.1
+    assert correlation_shrinkage([[1, 2, 3, 4, 5, 6], [3, 6, 1, 4, 2, 5]]) == 1.0
+    # A column that never moves says nothing of the others.
+    assert correlation_shrinkage([[1, 1, 1], [1, 2, 3]]) == 1.0
+    # The prior's text covariance is the measured rows' with their correlations shrunk so.
+    columns = list(zip(*MEASURED.values(), strict=True))
+    kept = 1 - correlation_shrinkage(columns)
+    assert 0.5 < kept < 1
+    latin, cyrillic = CLASSES.index("latin"), CLASSES.index("cyrillic")
+    assert PRIOR_COVARIANCE[latin][cyrillic] == pytest.approx(
+        kept * statistics.covariance(columns[0], columns[1])
+    )
+    assert PRIOR_COVARIANCE[latin][latin] == pytest.approx(statistics.variance(columns[0]))
 
 
 def test_a_prior_refuses_a_vocabulary_it_never_measured() -> None:
@@ -421,7 +455,9 @@ DROPPED = CLASSES.index("system_dropped")
 TEMPLATE = {"framing": 1.0, "tool": 1.5, "tool_result": 1.0, "latin": 1.2, "cyrillic": 3.0}
 
 
-def template_tokens(prompt: list[Message], *, ended_by_tool: float) -> int:
+def template_tokens(
+    prompt: list[Message], *, ended_by_tool: float, system: Message = SYSTEM
+) -> int:
     """A template's count of ``prompt``: 40 tokens of its own, each class at its
     :data:`TEMPLATE` slope, and, when a tool result ends the prompt, ``ended_by_tool``
     times the system message's cost (-1: Mistral Nemo's, which leaves it out)."""
@@ -430,17 +466,19 @@ def template_tokens(prompt: list[Message], *, ended_by_tool: float) -> int:
     results = counts[len(CLASSES) :]
     cost += sum(TEMPLATE.get(s, 0.0) * results[i] for i, s in enumerate(SCRIPTS))
     if prompt[-1].tool_call_id is not None:
-        system = transcript_classes(COUNTER, [SYSTEM])
+        shown = transcript_classes(COUNTER, [system])
         cost += ended_by_tool * sum(
-            TEMPLATE.get(k, 0.0) * system[CLASSES.index(k)] for k in TEMPLATE
+            TEMPLATE.get(k, 0.0) * shown[CLASSES.index(k)] for k in TEMPLATE
         )
     return round(cost)
 
 
-def tool_rounds(*, ended_by_tool: float, turns: int = 12) -> list[tuple[list[Message], int]]:
+def tool_rounds(
+    *, ended_by_tool: float, turns: int = 12, system: Message = SYSTEM
+) -> list[tuple[list[Message], int]]:
     """The prompts of a conversation with a tool round every third turn, and their counts."""
     prompts = []
-    history = [SYSTEM]
+    history = [system]
     for turn in range(turns):
         history.append(Message.user(PROMPTS[turn % len(PROMPTS)]))
         if turn % 3 == 2:
@@ -450,7 +488,7 @@ def tool_rounds(*, ended_by_tool: float, turns: int = 12) -> list[tuple[list[Mes
             history.append(Message.tool(call.id, RUSSIAN[turn % len(RUSSIAN)], name="lookup"))
         prompts.append(list(history))
         history.append(Message.assistant(f"Answer {turn}: {ENGLISH[turn % len(ENGLISH)]}"))
-    return [(p, template_tokens(p, ended_by_tool=ended_by_tool)) for p in prompts]
+    return [(p, template_tokens(p, ended_by_tool=ended_by_tool, system=system)) for p in prompts]
 
 
 def observed(calibration: TokenCalibration, prompts: list[tuple[list[Message], int]]) -> None:
@@ -520,3 +558,38 @@ def test_a_template_that_adds_on_tool_rounds_leaves_the_dropped_slope_at_zero() 
     known = fit(observations, Posterior(tuple(slopes), tuple(map(tuple, covariance))))
     for index, (b, expected) in enumerate(zip(posterior.slopes, known.slopes, strict=True)):
         assert b == pytest.approx(expected, rel=0.02, abs=0.02), CLASSES[index]
+
+
+@pytest.mark.parametrize("ended_by_tool", [-1.0, 0.0])
+def test_the_system_message_comes_back_priced_as_a_dropping_template_would_show_it(
+    ended_by_tool: float,
+) -> None:
+    # A short system message (23 o200k tokens), as the benchmark's (33).
+    short = Message.system(ENGLISH[0])
+    prompts = tool_rounds(ended_by_tool=ended_by_tool, turns=9, system=short)
+    ends = [i for i, (p, _) in enumerate(prompts) if p[-1].tool_call_id is not None]
+    calibration = TokenCalibration(min_estimated_tokens=0)
+    observed(calibration, prompts[: ends[0] + 1])
+    fitted = calibration.fitted("m")
+    assert fitted is not None
+    # One tool round: its step holds the call and its result, whose template classes are
+    # a guess, beside the system message. Either template explains it.
+    assert fitted.posterior.dropping[0] > 0.8 * TEMPLATE["latin"]
+    back, reported = prompts[ends[0] + 1]
+    assert back[-1].role is Role.USER
+    likely = calibration.estimate("m", COUNTER, back, budget=100_000).count(back)
+    bound = calibration.estimate("m", COUNTER, back).count(back)
+    system = round(TEMPLATE["latin"] * COUNTER.message_tokens(short))
+    # Never under, whichever it is; over by no more than the system message.
+    assert reported * 0.99 <= likely <= bound
+    assert likely <= reported * 1.02 + (system if ended_by_tool == 0.0 else 0)
+    # The next report tells them apart, and the next tool round is priced as it is.
+    observed(calibration, [prompts[ends[0] + 1]])
+    fitted = calibration.fitted("m")
+    assert fitted is not None
+    if ended_by_tool == 0.0:
+        assert fitted.posterior.dropping == (0.0, 0.0)
+    observed(calibration, prompts[ends[0] + 2 : ends[1] + 1])
+    back, reported = prompts[ends[1] + 1]
+    likely = calibration.estimate("m", COUNTER, back, budget=100_000).count(back)
+    assert abs(likely - reported) <= 0.01 * reported

@@ -78,6 +78,7 @@ MEASURED: Final = {
 TEMPLATE_PRIOR: Final = (1.0, 1.0)
 """The mean and standard deviation of the framing, tool call and tool result slopes."""
 
+
 def correlation_shrinkage(columns: Sequence[Sequence[float]]) -> float:
     """How far towards none the correlations of ``columns`` (one per variable, as many
     values each) are best shrunk, from 0 (kept) to 1 (none): Schäfer and Strimmer's
