@@ -136,6 +136,44 @@ FAMILIES: tuple[Family, ...] = (
         tuning=False,
         frozen=True,
     ),
+    # Added with the system message priced as a dropping template would show it and the
+    # prior's correlations shrunk by their own estimate: measured once, after both.
+    Family(
+        name="DeepSeek R1 Distill (Qwen)",
+        vocab="ggml-vocab-qwen2.gguf",
+        template="deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja",
+        tuning=False,
+        frozen=True,
+    ),
+    Family(
+        name="SmolLM3",
+        vocab="ggml-vocab-llama-bpe.gguf",
+        template="HuggingFaceTB-SmolLM3-3B.jinja",
+        tuning=False,
+        frozen=True,
+        note="SmolLM3 uses Llama 3.2's vocabulary",
+    ),
+    Family(
+        name="Functionary v3.1 (Llama 3.1)",
+        vocab="ggml-vocab-llama-bpe.gguf",
+        template="meetkai-functionary-medium-v3.1.jinja",
+        tuning=False,
+        frozen=True,
+    ),
+    Family(
+        name="Qwen3 Coder",
+        vocab="ggml-vocab-qwen2.gguf",
+        template="Qwen3-Coder.jinja",
+        tuning=False,
+        frozen=True,
+    ),
+    Family(
+        name="Hermes 2 Pro (Llama 3)",
+        vocab="ggml-vocab-llama-bpe.gguf",
+        template="NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja",
+        tuning=False,
+        frozen=True,
+    ),
 )
 
 _VENDORED = "vendor/llama.cpp/models/"
