@@ -136,8 +136,8 @@ FAMILIES: tuple[Family, ...] = (
         tuning=False,
         frozen=True,
     ),
-    # Added with the system message priced as a dropping template would show it and the
-    # prior's correlations shrunk by their own estimate: measured once, after both.
+    # Added after the prior's correlations were shrunk by their own estimate, as the check
+    # on what nobody had looked at: nothing was changed for them.
     Family(
         name="DeepSeek R1 Distill (Qwen)",
         vocab="ggml-vocab-qwen2.gguf",
