@@ -17,7 +17,7 @@ estimate within 3% of the report on at least 95% of calls and never more than
 least 60% of the budget. And the same targets for Mistral's template (Mistral
 Nemo's, held out), which leaves the system message out of a prompt a tool
 result ends, with a system message of about 360 o200k tokens (the benchmark's
-``--system-times 11``): the calibration must learn that drop. About 40 seconds
+``--system-times 11``): the calibration must learn that drop. About 20 seconds
 in all.
 """
 

@@ -90,8 +90,8 @@ def correlation_shrinkage(columns: Sequence[Sequence[float]]) -> float:
     for column in columns:
         mean, spread = statistics.fmean(column), statistics.stdev(column)
         standard.append([(x - mean) / spread if spread else 0.0 for x in column])
-    unsure = squares = 0.0
-    for i, j in itertools.permutations(range(len(columns)), 2):
+    unsure = squares = 0.0  # each pair once: both sums count every pair alike
+    for i, j in itertools.combinations(range(len(columns)), 2):
         products = [a * b for a, b in zip(standard[i], standard[j], strict=True)]
         mean = statistics.fmean(products)
         squares += (mean * size / (size - 1)) ** 2
