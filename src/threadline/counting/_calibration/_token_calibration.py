@@ -398,8 +398,10 @@ class TokenCalibration:
         """Keep ``reply`` and its output ``tokens`` for the fit, if it is text alone and
         the count can be its text's (see :meth:`observe`)."""
         counts = reply_classes(counter, reply)
-        estimated = 0 if counts is None else sum(counts)
-        if counts is None or estimated < MIN_REPLY_TOKENS or implausible_reply(tokens, estimated):
+        if counts is None:
+            return
+        estimated = sum(counts)
+        if estimated < MIN_REPLY_TOKENS or implausible_reply(tokens, estimated):
             return
         with self._lock:
             replies = self._replies.setdefault(key, [])
