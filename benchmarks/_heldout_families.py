@@ -56,6 +56,12 @@ class Family:
     note: str = ""
     frozen: bool = False
     """Added after the calibration's model was frozen: nobody saw its numbers before."""
+    arguments_as_text: bool = False
+    """The template writes a call's arguments as the request's JSON text: llama.cpp
+    parses them to an object only for a template that renders nothing else."""
+    tools_as_functions: bool = False
+    """llama.cpp renders the template with the tools as JSON text in ``functions``
+    (FireFunction v2's), and the date in ``datetime``, not with ``tools``."""
 
     @property
     def vocabulary(self) -> str:
@@ -174,6 +180,40 @@ FAMILIES: tuple[Family, ...] = (
         tuning=False,
         frozen=True,
     ),
+    # Added two stops after the last change to the calibration, run once, nothing changed
+    # for them: the templates llama.cpp ships whose model's vocabulary it ships too and
+    # that no row had run. (Command R+'s tool-use template is left out: it reads Cohere's
+    # own tool format, and llama.cpp renders it with its generic tool polyfill.)
+    Family(
+        name="Llama 3.2",
+        vocab="ggml-vocab-llama-bpe.gguf",
+        template="meta-llama-Llama-3.2-3B-Instruct.jinja",
+        tuning=False,
+        frozen=True,
+    ),
+    Family(
+        name="FireFunction v2 (Llama 3)",
+        vocab="ggml-vocab-llama-bpe.gguf",
+        template="fireworks-ai-llama-3-firefunction-v2.jinja",
+        tuning=False,
+        frozen=True,
+        tools_as_functions=True,
+    ),
+    Family(
+        name="Functionary v3.2 (Llama 3.1)",
+        vocab="ggml-vocab-llama-bpe.gguf",
+        template="meetkai-functionary-medium-v3.2.jinja",
+        tuning=False,
+        frozen=True,
+        arguments_as_text=True,
+    ),
+    Family(
+        name="QwQ",
+        vocab="ggml-vocab-qwen2.gguf",
+        template="Qwen-QwQ-32B.jinja",
+        tuning=False,
+        frozen=True,
+    ),
 )
 
 _VENDORED = "vendor/llama.cpp/models/"
@@ -262,18 +302,29 @@ class Tokenizer:
         env.filters["tojson"] = _tojson
         env.globals.update(raise_exception=_raise, strftime_now=lambda _: "06 Dec 2026")
         self.template = env.from_string((directory / "templates" / family.template).read_text())
+        self.family = family
         bos = self.llm.token_bos()
         self.bos = self.llm.detokenize([bos], special=True).decode() if bos >= 0 else ""
         self.lock = threading.Lock()
 
     def prompt_tokens(self, body: Mapping[str, Any]) -> int:
         """The tokens of ``body``'s prompt as the family's server would count them."""
+        family = self.family
+        tools = body.get("tools") or None
+        extra = {}
+        if family.tools_as_functions:
+            extra = {"functions": json.dumps(tools or "", indent=2), "datetime": "Dec 06 2026"}
+            tools = None
         text = self.template.render(
-            messages=[_as_template_message(m) for m in body["messages"]],
-            tools=body.get("tools") or None,
+            messages=[
+                _as_template_message(m, parse=not family.arguments_as_text)
+                for m in body["messages"]
+            ],
+            tools=tools,
             add_generation_prompt=True,
             bos_token=self.bos,
             eos_token="",
+            **extra,
         )
         with self.lock:
             return len(self.llm.tokenize(text.encode(), add_bos=False, special=True))
@@ -302,8 +353,9 @@ def _tojson(
     )
 
 
-def _as_template_message(message: Mapping[str, Any]) -> dict[str, Any]:
-    """A message as llama.cpp's server hands it to a template."""
+def _as_template_message(message: Mapping[str, Any], *, parse: bool = True) -> dict[str, Any]:
+    """A message as llama.cpp's server hands it to a template (with ``parse``, a call's
+    arguments as an object)."""
     shown = dict(message)
     content = shown.get("content")
     if isinstance(content, list):
@@ -312,8 +364,9 @@ def _as_template_message(message: Mapping[str, Any]) -> dict[str, Any]:
     calls = []
     for call in shown.get("tool_calls") or ():
         function = dict(call["function"])
-        with contextlib.suppress(ValueError):
-            function["arguments"] = json.loads(function["arguments"])
+        if parse:
+            with contextlib.suppress(ValueError):
+                function["arguments"] = json.loads(function["arguments"])
         calls.append({**call, "function": function})
     if calls:
         shown["tool_calls"] = calls
