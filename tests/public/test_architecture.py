@@ -144,6 +144,7 @@ MAY_IMPORT_PRIVATE_MODULES = frozenset(
         "counting/test_counting_classes.py",
         "counting/test_counting_encoding.py",
         "counting/test_counting_lengths.py",
+        "counting/test_counting_measured.py",
         "counting/test_counting_replies.py",
         "counting/test_counting_resolution.py",
         "drivers/anthropic/test_anthropic_compaction_window.py",

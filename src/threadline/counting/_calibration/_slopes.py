@@ -65,6 +65,7 @@ from threadline.counting._calibration._priors import (
 
 if TYPE_CHECKING:
     from threadline._messages import Message
+    from threadline.counting._calibration._measured import MeasuredCosts
     from threadline.counting._protocol import TokenCounter
     from threadline.tools._tools import Tool
 
@@ -279,12 +280,14 @@ class SlopeFit:
         *,
         bound: bool = True,
         transcript: Sequence[Message] = (),
+        measured: MeasuredCosts | None = None,
     ) -> ClassAnchoredCounter:
         """The counter pricing transcripts sent with ``tools`` from this fit: at the
         bound (what is new high, what is gone low), or with ``bound=False`` at the
-        fitted price. ``transcript`` (what is priced, and its cuts, which keep its
-        system messages and its last message) says whether its template may drop the
-        system messages."""
+        fitted price, what is gone at what the reports measured it at where they did
+        (``measured``, of this fit's key). ``transcript`` (what is priced, and its
+        cuts, which keep its system messages and its last message) says whether its
+        template may drop the system messages."""
         return ClassAnchoredCounter(
             counter,
             self.anchor,
@@ -293,6 +296,7 @@ class SlopeFit:
             posterior=self.posterior,
             bound=bound,
             dropped=dropped_system(counter, transcript),
+            measured=measured,
         )
 
     def __repr__(self) -> str:
@@ -557,6 +561,11 @@ class ClassAnchoredCounter(AnchoredCounter):
     messages (:func:`dropped_system` of them: a cut keeps the system messages and
     the last message): the change from the anchor's is priced at the
     ``system_dropped`` slope, a part of the overhead.
+
+    Without ``bound``, what leaving a message of the reported prompt out saves is
+    what the reports measured it at, where a step between them did (``measured``,
+    :class:`~._measured.MeasuredCosts`): after a cut, the count is then off by the
+    fit's error on what is sent, not on what was dropped.
     """
 
     __slots__ = ("_bound", "_ending", "_posterior", "_shares")
@@ -571,11 +580,15 @@ class ClassAnchoredCounter(AnchoredCounter):
         posterior: Posterior,
         bound: bool = True,
         dropped: int = 0,
+        measured: MeasuredCosts | None = None,
     ) -> None:
         self._posterior = posterior
         self._bound = bound
         self._ending = self._system_shown(dropped_system(estimate, anchor) - dropped)
-        self._shares = self._in_order(estimate, anchor) if bound else {}
+        if bound:
+            self._shares = self._in_order(estimate, anchor)
+        else:
+            self._shares = {} if measured is None else measured.shares()
         super().__init__(
             estimate,
             anchor,
@@ -647,10 +660,12 @@ class ClassAnchoredCounter(AnchoredCounter):
         return shares
 
     def _share(self, message: Message) -> int:
+        found = self._shares.get(message_key(message))
+        if found is not None:
+            return found
         if not self._bound:
             return math.floor(self.price(message) + 0.5)
-        found = self._shares.get(message_key(message))
-        return found if found is not None else math.floor(self.bounds(message)[0] + 1e-9)
+        return math.floor(self.bounds(message)[0] + 1e-9)
 
     def _added(self, message: Message) -> int:
         counts = message_classes(self.estimate, message)

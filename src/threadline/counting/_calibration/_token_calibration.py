@@ -20,7 +20,8 @@ class of the estimate (``_classes``), learned from every report kept. A
 transcript is then counted from the last report, what is gone from its
 prompt and what is new priced by class
 (:class:`~threadline.counting._calibration._slopes.ClassAnchoredCounter`), whether
-or not the transcript holds most of that prompt.
+or not the transcript holds most of that prompt; where nothing is decided, what is
+gone at what the steps between reports measured it at (``_measured``).
 
 Before a fit, the last report is used as it was: a transcript that holds
 most of its prompt is counted from the report (:class:`ReportAnchoredCounter`),
@@ -61,9 +62,11 @@ from threadline.counting._calibration._bounds import (
 )
 from threadline.counting._calibration._classes import (
     ClassCounts,
+    message_classes,
     reply_classes,
     transcript_classes,
 )
+from threadline.counting._calibration._measured import MeasuredCosts
 from threadline.counting._calibration._saved import (
     SavedEntry,
     SavedValueError,
@@ -172,6 +175,7 @@ class TokenCalibration:
         "_fits",
         "_last",
         "_lock",
+        "_measured",
         "_min_estimated_tokens",
         "_observed",
         "_prior",
@@ -196,6 +200,8 @@ class TokenCalibration:
         # Per key: the replies of text alone, by class, and their output tokens.
         self._replies: dict[str, list[tuple[ClassCounts, int]]] = {}
         self._fits: dict[str, SlopeFit] = {}
+        # Per key, what steps between reports measured messages at (``_measured``).
+        self._measured: dict[str, MeasuredCosts] = {}
         # Per key, the fit a saved document held: what later fits are pulled towards;
         # any other key's fits are pulled towards the measured prior.
         self._priors: dict[str, Posterior] = {}
@@ -319,6 +325,8 @@ class TokenCalibration:
         if sent is not None:
             with self._lock:
                 self._last[key] = (sent, believed)
+                if counter is not None and believed == reported_tokens:
+                    self._measure(key, counter, sent, believed)
             # A report taken as other than it said is no measurement of its prompt: it
             # moves the ratio a step, but a fit that took it in would see a step
             # between reports no template makes, and trust every report less.
@@ -394,6 +402,16 @@ class TokenCalibration:
             )
         return believed
 
+    def _measure(
+        self, key: str, counter: TokenCounter, sent: tuple[Message, ...], tokens: int
+    ) -> None:
+        """Let the report of ``sent`` measure the messages it added (``_measured``), shared
+        by their fitted prices (the prior's before a fit). Under the lock."""
+        fitted = self._fits.get(key)
+        slopes = fitted.slopes if fitted is not None else self._prior.slopes
+        measured = self._measured.setdefault(key, MeasuredCosts())
+        measured.observe(sent, tokens, lambda m: price_of(message_classes(counter, m), slopes))
+
     def _hear(self, key: str, counter: TokenCounter, reply: Message, tokens: int) -> None:
         """Keep ``reply`` and its output ``tokens`` for the fit, if it is text alone and
         the count can be its text's (see :meth:`observe`)."""
@@ -452,11 +470,15 @@ class TokenCalibration:
         fitted price, the likeliest count, is the one given.
         """
         names = [t.name for t in tools]
-        fitted = self._fits.get(calibration_key(model, names))
+        key = calibration_key(model, names)
+        fitted = self._fits.get(key)
         if fitted is not None:
             bound = fitted.counter(counter, tools, transcript=transcript)
             if budget is not None and bound.count(transcript, tools) <= budget:
-                return fitted.counter(counter, tools, bound=False, transcript=transcript)
+                measured = self._measured.get(key)
+                return fitted.counter(
+                    counter, tools, bound=False, transcript=transcript, measured=measured
+                )
             return bound
         ratio = self.ratio(model, names)
         if ratio is None:

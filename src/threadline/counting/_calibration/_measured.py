@@ -1,0 +1,108 @@
+"""What the reports measured messages at: a step between two prompts is their cost.
+
+A fit prices a message by its classes, within some percent of what it costs;
+a cut that drops half a transcript moves a thousand tokens at those prices,
+and the count of what is left is off by that percent of the thousand, not of
+what is left. But the messages a cut drops were each reported already: when
+a prompt is the one before it plus new messages, the report's growth is what
+those messages cost in this template and vocabulary. So :class:`MeasuredCosts`
+keeps, per calibration key, what a step measured each message of the last
+prompt at (a step's growth shared among the messages it added by their fitted
+prices), and a fitted count prices leaving one out at that.
+
+Only steps between prompts that end alike are measured: a template may
+render a prompt a tool result ends otherwise (Mistral's leaves the system
+message out of it), and that difference is no message's cost. A step that
+also left messages out (a cut) measures what it added when every message it
+left out was measured: the growth plus what those cost. A step that changed
+the prompt otherwise (a message's content cleared, reordered) measures
+nothing; the next one does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from threadline._messages import Role
+from threadline.counting._anchored import message_key
+
+if TYPE_CHECKING:
+    from threadline._messages import Message
+
+__all__ = ["MeasuredCosts"]
+
+
+class MeasuredCosts:
+    """What steps between one key's reports measured the messages of its last prompt at.
+
+    Not thread-safe on its own: :class:`~._token_calibration.TokenCalibration`
+    holds its lock around :meth:`observe`.
+    """
+
+    __slots__ = ("_costs", "_latest")
+
+    def __init__(self) -> None:
+        # Per ending (a tool result's or another), the last prompt (by message key) and
+        # its report.
+        self._latest: dict[bool, tuple[tuple[Message, ...], int]] = {}
+        # What each measured message of the last prompt costs, in the order measured.
+        self._costs: dict[Message, float] = {}
+
+    def observe(
+        self, prompt: Sequence[Message], tokens: int, price: Callable[[Message], float]
+    ) -> None:
+        """Learn from a report of ``tokens`` for ``prompt``, ``price`` a message's fitted
+        price (see the module docstring)."""
+        keys = tuple(message_key(m) for m in prompt)
+        ending = bool(prompt) and prompt[-1].role is Role.TOOL
+        present = set(keys)
+        costs = {m: c for m, c in self._costs.items() if m in present}
+        before = self._latest.get(ending)
+        if before is not None:
+            self._step(before, keys, tokens, costs, price)
+        self._costs = costs
+        self._latest[ending] = (keys, tokens)
+
+    def _step(
+        self,
+        before: tuple[tuple[Message, ...], int],
+        keys: tuple[Message, ...],
+        tokens: int,
+        costs: dict[Message, float],
+        price: Callable[[Message], float],
+    ) -> None:
+        """Measure what ``keys`` added to ``before`` (the last prompt that ended alike),
+        into ``costs``: when ``keys`` is what ``before`` kept of itself, in order, then
+        new messages, and all ``before`` left out was measured."""
+        earlier, was = before
+        present = set(keys)
+        kept = tuple(m for m in earlier if m in present)
+        gone = [m for m in earlier if m not in present]
+        if len(keys) <= len(kept) or keys[: len(kept)] != kept:
+            return
+        if any(m not in self._costs for m in gone):
+            return
+        cost = tokens - was + sum(self._costs[m] for m in gone)
+        added = []
+        for message in keys[len(kept) :]:
+            if message in costs:
+                cost -= costs[message]  # measured already, by a step of the other ending
+            elif message not in added:
+                added.append(message)
+        prices = [max(0.0, price(m)) for m in added]
+        total = sum(prices)
+        if not added or cost < 0:
+            return
+        for message, priced in zip(added, prices, strict=True):
+            costs[message] = cost * (priced / total if total > 0 else 1 / len(added))
+
+    def shares(self) -> dict[Message, int]:
+        """What leaving each measured message of the last prompt out saves (by message
+        key), in whole tokens, rounded so that runs of them add up."""
+        found: dict[Message, int] = {}
+        total = 0.0
+        for message, cost in self._costs.items():
+            found[message] = round(total + cost) - round(total)
+            total += cost
+        return found
