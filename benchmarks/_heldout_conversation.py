@@ -22,10 +22,12 @@ so no two turns are the same text.
 from __future__ import annotations
 
 import json
+import random
+from collections.abc import Sequence
 
 import attrs
 
-__all__ = ["SYSTEM", "TURNS", "Turn", "lookup", "weather"]
+__all__ = ["SYSTEM", "TURNS", "Turn", "conversation", "lookup", "weather"]
 
 SYSTEM = (
     "You are a travel assistant for a team that works in many languages. Answer in the "
@@ -248,10 +250,15 @@ _TOOL_TURNS: tuple[tuple[str, str, str, str, str], ...] = (
 )
 
 
-def _turn(number: int) -> Turn:
-    """The turn ``number`` (from 1): a tool exchange every fourth, else the next script."""
+def _turn(
+    number: int,
+    kinds: Sequence[str] = _KINDS,
+    tools: Sequence[tuple[str, str, str, str, str]] = _TOOL_TURNS,
+) -> Turn:
+    """The turn ``number`` (from 1): a tool exchange every fourth, else the next script
+    (of ``kinds``, the tool exchanges of ``tools``, in their order)."""
     if number % 4 == 0:
-        tool, arguments, result, prompt, answer = _TOOL_TURNS[(number // 4 - 1) % len(_TOOL_TURNS)]
+        tool, arguments, result, prompt, answer = tools[(number // 4 - 1) % len(tools)]
         return Turn(
             prompt=f"{prompt} (#{number})",
             kind="tool",
@@ -261,9 +268,9 @@ def _turn(number: int) -> Turn:
             result=result,
         )
     index = number - 1 - number // 4
-    kind = _KINDS[index % len(_KINDS)]
+    kind = kinds[index % len(kinds)]
     variants = _TEXT[kind]
-    prompt, answer = variants[(index // len(_KINDS)) % len(variants)]
+    prompt, answer = variants[(index // len(kinds)) % len(variants)]
     return Turn(
         prompt=prompt.format(n=number, d=number % 10),
         kind=kind,
@@ -272,6 +279,19 @@ def _turn(number: int) -> Turn:
 
 
 TURNS: tuple[Turn, ...] = tuple(_turn(n) for n in range(1, 61))
+
+
+def conversation(order: int = 0) -> tuple[Turn, ...]:
+    """The 60 turns, :data:`TURNS` for ``order`` 0; for any other, the same scripts and
+    tool exchanges in another order, shuffled by ``order`` (the same on every run): a
+    conversation the calibration was never developed on."""
+    if order == 0:
+        return TURNS
+    shuffle = random.Random(order).shuffle
+    kinds, tools = list(_KINDS), list(_TOOL_TURNS)
+    shuffle(kinds)
+    shuffle(tools)
+    return tuple(_turn(n, kinds, tools) for n in range(1, 61))
 
 
 def lookup(query: str) -> str:

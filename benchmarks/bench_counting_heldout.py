@@ -31,7 +31,9 @@ least 95% of calls and never more than 3% under; 0 refused; after the first
 cut the kept history averages at least 60% of the budget. Families marked
 ``tuning`` are those the calibration's model was developed against; the
 others were only measured. ``--families A,B`` runs some; ``--turns N`` the
-first N turns; ``--window N`` another window (default 4,096).
+first N turns; ``--window N`` another window (default 4,096); ``--order K`` the
+scripts and tool exchanges shuffled into another order (a conversation the model was
+not developed on).
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from typing import Any
 
 import anyio
 import attrs
-from _heldout_conversation import SYSTEM, TURNS, Turn, lookup
+from _heldout_conversation import SYSTEM, TURNS, Turn, conversation, lookup
 from _heldout_families import FAMILIES, Family, Tokenizer, serve, vocab_dir
 
 from threadline import Agent, Client, Conversation, Model
@@ -190,17 +192,19 @@ async def converse(
     progress: bool = False,
     calibration: DecidingCalibration | None = None,
     system: str = SYSTEM,
+    script: Sequence[Turn] = TURNS,
 ) -> Summary:
     """Hold the conversation's first ``turns`` turns with ``family``'s provider (with
     ``calibration``, that one: otherwise a new one whose prior never saw the family's
-    vocabulary, :func:`held_out_calibration`), ``system`` the agent's instructions."""
+    vocabulary, :func:`held_out_calibration`), ``system`` the agent's instructions,
+    ``script`` the turns (:data:`TURNS`, or another order of them)."""
     started = time.monotonic()
     reserve = math.ceil(RESERVE_SHARE * window)
     budget = window - reserve
     calls: list[Call] = []
     cut = False
     calibration = calibration or held_out_calibration(family)
-    with serve(tokenizer, window, _script(TURNS[:turns])) as provider:
+    with serve(tokenizer, window, _script(script[:turns])) as provider:
         async with OpenAIChatDriver(provider.url, api_key="not-needed", max_retries=0) as driver:
             agent = Agent(
                 Client(driver, calibration=calibration),
@@ -210,7 +214,7 @@ async def converse(
                 max_output_tokens=reserve,
             )
             conversation = Conversation(agent)
-            for number, turn in enumerate(TURNS[:turns], start=1):
+            for number, turn in enumerate(script[:turns], start=1):
                 result = await conversation.run(turn.prompt)
                 for record in result.rounds:
                     limiting = record.limiting
@@ -294,9 +298,11 @@ async def measure(
     progress: bool = False,
     full_prior: bool = False,
     system_times: int = 1,
+    order: int = 0,
 ) -> list[Summary]:
     """Every family's summary, each on the prior without its own vocabulary (with
-    ``full_prior``, on the prior users get, which may hold it)."""
+    ``full_prior``, on the prior users get, which may hold it), on the conversation's
+    turns in ``order`` (:func:`~_heldout_conversation.conversation`)."""
     directory = vocab_dir(families)
     summaries = []
     for family in families:
@@ -311,6 +317,7 @@ async def measure(
                 progress,
                 calibration=calibration,
                 system=" ".join([SYSTEM] * system_times),
+                script=conversation(order),
             )
         )
     return summaries
@@ -333,6 +340,12 @@ def main() -> int:
         default=1,
         help="the system message repeated this many times (11: about 360 o200k tokens)",
     )
+    parser.add_argument(
+        "--order",
+        type=int,
+        default=0,
+        help="the scripts and tool exchanges in another order, shuffled by this (0: as built)",
+    )
     args = parser.parse_args()
     chosen = FAMILIES
     if args.families:
@@ -346,6 +359,7 @@ def main() -> int:
         args.progress,
         args.full_prior,
         args.system_times,
+        args.order,
     )
     print(table(summaries))
     failures = [f for s in summaries for f in s.failures()]
