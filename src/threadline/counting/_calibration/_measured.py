@@ -15,8 +15,12 @@ render a prompt a tool result ends otherwise (Mistral's leaves the system
 message out of it), and that difference is no message's cost. A step that
 also left messages out (a cut) measures what it added when every message it
 left out was measured: the growth plus what those cost. A step that changed
-the prompt otherwise (a message's content cleared, reordered) measures
-nothing; the next one does.
+a message before its new ones (a result cleared, messages reordered), or
+that adds one message twice (two copies are one message here, and their
+cost could not be told apart), measures nothing; the next one does. So
+some messages are never measured and keep their fitted price: those of the
+first prompt, and a reply a cut keeps apart from the question its step
+added with it (the step is shared by fitted price).
 """
 
 from __future__ import annotations
@@ -36,8 +40,9 @@ __all__ = ["MeasuredCosts"]
 class MeasuredCosts:
     """What steps between one key's reports measured the messages of its last prompt at.
 
-    Not thread-safe on its own: :class:`~._token_calibration.TokenCalibration`
-    holds its lock around :meth:`observe`.
+    :meth:`observe` is called under :class:`~._token_calibration.TokenCalibration`'s
+    lock; :meth:`shares` may be read from any thread without it: :meth:`observe`
+    publishes a new mapping and never changes one it has published.
     """
 
     __slots__ = ("_costs", "_latest")
@@ -83,12 +88,15 @@ class MeasuredCosts:
             return
         if any(m not in self._costs for m in gone):
             return
+        new = keys[len(kept) :]
+        if len(set(new)) < len(new):
+            return
         cost = tokens - was + sum(self._costs[m] for m in gone)
         added = []
-        for message in keys[len(kept) :]:
+        for message in new:
             if message in costs:
                 cost -= costs[message]  # measured already, by a step of the other ending
-            elif message not in added:
+            else:
                 added.append(message)
         prices = [max(0.0, price(m)) for m in added]
         total = sum(prices)
@@ -97,12 +105,16 @@ class MeasuredCosts:
         for message, priced in zip(added, prices, strict=True):
             costs[message] = cost * (priced / total if total > 0 else 1 / len(added))
 
-    def shares(self) -> dict[Message, int]:
-        """What leaving each measured message of the last prompt out saves (by message
-        key), in whole tokens, rounded so that runs of them add up."""
+    def shares(self, prompt: Sequence[Message]) -> dict[Message, int]:
+        """What leaving each measured message of ``prompt`` (the last prompt) out saves,
+        by message key, in whole tokens: rounded in ``prompt``'s order, so that what a
+        run of them saves is within a token of what they were measured at."""
+        costs = self._costs
         found: dict[Message, int] = {}
         total = 0.0
-        for message, cost in self._costs.items():
-            found[message] = round(total + cost) - round(total)
-            total += cost
+        for message in map(message_key, prompt):
+            cost = costs.get(message)
+            if cost is not None and message not in found:
+                found[message] = round(total + cost) - round(total)
+                total += cost
         return found
