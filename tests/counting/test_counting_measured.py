@@ -21,18 +21,17 @@ def _even(_: Message) -> float:
 
 
 class _Ledger(MeasuredCosts):
-    """The ledger, with the last prompt it saw: :meth:`now` is its shares of it."""
+    """The ledger, every message priced alike unless told: :meth:`now` is its shares."""
 
-    __slots__ = ("last",)
+    __slots__ = ()
 
     def observe(
         self, prompt: Sequence[Message], tokens: int, price: Callable[[Message], float] = _even
     ) -> None:
-        self.last = list(prompt)
         super().observe(prompt, tokens, price)
 
     def now(self) -> dict[Message, int]:
-        return self.shares(self.last)
+        return self.shares()
 
 
 def _turns(count: int, *, varied: bool = False) -> list[Message]:
@@ -206,7 +205,7 @@ def test_shares_add_up_in_the_prompts_order_whatever_order_they_were_measured_in
     # From ``tooled``, 60 over five, 23 of it measured already: the first question (last
     # measured) and the call and result share 37.
     measured.observe(ended, 110)
-    shares = measured.shares(ended)
+    shares = measured.shares()
     costs = [37 / 3, 11.5, 11.5]
     for start in range(3):
         for end in range(start + 1, 4):

@@ -51,8 +51,9 @@ class MeasuredCosts:
         # Per ending (a tool result's or another), the last prompt (by message key) and
         # its report.
         self._latest: dict[bool, tuple[tuple[Message, ...], int]] = {}
-        # What each measured message of the last prompt costs, in the order measured.
-        self._costs: dict[Message, float] = {}
+        # The last prompt (by message key) and what each of its measured messages costs,
+        # published together.
+        self._costs: tuple[tuple[Message, ...], dict[Message, float]] = ((), {})
 
     def observe(
         self, prompt: Sequence[Message], tokens: int, price: Callable[[Message], float]
@@ -62,57 +63,60 @@ class MeasuredCosts:
         keys = tuple(message_key(m) for m in prompt)
         ending = bool(prompt) and prompt[-1].role is Role.TOOL
         present = set(keys)
-        costs = {m: c for m, c in self._costs.items() if m in present}
+        known = self._costs[1]
+        costs = {m: c for m, c in known.items() if m in present}
         before = self._latest.get(ending)
         if before is not None:
-            self._step(before, keys, tokens, costs, price)
-        self._costs = costs
+            self._step(before, keys, present, tokens, known, costs, price)
+        self._costs = (keys, costs)
         self._latest[ending] = (keys, tokens)
 
     def _step(
         self,
         before: tuple[tuple[Message, ...], int],
         keys: tuple[Message, ...],
+        present: set[Message],
         tokens: int,
+        known: dict[Message, float],
         costs: dict[Message, float],
         price: Callable[[Message], float],
     ) -> None:
-        """Measure what ``keys`` added to ``before`` (the last prompt that ended alike),
-        into ``costs``: when ``keys`` is what ``before`` kept of itself, in order, then
-        new messages, and all ``before`` left out was measured."""
+        """Measure what ``keys`` (``present``, as a set) added to ``before`` (the last
+        prompt that ended alike), into ``costs`` (``known``'s that are still present):
+        when ``keys`` is what ``before`` kept of itself, in order, then new messages, and
+        all ``before`` left out was measured."""
         earlier, was = before
-        present = set(keys)
         kept = tuple(m for m in earlier if m in present)
         gone = [m for m in earlier if m not in present]
         if len(keys) <= len(kept) or keys[: len(kept)] != kept:
             return
-        if any(m not in self._costs for m in gone):
+        if any(m not in known for m in gone):
             return
         new = keys[len(kept) :]
         if len(set(new)) < len(new):
             return
-        cost = tokens - was + sum(self._costs[m] for m in gone)
+        cost = tokens - was + sum(known[m] for m in gone)
         added = []
         for message in new:
             if message in costs:
                 cost -= costs[message]  # measured already, by a step of the other ending
             else:
                 added.append(message)
-        prices = [max(0.0, price(m)) for m in added]
-        total = sum(prices)
         if not added or cost < 0:
             return
+        prices = [max(0.0, price(m)) for m in added]
+        total = sum(prices)
         for message, priced in zip(added, prices, strict=True):
             costs[message] = cost * (priced / total if total > 0 else 1 / len(added))
 
-    def shares(self, prompt: Sequence[Message]) -> dict[Message, int]:
-        """What leaving each measured message of ``prompt`` (the last prompt) out saves,
-        by message key, in whole tokens: rounded in ``prompt``'s order, so that what a
-        run of them saves is within a token of what they were measured at."""
-        costs = self._costs
+    def shares(self) -> dict[Message, int]:
+        """What leaving each measured message of the last prompt out saves, by message
+        key, in whole tokens: rounded in the prompt's order, so that what a run of them
+        saves is within a token of what they were measured at."""
+        prompt, costs = self._costs
         found: dict[Message, int] = {}
         total = 0.0
-        for message in map(message_key, prompt):
+        for message in prompt:
             cost = costs.get(message)
             if cost is not None and message not in found:
                 found[message] = round(total + cost) - round(total)

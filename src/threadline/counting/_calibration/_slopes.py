@@ -588,7 +588,7 @@ class ClassAnchoredCounter(AnchoredCounter):
         if bound:
             self._shares = self._in_order(estimate, anchor)
         else:
-            self._shares = {} if measured is None else measured.shares(anchor)
+            self._shares = {} if measured is None else measured.shares()
         super().__init__(
             estimate,
             anchor,
