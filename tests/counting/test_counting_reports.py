@@ -145,3 +145,48 @@ def test_ratios_given_to_a_calibration_must_be_ones_a_tokenizer_could_give() -> 
         with pytest.raises(InvalidRequestError, match="1/128 to 128"):
             TokenCalibration({"m": ratio})
     assert TokenCalibration({"m": 128.0}).ratio("m") == 128.0
+
+
+def _observe_unshown(calibration: TokenCalibration, sent: list[Message], reported: int) -> None:
+    # What a template that renders no tool schemas reports: the estimate counts 300 tokens
+    # of schemas the prompt never holds.
+    calibration.observe(
+        "m",
+        estimated_tokens=COUNTER.count(sent) + 300,
+        reported_tokens=reported,
+        sent=sent,
+        counter=COUNTER,
+    )
+
+
+def test_a_report_left_out_as_far_below_is_learned_when_the_next_agrees(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    calibration = TokenCalibration()
+    first, second = history(1), history(3)
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        _observe_unshown(calibration, first, COUNTER.count(first))
+    assert "far below" in caplog.text
+    assert calibration.fitted("m") is None
+    # The next prompt is not far below its price, and it grew by what its messages cost:
+    # both reports are learned, so there are two, and a fit.
+    _observe_unshown(calibration, second, COUNTER.count(second))
+    fitted = calibration.fitted("m")
+    assert fitted is not None
+    assert fitted.anchor_tokens == COUNTER.count(second)
+    # Without the first report there would be one, and no fit yet.
+    alone = TokenCalibration()
+    _observe_unshown(alone, second, COUNTER.count(second))
+    assert alone.fitted("m") is None
+
+
+def test_a_report_left_out_as_far_below_stays_out_when_the_next_grew_past_it() -> None:
+    # A first report that counted a fraction of its prompt (10 tokens for over 80): the
+    # next one grows by far more than its new messages can cost, so the first stays out.
+    calibration = TokenCalibration()
+    first, second = history(2), history(3)
+    observe(calibration, first, 10)
+    assert COUNTER.count(first) > 80
+    observe(calibration, second, COUNTER.count(second))
+    assert calibration.fitted("m") is None
+    assert calibration.ratio("m") == pytest.approx(1.0)

@@ -33,7 +33,9 @@ No one report decides all that (``_bounds``): a report no provider could give
 is left out, with a warning on the ``threadline.counting`` logger; one far
 below what the calibration priced its prompt at is left out unless the
 report before it was too (the dangerous direction: a turn priced too low is
-sent whole and refused); one far above is taken as :data:`MAX_STEP` times
+sent whole and refused), and learned after all when the next report agrees
+with it (a template that renders no tool schemas has a first report far below
+o200k's count of them); one far above is taken as :data:`MAX_STEP` times
 that price, and a fit's slopes move at most that factor per report.
 """
 
@@ -105,6 +107,17 @@ __all__ = [
 
 logger = logging.getLogger("threadline.counting")
 
+
+@attrs.frozen
+class _Held:
+    """A report left out as far below its price, kept until the next report."""
+
+    sent: tuple[Message, ...]
+    tokens: int
+    reply: Message | None
+    output_tokens: int
+
+
 MIN_ANCHOR_OVERLAP = 0.5
 """How much of the last reported prompt (by its estimate) a transcript must hold to be
 counted from that report."""
@@ -173,6 +186,7 @@ class TokenCalibration:
     __slots__ = (
         "_below",
         "_fits",
+        "_held",
         "_last",
         "_lock",
         "_measured",
@@ -208,6 +222,9 @@ class TokenCalibration:
         self._prior = Posterior.prior()
         # The keys whose last report was far below what it was priced at.
         self._below: set[str] = set()
+        # Per key, the last report left out as far below its price, with its prompt,
+        # until the next report says whether it was right (:meth:`_take_back`).
+        self._held: dict[str, _Held] = {}
         if ratios is not None:
             self.absorb(ratios)
 
@@ -307,8 +324,9 @@ class TokenCalibration:
         ``window`` (the model's context window), or a ratio to the estimate outside
         1/128 to 128. A report under a quarter of what the calibration priced the
         prompt at is left out too, unless the report before it was as well (then it
-        is taken as that quarter); one over four times that price is taken as four
-        times it.
+        is taken as that quarter), until the next report: if that one agrees with it,
+        it is learned after all (:meth:`_take_back`); one over four times that price is
+        taken as four times it.
         """
         tools = tuple(tools)
         non_negative_int("output_tokens", output_tokens)
@@ -320,8 +338,19 @@ class TokenCalibration:
             sent = tuple(sent)
         predicted = self._predicted(model, tools, estimated_tokens, sent, counter)
         believed = self._believed(key, reported_tokens, estimated_tokens, predicted, window)
+        with self._lock:
+            held = self._held.pop(key, None)
+            if believed is None and sent is not None and counter is not None and key in self._below:
+                self._held[key] = _Held(sent, reported_tokens, reply, output_tokens)
         if believed is None:
             return self.ratio(model, tools)
+        if (
+            held is not None
+            and sent is not None
+            and counter is not None
+            and believed == reported_tokens
+        ):
+            self._take_back(key, counter, held, sent, believed)
         if sent is not None:
             with self._lock:
                 self._last[key] = (sent, believed)
@@ -380,7 +409,8 @@ class TokenCalibration:
         if far_below and not confirmed:
             logger.warning(
                 "token calibration %r: a report of %d input tokens is left out: far below "
-                "the %d its prompt was priced at (a second such report in a row is believed)",
+                "the %d its prompt was priced at (learned after all if the next report agrees "
+                "with it; a second such report in a row is believed)",
                 key,
                 reported,
                 price,
@@ -401,6 +431,30 @@ class TokenCalibration:
                 price,
             )
         return believed
+
+    def _take_back(
+        self, key: str, counter: TokenCounter, held: _Held, sent: tuple[Message, ...], tokens: int
+    ) -> None:
+        """Learn ``held``, a report left out as far below its price, before the report of
+        ``sent`` (``tokens``), if that one says it was right: its prompt holds every
+        class of the held one's, and it grew from it by no more than what was added
+        costs at the upper bound (``_slopes``). A template that renders no tool
+        schemas reports a first prompt far below what o200k's count of the schemas
+        priced it at; a report that left most of its prompt uncounted is followed by
+        one that grew by that much more."""
+        now, then = transcript_classes(counter, sent), transcript_classes(counter, held.sent)
+        grown = [a - b for a, b in zip(now, then, strict=True)]
+        if any(change < 0 for change in grown):
+            return
+        fitted = self._fits.get(key)
+        posterior = fitted.posterior if fitted is not None else self._priors.get(key, self._prior)
+        if tokens - held.tokens > posterior.bounds(tuple(grown))[1]:
+            return
+        with self._lock:
+            self._measure(key, counter, held.sent, held.tokens)
+        if held.reply is not None:
+            self._hear(key, counter, held.reply, held.output_tokens)
+        self._learn(key, counter, held.sent, held.tokens)
 
     def _measure(
         self, key: str, counter: TokenCounter, sent: tuple[Message, ...], tokens: int
