@@ -15,7 +15,9 @@ docs/counting.md shows it: ``Agent`` + ``Conversation`` +
 every fourth turn). Calibration's prior is measured over thirteen vocabularies,
 three of them families measured here (Llama 3's, Command-R's, DeepSeek's), so
 each family's calibration is made on the prior without its own vocabulary's
-row, which it then never saw (``--full-prior``: the prior users get).
+row, which it then never saw; the tool call's bound is measured over
+llama.cpp's templates, every family's among them, and each family's is left
+out of it too (``--full-prior``: the prior users get).
 
 Per family it prints, against the provider's report of each call: the
 built-in o200k estimate's mean error (the baseline: what limiting would
@@ -53,7 +55,7 @@ from _heldout_families import FAMILIES, Family, Tokenizer, serve, vocab_dir
 
 from threadline import Agent, Client, Conversation, Model
 from threadline.counting import TokenCalibration
-from threadline.counting._calibration._priors import MEASURED
+from threadline.counting._calibration._priors import MEASURED, TOOL_CALL_SPELLED
 from threadline.counting._calibration._token_calibration import calibration_without
 from threadline.drivers import OpenAIChatDriver
 
@@ -172,11 +174,14 @@ class Summary:
 
 
 def held_out_calibration(family: Family) -> DecidingCalibration:
-    """A new calibration whose prior never saw ``family``'s vocabulary: the prior is
-    measured over thirteen vocabularies (``_priors.MEASURED``), three of which are
-    families measured here, so each family is measured on the prior without its own."""
+    """A new calibration whose prior never saw ``family``'s vocabulary or template: the
+    text prior is measured over thirteen vocabularies (``_priors.MEASURED``), three of
+    which are families measured here, and the tool call's spread over llama.cpp's
+    templates (``_priors.TOOL_CALL_SPELLED``), every family's among them, so each family
+    is measured on the prior without its own."""
     calibration = DecidingCalibration()
-    calibration_without({family.vocabulary} & MEASURED.keys(), calibration)
+    own = {family.vocabulary, family.template.removesuffix(".jinja")}
+    calibration_without(own & (MEASURED.keys() | TOOL_CALL_SPELLED.keys()), calibration)
     return calibration
 
 

@@ -158,7 +158,7 @@ def _wire(message: Message) -> dict[str, object]:
     return wire
 
 
-def _tokens(template: jinja2.Template, messages: list[Message]) -> int:
+def _tokens(template: jinja2.Template, messages: list[Message], *, as_text: bool = False) -> int:
     text = template.render(
         messages=[_as_template_message(_wire(m)) for m in messages],
         tools=TOOLS,
@@ -166,8 +166,10 @@ def _tokens(template: jinja2.Template, messages: list[Message]) -> int:
         bos_token="<s>",
         eos_token="</s>",
     )
-    pieces = MARKER.split(text)
     count = o200k_base_lengths().safe_count
+    if as_text:
+        return count(text)
+    pieces = MARKER.split(text)
     return sum(count(p) for p in pieces if p) + len(pieces) - 1
 
 
@@ -182,19 +184,35 @@ def _classes(messages: list[Message]) -> tuple[int, int, int, int]:
 def factors(template: jinja2.Template) -> tuple[float, float, float]:
     """What ``template`` spends per token of the estimate's framing, tool call and tool
     result classes, counted with o200k (so the text's own slope is 1)."""
-    before = _tokens(template, BASE)
+    spend, tool, result_factor = _measured(template, as_text=False)
+    # A template that shows no tool call leaves its messages' framing out too: never below 0.
+    return spend, max(0.0, statistics.fmean(tool)), result_factor
+
+
+def spelled(template: jinja2.Template) -> float:
+    """The most ``template`` spends per token of the tool class on any call measured (the
+    shortest spends most: a call's markers cost the same whatever its length), its
+    control markers spelled as text, as a vocabulary that holds none of them spells
+    them (a distilled model's often holds its base model's markers, not its teacher's)."""
+    return max(0.0, max(_measured(template, as_text=True)[1]))
+
+
+def _measured(template: jinja2.Template, *, as_text: bool) -> tuple[float, list[float], float]:
+    """``template``'s framing factor, its tool call factor on each call and result
+    measured, and its tool result factor."""
+    before = _tokens(template, BASE, as_text=as_text)
     framing = []
     for turn in TURNS:
         count, _, _, text = _classes(turn)
-        framing.append((_tokens(template, BASE + turn) - before - text) / count)
+        framing.append((_tokens(template, BASE + turn, as_text=as_text) - before - text) / count)
     spend = statistics.fmean(framing)
     exchanges = {}
-    without = _tokens(template, BASE + TURNS[0])
+    without = _tokens(template, BASE + TURNS[0], as_text=as_text)
     for call in CALLS:
         for result in RESULTS:
             call_message = Message.assistant("", tool_calls=[call])
             shown = [call_message, Message.tool(call.id, result, name="lookup")]
-            added = _tokens(template, [*BASE, *shown, *TURNS[0]]) - without
+            added = _tokens(template, [*BASE, *shown, *TURNS[0]], as_text=as_text) - without
             exchanges[call, result] = added, _classes(shown)
     shows = []  # a longer result adds its text times what the template shows of it
     for call in CALLS:
@@ -205,8 +223,7 @@ def factors(template: jinja2.Template) -> tuple[float, float, float]:
         (added - spend * count - result_factor * results - text) / calls
         for added, (count, calls, results, text) in exchanges.values()
     ]
-    # A template that shows no tool call leaves its messages' framing out too: never below 0.
-    return spend, max(0.0, statistics.fmean(tool)), result_factor
+    return spend, tool, result_factor
 
 
 def _print_factors(measured: dict[str, tuple[float, float, float]]) -> None:
@@ -227,6 +244,14 @@ def _print_factors(measured: dict[str, tuple[float, float, float]]) -> None:
     print("}")
 
 
+def _print_spelled(spelling: dict[str, float]) -> None:
+    print(f"# the most per tool call token, markers as text, on {len(spelling)} templates:")
+    print("TOOL_CALL_SPELLED = {")
+    for name, value in sorted(spelling.items(), key=lambda item: (-item[1], item[0])):
+        print(f'    "{name.removesuffix(".jinja")}": {value:.3f},')
+    print("}")
+
+
 def environment() -> jinja2.Environment:
     """Where the templates render, as in llama.cpp's server."""
     # Not immutable, unlike the benchmark's provider: some templates append to lists.
@@ -241,7 +266,7 @@ def environment() -> jinja2.Environment:
 def main() -> int:
     env = environment()
     dropping, rendered, failed = [], [], []
-    measured = {}
+    measured, spelling = {}, {}
     for name, text in sorted(templates().items()):
         try:
             template = env.from_string(text)
@@ -254,12 +279,14 @@ def main() -> int:
             dropping.append(name)
         try:
             measured[name] = factors(template)
+            spelling[name] = spelled(template)
         except Exception as exc:
             print(f"# no template factors: {name} ({type(exc).__name__})")
     print(f"# left out, as they do not render: {', '.join(failed)}")
     print(f"# dropping the system message when a tool result ends the prompt: {dropping}")
     print(f"TEMPLATES_DROPPING_SYSTEM = ({len(dropping)}, {len(rendered)})")
     _print_factors(measured)
+    _print_spelled(spelling)
     return 0
 
 

@@ -29,10 +29,12 @@ from threadline.counting._calibration._classes import (
     transcript_classes,
 )
 from threadline.counting._calibration._priors import (
+    BOUND_Z,
     DROPPING_SHARE,
     MEASURED,
     PRIOR_COVARIANCE,
     PRIOR_SLOPES,
+    TOOL_CALL_SPELLED,
     correlation_shrinkage,
     prior_of,
 )
@@ -169,6 +171,24 @@ def test_the_priors_correlations_shrink_by_how_unsure_the_rows_make_them() -> No
         kept * statistics.covariance(columns[0], columns[1])
     )
     assert PRIOR_COVARIANCE[latin][latin] == pytest.approx(statistics.variance(columns[0]))
+
+
+def test_a_tool_call_no_report_showed_is_bounded_at_the_most_a_template_spends() -> None:
+    # The tool call's prior spread puts its bound at the most any of llama.cpp's templates
+    # spends per token of the class (markers spelled as text), never below the guess's.
+    tool = CLASSES.index("tool")
+    spelled = sorted(TOOL_CALL_SPELLED.values(), reverse=True)
+    bound = PRIOR_SLOPES[tool] + BOUND_Z * math.sqrt(PRIOR_COVARIANCE[tool][tool])
+    assert bound == pytest.approx(spelled[0])
+    assert bound > 1 + BOUND_Z  # above the guess of 1 give or take 1
+    # A benchmark that holds the costliest template out bounds the call at the next one.
+    (costliest,) = [name for name, v in TOOL_CALL_SPELLED.items() if v == spelled[0]]
+    slopes, covariance = prior_of({costliest})
+    assert slopes[tool] + BOUND_Z * math.sqrt(covariance[tool][tool]) == pytest.approx(spelled[1])
+    assert slopes[CLASSES.index("latin") :] == PRIOR_SLOPES[CLASSES.index("latin") :]
+    # Every template has a measure, and none of them is negative.
+    assert len(TOOL_CALL_SPELLED) > 50
+    assert min(TOOL_CALL_SPELLED.values()) >= 0
 
 
 def test_a_prior_refuses_a_vocabulary_it_never_measured() -> None:

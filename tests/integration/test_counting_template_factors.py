@@ -79,3 +79,28 @@ def test_llama_cpp_templates_are_measured_apart(derive: ModuleType) -> None:
     assert measured["Phi-3"][1:] == (0.0, 0.0)  # Phi-3.5's shows no call or result
     assert measured["Qwen 2.5"][2] == pytest.approx(1.0, abs=0.05)
     assert measured["Qwen 2.5"][1] > 0.5
+
+
+def test_a_tool_calls_markers_spelled_as_text_cost_their_letters(derive: ModuleType) -> None:
+    from threadline.counting import o200k_base_encoding
+
+    marker = "<\uff5ctool\u2581call\u2581begin\uff5c>"  # DeepSeek's, as its templates write it
+    marked = CHATML.replace("{{ c.function.name }}", marker + "{{ c.function.name }}")
+    env = derive.environment()
+    plain, spelled = (
+        derive.spelled(env.from_string(CHATML)),
+        derive.spelled(env.from_string(marked)),
+    )
+    # Counted as text the marker costs its o200k tokens (give or take a merge with the
+    # name) on every call, per token of the tool class of the call and its result.
+    Message = derive.Message
+    sizes = [
+        derive._classes([Message.assistant("", tool_calls=[c]), Message.tool(c.id, r, name="x")])[1]
+        for c in derive.CALLS
+        for r in derive.RESULTS
+    ]
+    letters = len(o200k_base_encoding().encode_ordinary(marker))
+    assert letters > 5
+    assert (letters - 1) / max(sizes) <= spelled - plain <= (letters + 1) / min(sizes)
+    # With its markers as one token each, a template spends less than spelled on its calls.
+    assert derive.factors(env.from_string(marked))[1] < spelled

@@ -27,7 +27,14 @@ unsure (:func:`correlation_shrinkage`, Schäfer and Strimmer's estimate).
 The other three classes are the chat template's, not the vocabulary's: a
 template may leave tool calls and results out (a slope of 0) or spell them
 at length, and spends on a message's framing from nothing to a few times
-o200k's four tokens; their prior is 1 give or take 1, independent of the rest.
+o200k's four tokens; their prior is 1 give or take 1, independent of the rest,
+but for the tool call's spread, which is measured: a template's tool calls are
+unseen until the first tool round's report, and where they are priced at
+their bound (:data:`BOUND_Z` deviations above the mean) that bound is the most
+any of llama.cpp's templates spends on a call (:data:`TOOL_CALL_SPELLED`:
+its control markers spelled as text, as a vocabulary that holds none of them
+spells them, on the shortest call measured). A benchmark that holds a family
+out leaves its template out of that too.
 The fourth, ``system_dropped``, is measured on templates: of the 61 chat
 templates llama.cpp ships that render a tool exchange, one (Mistral Nemo's)
 leaves the system message out of a prompt a tool result ends
@@ -48,11 +55,13 @@ from typing import Final
 from threadline.counting._calibration._classes import CLASSES, SCRIPTS
 
 __all__ = [
+    "BOUND_Z",
     "DROPPING_SHARE",
     "MEASURED",
     "PRIOR_COVARIANCE",
     "PRIOR_SLOPES",
     "PRIOR_UNCERTAINTY",
+    "TOOL_CALL_SPELLED",
     "correlation_shrinkage",
     "prior_of",
 ]
@@ -76,7 +85,81 @@ MEASURED: Final = {
 """Printed by ``benchmarks/derive_calibration_priors.py``."""
 
 TEMPLATE_PRIOR: Final = (1.0, 1.0)
-"""The mean and standard deviation of the framing, tool call and tool result slopes."""
+"""The mean and standard deviation of the framing, tool call and tool result slopes (the
+tool call's spread aside: :data:`TOOL_CALL_SPELLED`)."""
+
+BOUND_Z: Final = 1.645
+"""How many standard deviations above its fitted price new text is priced (and
+below it what is gone): the one-sided 95% point of a normal distribution."""
+
+TOOL_CALL_SPELLED: Final = {
+    # the most tokens per o200k token of the tool class, markers spelled as text
+    "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B": 4.576,
+    "Kimi-K3": 3.854,
+    "CohereForAI-c4ai-command-r7b-12-2024-tool_use": 3.770,
+    "tencent-Hy3": 3.205,
+    "upstage-Solar-Open-100B": 3.028,
+    "Cohere2MoE": 2.925,
+    "MiniMax-M3": 2.808,
+    "deepseek-ai-DeepSeek-V3.1": 2.715,
+    "deepseek-ai-DeepSeek-V3.2": 2.630,
+    "deepseek-ai-DeepSeek-V4-Flash-0731": 2.630,
+    "deepseek-ai-DeepSeek-V4": 2.630,
+    "Kimi-K2-Thinking": 2.311,
+    "Kimi-K2-Instruct": 2.297,
+    "moonshotai-Kimi-K2": 2.255,
+    "muse-glimmer": 2.125,
+    "mistralai-Mistral-Nemo-Instruct-2407": 1.783,
+    "MiniMax-M2": 1.665,
+    "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16": 1.622,
+    "GLM-4.6": 1.601,
+    "inclusionai-ling-3.0-flash": 1.580,
+    "Qwen3-Coder": 1.562,
+    "StepFun3.5-Flash": 1.526,
+    "Qwen3.5-4B": 1.521,
+    "ibm-granite-granite-4.0": 1.451,
+    "ibm-granite-granite-4.1": 1.451,
+    "NVIDIA-Nemotron-Nano-v2": 1.446,
+    "Spark2.5": 1.443,
+    "MiMo-VL": 1.438,
+    "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use": 1.438,
+    "NousResearch-Hermes-3-Llama-3.1-8B-tool_use": 1.438,
+    "Qwen-QwQ-32B": 1.438,
+    "Qwen-Qwen2.5-7B-Instruct": 1.438,
+    "Qwen-Qwen3-0.6B": 1.438,
+    "Reka-Edge": 1.392,
+    "GigaChat3-10B-A1.8B": 1.383,
+    "unsloth-Apriel-1.5": 1.382,
+    "Apriel-1.6-15b-Thinker-fixed": 1.368,
+    "deepseek-ai-DeepSeek-R1-Distill-Llama-8B": 1.368,
+    "Mistral-Small-3.2-24B-Instruct-2506": 1.366,
+    "GLM-4.7-Flash": 1.346,
+    "ByteDance-Seed-OSS": 1.286,
+    "MiniMax-M1": 1.276,
+    "google-gemma-4-31B-it": 1.201,
+    "openbmb-MiniCPM5-1B": 1.146,
+    "Bielik-11B-v3.0-Instruct": 1.104,
+    "google-gemma-4-31B-it-interleaved": 1.071,
+    "openai-gpt-oss-120b": 1.068,
+    "GigaChat3.1-10B-A1.8B": 1.008,
+    "meta-llama-Llama-3.1-8B-Instruct": 0.881,
+    "meta-llama-Llama-3.2-3B-Instruct": 0.881,
+    "meta-llama-Llama-3.3-70B-Instruct": 0.881,
+    "mistralai-Ministral-3-14B-Reasoning-2512": 0.824,
+    "unsloth-mistral-Devstral-Small-2507": 0.824,
+    "meetkai-functionary-medium-v3.1": 0.731,
+    "LFM2-8B-A1B": 0.646,
+    "Apertus-8B-Instruct": 0.231,
+    "ibm-granite-granite-3.3-2B-Instruct": 0.118,
+    "HuggingFaceTB-SmolLM3-3B": 0.099,
+    "LFM2.5-Instruct": 0.099,
+    "llama-cpp-rwkv-world": 0.000,
+    "microsoft-Phi-3.5-mini-instruct": 0.000,
+}
+"""Printed by ``benchmarks/derive_template_prior.py``: per chat template llama.cpp ships
+(by file name), the most it spends per o200k token of the ``tool`` class on any call
+measured, its control markers spelled as text. The tool call's prior spread is what
+puts its bound at the most of these (:func:`prior_of`)."""
 
 
 def correlation_shrinkage(columns: Sequence[Sequence[float]]) -> float:
@@ -135,16 +218,19 @@ def prior_of(
     excluding: Collection[str] = (),
 ) -> tuple[tuple[float, ...], tuple[tuple[float, ...], ...]]:
     """The prior slopes (by :data:`CLASSES`) and their covariance, measured over the rows
-    of :data:`MEASURED` but those named in ``excluding``: a benchmark that holds a
-    vocabulary out measures calibration on a prior that never saw it.
+    of :data:`MEASURED` and :data:`TOOL_CALL_SPELLED` but those named in ``excluding``: a
+    benchmark that holds a vocabulary or a template out measures calibration on a prior
+    that never saw it.
 
     Raises:
-        ValueError: a name that is not a row of :data:`MEASURED`, or so many left out
-            that fewer than three rows are left to measure a spread from.
+        ValueError: a name that is not a row of either, or so many left out that fewer
+            than three vocabularies are left to measure a spread from.
     """
-    unknown = sorted(set(excluding) - MEASURED.keys())
+    unknown = sorted(set(excluding) - MEASURED.keys() - TOOL_CALL_SPELLED.keys())
     if unknown:
-        raise ValueError(f"no measured vocabulary is named {', '.join(map(repr, unknown))}")
+        raise ValueError(
+            f"no measured vocabulary or template is named {', '.join(map(repr, unknown))}"
+        )
     rows = [row for name, row in MEASURED.items() if name not in excluding]
     if len(rows) < 3:
         raise ValueError(f"{len(rows)} measured vocabularies left: too few for a prior")
@@ -155,6 +241,9 @@ def prior_of(
     covariance = [[0.0] * size for _ in range(size)]
     for i in range(first):
         covariance[i][i] = TEMPLATE_PRIOR[1] ** 2
+    tool = CLASSES.index("tool")
+    most = max(v for name, v in TOOL_CALL_SPELLED.items() if name not in excluding)
+    covariance[tool][tool] = max(TEMPLATE_PRIOR[1], (most - TEMPLATE_PRIOR[0]) / BOUND_Z) ** 2
     dropped = CLASSES.index("system_dropped")
     means[dropped], covariance[dropped][dropped] = _dropped(text_means[0], text_covariance[0][0])
     for i, row in enumerate(text_covariance):

@@ -57,6 +57,7 @@ from threadline.counting._calibration._classes import (
     message_classes,
 )
 from threadline.counting._calibration._priors import (
+    BOUND_Z,
     DROPPING_SHARE,
     PRIOR_COVARIANCE,
     PRIOR_SLOPES,
@@ -81,10 +82,6 @@ __all__ = [
     "SlopeFit",
     "fit",
 ]
-
-BOUND_Z: Final = 1.645
-"""How many standard deviations above its fitted price new text is priced (and
-below it what is gone): the one-sided 95% point of a normal distribution."""
 
 PRIOR_NOISE: Final = 0.25
 """The variance, per o200k token changed, of a step between reports around any linear

@@ -580,13 +580,13 @@ def calibration_without(
     vocabularies: Collection[str], calibration: TokenCalibration | None = None
 ) -> TokenCalibration:
     """``calibration`` (a new :class:`TokenCalibration` by default), its prior measured
-    without ``vocabularies`` (names of :data:`~._priors.MEASURED` rows): how
-    ``bench_counting_heldout.py`` measures a family on a prior that never saw its
-    vocabulary.
+    without ``vocabularies`` (names of :data:`~._priors.MEASURED` rows, or of templates
+    of :data:`~._priors.TOOL_CALL_SPELLED`): how ``bench_counting_heldout.py`` measures
+    a family on a prior that never saw its vocabulary or its template.
 
     Raises:
-        ValueError: a name that is not a measured vocabulary's, or a calibration that
-            has learned something already (on the prior it had).
+        ValueError: a name that is neither a measured vocabulary's nor a template's, or
+            a calibration that has learned something already (on the prior it had).
     """
     calibration = TokenCalibration() if calibration is None else calibration
     if calibration._observed or calibration._priors:
