@@ -466,7 +466,9 @@ DROPPED = CLASSES.index("system_dropped")
 TEMPLATE = {"framing": 1.0, "tool": 1.5, "tool_result": 1.0, "latin": 1.2, "cyrillic": 3.0}
 
 
-def template_tokens(prompt: list[Message], *, ended_by_tool: float) -> int:
+def template_tokens(
+    prompt: list[Message], *, ended_by_tool: float, system: Message = SYSTEM
+) -> int:
     """A template's count of ``prompt``: 40 tokens of its own, each class at its
     :data:`TEMPLATE` slope, and, when a tool result ends the prompt, ``ended_by_tool``
     times the system message's cost (-1: Mistral Nemo's, which leaves it out)."""
@@ -475,17 +477,19 @@ def template_tokens(prompt: list[Message], *, ended_by_tool: float) -> int:
     results = counts[len(CLASSES) :]
     cost += sum(TEMPLATE.get(s, 0.0) * results[i] for i, s in enumerate(SCRIPTS))
     if prompt[-1].tool_call_id is not None:
-        system = transcript_classes(COUNTER, [SYSTEM])
+        shown = transcript_classes(COUNTER, [system])
         cost += ended_by_tool * sum(
-            TEMPLATE.get(k, 0.0) * system[CLASSES.index(k)] for k in TEMPLATE
+            TEMPLATE.get(k, 0.0) * shown[CLASSES.index(k)] for k in TEMPLATE
         )
     return round(cost)
 
 
-def tool_rounds(*, ended_by_tool: float, turns: int = 12) -> list[tuple[list[Message], int]]:
+def tool_rounds(
+    *, ended_by_tool: float, turns: int = 12, system: Message = SYSTEM
+) -> list[tuple[list[Message], int]]:
     """The prompts of a conversation with a tool round every third turn, and their counts."""
     prompts = []
-    history = [SYSTEM]
+    history = [system]
     for turn in range(turns):
         history.append(Message.user(PROMPTS[turn % len(PROMPTS)]))
         if turn % 3 == 2:
@@ -495,7 +499,7 @@ def tool_rounds(*, ended_by_tool: float, turns: int = 12) -> list[tuple[list[Mes
             history.append(Message.tool(call.id, RUSSIAN[turn % len(RUSSIAN)], name="lookup"))
         prompts.append(list(history))
         history.append(Message.assistant(f"Answer {turn}: {ENGLISH[turn % len(ENGLISH)]}"))
-    return [(p, template_tokens(p, ended_by_tool=ended_by_tool)) for p in prompts]
+    return [(p, template_tokens(p, ended_by_tool=ended_by_tool, system=system)) for p in prompts]
 
 
 def observed(calibration: TokenCalibration, prompts: list[tuple[list[Message], int]]) -> None:
@@ -565,3 +569,28 @@ def test_a_template_that_adds_on_tool_rounds_leaves_the_dropped_slope_at_zero() 
     known = fit(observations, Posterior(tuple(slopes), tuple(map(tuple, covariance))))
     for index, (b, expected) in enumerate(zip(posterior.slopes, known.slopes, strict=True)):
         assert b == pytest.approx(expected, rel=0.02, abs=0.02), CLASSES[index]
+
+
+def test_a_system_message_that_comes_back_is_priced_as_a_template_that_dropped_it() -> None:
+    # After the first tool round a short system message's drop is too little to tell from
+    # what a template spends on a tool call: its return is priced as a template that
+    # dropped it would show it, never under by the message.
+    short = Message.system("You are a concise travel assistant. Answer in one sentence.")
+    system = COUNTER.message_tokens(short)
+    for ended_by_tool in (-1.0, 0.0):
+        prompts = tool_rounds(ended_by_tool=ended_by_tool, turns=13, system=short)
+        calibration = TokenCalibration(min_estimated_tokens=0)
+        observed(calibration, prompts[:4])  # the first tool round, its second call last
+        back, reported = prompts[4]
+        assert prompts[3][0][-1].tool_call_id is not None
+        assert back[-1].tool_call_id is None
+        likely = calibration.estimate("m", COUNTER, back, budget=100_000).count(back)
+        assert likely >= 0.97 * reported
+        if ended_by_tool == 0.0:  # shown all along: over by about the message, this once
+            assert likely - reported >= 0.8 * system
+        # Once the reports rule the dropping template out (or in), the return is priced as
+        # the template shows it.
+        observed(calibration, prompts[4:-1])
+        back, reported = prompts[-1]
+        likely = calibration.estimate("m", COUNTER, back, budget=100_000).count(back)
+        assert abs(likely - reported) <= 0.01 * reported

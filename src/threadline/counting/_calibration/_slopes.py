@@ -77,6 +77,7 @@ __all__ = [
     "MIN_FIT_REPORTS",
     "MIN_UNCERTAINTY",
     "PRIOR_NOISE",
+    "RULED_OUT",
     "ClassAnchoredCounter",
     "Posterior",
     "SlopeFit",
@@ -100,6 +101,11 @@ _NOISE_WEIGHT = 2.0
 AGREEMENT_P: Final = 0.01
 """How unlikely by chance the growth of the prompts' residuals with the replies must be
 for the replies to be taken as counted otherwise (:func:`fit`)."""
+
+RULED_OUT: Final = 0.01
+"""The share below which the reports rule out a template that drops the system message
+(:func:`_either`): until then, the system message coming back is priced as that template
+would show it (:meth:`ClassAnchoredCounter._system_shown`)."""
 
 MIN_UNCERTAINTY: Final = 1e-3
 """The smallest uncertainty a slope is believed to (a saved fit's included)."""
@@ -166,6 +172,11 @@ class Posterior:
     """The variance of a message's cost around its price, per o200k token."""
     seen: frozenset[int] = frozenset()
     """The classes (indices into :data:`CLASSES`) some step between reports changed."""
+    dropping: tuple[float, float] = (0.0, 0.0)
+    """The ``system_dropped`` slope of a template that leaves the system message out of
+    a prompt a tool result ends, and its variance, while the reports have not ruled such
+    a template out (its share is at least :data:`RULED_OUT`); ``(0, 0)`` once they
+    have."""
 
     @classmethod
     def prior(cls, excluding: Collection[str] = ()) -> Posterior:
@@ -411,7 +422,8 @@ def _either(dropping: Posterior, prior: Posterior) -> Posterior:
     slopes = tuple(
         max(0.0, weight * a + (1 - weight) * b) for a, b in zip(dropped, shown, strict=True)
     )
-    return Posterior(slopes, covariance, dropping.noise, dropping.seen)
+    undecided = (dropped[_DROPPED], variance) if weight >= RULED_OUT else (0.0, 0.0)
+    return Posterior(slopes, covariance, dropping.noise, dropping.seen, undecided)
 
 
 def _log_density_at_zero(mean: float, variance: float) -> float:
@@ -603,13 +615,22 @@ class ClassAnchoredCounter(AnchoredCounter):
     def _system_shown(self, shown: int) -> int:
         """What ``shown`` more tokens of system messages than the anchor's template
         showed cost (fewer when negative): the ``system_dropped`` slope (never below 0:
-        a template can only drop them) times the change, at the bound's side."""
+        a template can only drop them) times the change, at the bound's side. A system
+        message that comes back costs at least what a template that drops it would show
+        while the reports have not ruled that template out (:attr:`Posterior.dropping`):
+        a template's way is one or the other, never the mixture's mean, and the one that
+        drops it would have the count under by the whole message."""
         if not shown:
             return 0
-        slope = self._posterior.slopes[_DROPPED]
+        posterior = self._posterior
+        slope = posterior.slopes[_DROPPED]
+        cost, unsure = posterior.dropping
         if self._bound:
-            spread = BOUND_Z * math.sqrt(self._posterior.covariance[_DROPPED][_DROPPED])
+            spread = BOUND_Z * math.sqrt(posterior.covariance[_DROPPED][_DROPPED])
             slope = slope + spread if shown > 0 else max(0.0, slope - spread)
+            cost += BOUND_Z * math.sqrt(unsure)
+        if shown > 0:
+            slope = max(slope, cost)
         return math.ceil(slope * shown - 1e-9)
 
     @property
