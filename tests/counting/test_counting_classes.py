@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from threadline import Agent, Client, Conversation, InvalidRequestError, Message, Model, ToolCall
 from threadline._provider import ProviderCall, ProviderResponse
-from threadline.counting import BuiltinTokenCounter, TokenCalibration
+from threadline.counting import BuiltinTokenCounter, IncrementalTokenCounter, TokenCalibration
 
 # The class features and the fit are private to the counting room; their arithmetic is
 # what these tests pin down.
@@ -409,9 +409,10 @@ def test_a_class_priced_from_the_report_leans_towards_too_many() -> None:
     price = fitted.counter(COUNTER, ()).price(added)
     assert low < price < high
     assert counter.count([*sent, added]) == 60 + math.ceil(high)
-    # Where the budget is far, nothing is decided: the fitted price is given.
+    # Where the budget is far, nothing is decided: the fitted price is given, to the
+    # nearest token (what is new, rounded in the transcript's order).
     likely = calibration.estimate("m", COUNTER, [*sent, added], budget=10_000)
-    assert likely.count([*sent, added]) == 60 + math.ceil(price)
+    assert likely.count([*sent, added]) == 60 + round(price)
     # Near it, the bound.
     near = calibration.estimate("m", COUNTER, [*sent, added], budget=70)
     assert near.count([*sent, added]) == 60 + math.ceil(high)
@@ -594,3 +595,38 @@ def test_a_system_message_that_comes_back_is_priced_as_a_template_that_dropped_i
         back, reported = prompts[-1]
         likely = calibration.estimate("m", COUNTER, back, budget=100_000).count(back)
         assert abs(likely - reported) <= 0.01 * reported
+
+
+def test_a_fitted_count_rounds_the_new_messages_in_order() -> None:
+    calibration = TokenCalibration(min_estimated_tokens=0)
+    sent = [
+        Message.user(f"{ENGLISH[n % len(ENGLISH)]} ({n})")
+        if n % 2 == 0
+        else Message.assistant(f"{ENGLISH[(n + 1) % len(ENGLISH)]} [{n}]")
+        for n in range(6)
+    ]
+    for prompt in (sent[:4], sent):
+        calibration.observe(
+            "m",
+            estimated_tokens=COUNTER.count(prompt),
+            reported_tokens=round(1.37 * COUNTER.count(prompt)),
+            sent=prompt,
+            counter=COUNTER,
+        )
+    fitted = calibration.fitted("m")
+    assert fitted is not None
+    added = [Message.user(f"{ENGLISH[n % 4]} ({n})") for n in range(6)]
+    transcript = [*sent, *added]
+    likely = calibration.estimate("m", COUNTER, transcript, budget=100_000)
+    prices = [fitted.counter(COUNTER, ()).price(m) for m in added]
+    # Together the new messages count their prices' sum to the nearest token, where each
+    # rounded up would count up to a token more a message...
+    assert likely.count(transcript) == fitted.anchor_tokens + round(sum(prices))
+    assert sum(math.ceil(p) for p in prices) > round(sum(prices))
+    # ...and the count is still the sum of its messages' counts and its overhead.
+    assert isinstance(likely, IncrementalTokenCounter)
+    each = sum(likely.message_tokens(m) for m in transcript)
+    assert likely.count(transcript) == each + likely.overhead_tokens(())
+    # A message outside the transcript priced is rounded up, as at the bound.
+    other = Message.user("A question the transcript does not hold, about the harbour.")
+    assert likely.message_tokens(other) == math.ceil(fitted.counter(COUNTER, ()).price(other))

@@ -25,7 +25,7 @@ added with it (the step is shared by fitted price).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from threadline._messages import Role
@@ -34,7 +34,7 @@ from threadline.counting._anchored import message_key
 if TYPE_CHECKING:
     from threadline._messages import Message
 
-__all__ = ["MeasuredCosts"]
+__all__ = ["MeasuredCosts", "rounded_in_order"]
 
 
 class MeasuredCosts:
@@ -114,11 +114,18 @@ class MeasuredCosts:
         key, in whole tokens: rounded in the prompt's order, so that what a run of them
         saves is within a token of what they were measured at."""
         prompt, costs = self._costs
-        found: dict[Message, int] = {}
-        total = 0.0
-        for message in prompt:
-            cost = costs.get(message)
-            if cost is not None and message not in found:
-                found[message] = round(total + cost) - round(total)
-                total += cost
-        return found
+        return rounded_in_order((m, costs[m]) for m in prompt if m in costs)
+
+
+def rounded_in_order(costs: Iterable[tuple[Message, float]]) -> dict[Message, int]:
+    """Each message's cost in whole tokens, by message key, rounded in the order given
+    (a repeated message keeps its first): what any run of them counts is within a token
+    of the sum of their costs, where each rounded up would count up to a token more a
+    message."""
+    found: dict[Message, int] = {}
+    total = 0.0
+    for message, cost in costs:
+        if message not in found:
+            found[message] = round(total + cost) - round(total)
+            total += cost
+    return found

@@ -56,6 +56,7 @@ from threadline.counting._calibration._classes import (
     dropped_system,
     message_classes,
 )
+from threadline.counting._calibration._measured import rounded_in_order
 from threadline.counting._calibration._priors import (
     BOUND_Z,
     DROPPING_SHARE,
@@ -305,6 +306,7 @@ class SlopeFit:
             bound=bound,
             dropped=dropped_system(counter, transcript),
             measured=measured,
+            transcript=() if bound else transcript,
         )
 
     def __repr__(self) -> str:
@@ -555,8 +557,10 @@ class ClassAnchoredCounter(AnchoredCounter):
     With ``bound`` (the default), what leaving messages of the reported prompt
     out saves is priced low, and any other message at its upper price
     (:meth:`Posterior.bounds`), rounded up. Without, both count their fitted
-    price (rounded to the nearest token and up). The reported prompt itself
-    counts exactly the report.
+    price: the new messages of ``transcript`` (what is priced) rounded in its
+    order, so that together they count the sum of their prices to the nearest
+    token (:func:`~._measured.rounded_in_order`), any other rounded up. The
+    reported prompt itself counts exactly the report.
 
     Limiting drops the oldest messages first, and an error of the slopes is the
     same in every message dropped, so the bound of what a cut saves is the
@@ -577,7 +581,7 @@ class ClassAnchoredCounter(AnchoredCounter):
     fit's error on what is sent, not on what was dropped.
     """
 
-    __slots__ = ("_bound", "_ending", "_posterior", "_shares")
+    __slots__ = ("_bound", "_ending", "_new", "_posterior", "_shares")
 
     def __init__(
         self,
@@ -590,6 +594,7 @@ class ClassAnchoredCounter(AnchoredCounter):
         bound: bool = True,
         dropped: int = 0,
         measured: MeasuredCosts | None = None,
+        transcript: Sequence[Message] = (),
     ) -> None:
         self._posterior = posterior
         self._bound = bound
@@ -606,6 +611,11 @@ class ClassAnchoredCounter(AnchoredCounter):
             dropped_ratio=1.0,
             added_ratio=1.0,
         )
+        self._new: dict[Message, int] = {}
+        if not bound and transcript:
+            keys = ((message_key(m), m) for m in transcript)
+            prices = ((k, self._likely(m)) for k, m in keys if k not in self._anchor_costs)
+            self._new = rounded_in_order(prices)
 
     def overhead_tokens(self, tools: Sequence[Tool] = ()) -> int:
         """The part of the count no message accounts for (see :class:`AnchoredCounter`),
@@ -685,11 +695,17 @@ class ClassAnchoredCounter(AnchoredCounter):
             return math.floor(self.price(message) + 0.5)
         return math.floor(self.bounds(message)[0] + 1e-9)
 
+    def _likely(self, message: Message) -> float:
+        return self._posterior.likely(message_classes(self.estimate, message))
+
     def _added(self, message: Message) -> int:
-        counts = message_classes(self.estimate, message)
-        posterior = self._posterior
-        price = posterior.bounds(counts)[1] if self._bound else posterior.likely(counts)
-        return max(0, math.ceil(price - 1e-9))
+        if self._bound:
+            price = self._posterior.bounds(message_classes(self.estimate, message))[1]
+            return max(0, math.ceil(price - 1e-9))
+        found = self._new.get(message_key(message))
+        if found is not None:
+            return max(0, found)
+        return max(0, math.ceil(self._likely(message) - 1e-9))
 
     def __repr__(self) -> str:
         return (
