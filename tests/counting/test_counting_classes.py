@@ -630,3 +630,15 @@ def test_a_fitted_count_rounds_the_new_messages_in_order() -> None:
     # A message outside the transcript priced is rounded up, as at the bound.
     other = Message.user("A question the transcript does not hold, about the harbour.")
     assert likely.message_tokens(other) == math.ceil(fitted.counter(COUNTER, ()).price(other))
+
+
+def test_no_step_weighed_rules_out_a_template_that_drops_the_system_message() -> None:
+    # Before any step (the prior) and after a restore (a saved fit, whose template is
+    # weighed again from the steps after it), a system message that comes back is priced
+    # as a template that dropped it would show it: its text, at Latin text's slope.
+    latin = CLASSES.index("latin")
+    assert Posterior.prior().dropping == (PRIOR_SLOPES[latin], PRIOR_COVARIANCE[latin][latin])
+    held_out = Posterior.prior(excluding={"SmolLM2"})
+    assert held_out.dropping[0] == held_out.slopes[latin]
+    restored = Posterior.of([1.2] * len(CLASSES), [0.1] * len(CLASSES))
+    assert restored.dropping == (1.2, pytest.approx(0.01))

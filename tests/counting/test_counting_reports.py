@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from threadline import InvalidRequestError, Message
+from threadline import InvalidRequestError, Message, ToolCall
 from threadline.counting import BuiltinTokenCounter, TokenCalibration
 
 COUNTER = BuiltinTokenCounter()
@@ -190,3 +190,77 @@ def test_a_report_left_out_as_far_below_stays_out_when_the_next_grew_past_it() -
     observe(calibration, second, COUNTER.count(second))
     assert calibration.fitted("m") is None
     assert calibration.ratio("m") == pytest.approx(1.0)
+
+
+def test_a_held_report_outlives_a_report_no_provider_could_give() -> None:
+    # The report between them is left out as impossible (over the window): it is neither
+    # held in the far-below report's place nor learned when the next report agrees.
+    calibration = TokenCalibration()
+    first, middle, last = history(1), history(2), history(3)
+    _observe_unshown(calibration, first, COUNTER.count(first))
+    calibration.observe(
+        "m",
+        estimated_tokens=COUNTER.count(middle) + 300,
+        reported_tokens=5_000,
+        sent=middle,
+        counter=COUNTER,
+        window=4_096,
+    )
+    _observe_unshown(calibration, last, COUNTER.count(last))
+    fitted = calibration.fitted("m")
+    assert fitted is not None  # the first and the last, which agree...
+    without = TokenCalibration()
+    _observe_unshown(without, first, COUNTER.count(first))
+    _observe_unshown(without, last, COUNTER.count(last))
+    fitted_without = without.fitted("m")
+    assert fitted_without is not None
+    assert fitted.slopes == fitted_without.slopes  # ...and nothing of the one between
+
+
+def test_a_held_reply_with_hidden_reasoning_is_not_learned_as_text() -> None:
+    # Each report comes with its reply; replies are learned in steps between them, so the
+    # held report's reply moves the fit only if it is learned.
+    later = Message.assistant(ENGLISH[2])
+
+    def fitted_after(reply: Message | None, reasoning: int) -> tuple[float, ...]:
+        calibration = TokenCalibration()
+        first, second = history(1), history(3)
+        for prompt, said, output, hidden in (
+            (first, reply, 2 * COUNTER.count([reply]) if reply else 0, reasoning),
+            (second, later, COUNTER.count([later]), 0),
+        ):
+            calibration.observe(
+                "m",
+                estimated_tokens=COUNTER.count(prompt) + 300,
+                reported_tokens=COUNTER.count(prompt),
+                sent=prompt,
+                counter=COUNTER,
+                reply=said,
+                output_tokens=output,
+                reasoning_tokens=hidden,
+            )
+        fitted = calibration.fitted("m")
+        assert fitted is not None
+        return fitted.slopes
+
+    answer = Message.assistant(f"{ENGLISH[1]} {ENGLISH[3]}")
+    assert fitted_after(answer, reasoning=0) != fitted_after(None, reasoning=0)
+    assert fitted_after(answer, reasoning=400) == fitted_after(None, reasoning=0)
+
+
+def test_a_held_report_is_learned_when_the_next_prompt_ends_with_a_tool_result() -> None:
+    # The next prompt leaves out the system message (the tool result ends it), which a
+    # template may drop: that is no cut, and the held report is learned.
+    system = Message.system("You are a travel assistant. Answer in one short sentence.")
+    first = [system, *history(1)]
+    call = ToolCall(id="call-1", name="lookup", arguments='{"city": "Porto"}')
+    second = [
+        *first,
+        Message.user("What is the weather in Porto today, and tomorrow?"),
+        Message.assistant(tool_calls=[call]),
+        Message.tool(call.id, "Sunny, 24 degrees; tomorrow cloudy, 19.", name="lookup"),
+    ]
+    calibration = TokenCalibration()
+    _observe_unshown(calibration, first, COUNTER.count(first))
+    _observe_unshown(calibration, second, COUNTER.count(second))
+    assert calibration.fitted("m") is not None

@@ -118,10 +118,11 @@ class MeasuredCosts:
 
 
 def rounded_in_order(costs: Iterable[tuple[Message, float]]) -> dict[Message, int]:
-    """Each message's cost in whole tokens, by message key, rounded in the order given
-    (a repeated message keeps its first): what any run of them counts is within a token
-    of the sum of their costs, where each rounded up would count up to a token more a
-    message."""
+    """Each message's cost in whole tokens, by message key, rounded in the order given:
+    what any run of distinct messages counts is within a token of the sum of their
+    costs, where each rounded up would count up to a token more a message. A repeated
+    message counts what its first does (a count is by message), so each copy after the
+    first may be off by up to half a token."""
     found: dict[Message, int] = {}
     total = 0.0
     for message, cost in costs:

@@ -242,7 +242,8 @@ def prior_of(
     for i in range(first):
         covariance[i][i] = TEMPLATE_PRIOR[1] ** 2
     tool = CLASSES.index("tool")
-    most = max(v for name, v in TOOL_CALL_SPELLED.items() if name not in excluding)
+    spent = [v for name, v in TOOL_CALL_SPELLED.items() if name not in excluding]
+    most = max(spent, default=TEMPLATE_PRIOR[0])
     covariance[tool][tool] = max(TEMPLATE_PRIOR[1], (most - TEMPLATE_PRIOR[0]) / BOUND_Z) ** 2
     dropped = CLASSES.index("system_dropped")
     means[dropped], covariance[dropped][dropped] = _dropped(text_means[0], text_covariance[0][0])

@@ -126,6 +126,13 @@ _TEXT = CLASSES.index("latin")
 _PROMPTS, _REPLIES = 0, 1  # the kinds of step: between reports, between replies
 
 
+def _undecided(slopes: Sequence[float], covariance: Covariance) -> tuple[float, float]:
+    """The :attr:`Posterior.dropping` of slopes no step has weighed (a prior, a saved
+    fit): a template that drops the system message is not ruled out, and the text it
+    drops costs what Latin text does (as :func:`_dropping` takes it)."""
+    return slopes[_TEXT], covariance[_TEXT][_TEXT]
+
+
 def price_of(counts: ClassCounts, slopes: Sequence[float]) -> float:
     """The price of ``counts`` at ``slopes``: each class's count times its slope, a
     tool result's text at its scripts' slopes times the ``tool_result`` slope."""
@@ -186,15 +193,18 @@ class Posterior:
         if not excluding:
             return _PRIOR
         slopes, covariance = prior_of(excluding)
-        return cls(slopes, covariance, PRIOR_NOISE)
+        return cls(slopes, covariance, PRIOR_NOISE, dropping=_undecided(slopes, covariance))
 
     @classmethod
     def of(
         cls, slopes: Sequence[float], uncertainty: Sequence[float], noise: float = PRIOR_NOISE
     ) -> Posterior:
         """Slopes with independent uncertainties (a saved fit's, whose classes all
-        count as seen)."""
-        return cls(tuple(slopes), _diagonal(uncertainty), noise, frozenset(range(len(slopes))))
+        count as seen, and whose template is weighed again from the steps after it: a
+        template that drops the system message is not ruled out)."""
+        covariance = _diagonal(uncertainty)
+        seen = frozenset(range(len(slopes)))
+        return cls(tuple(slopes), covariance, noise, seen, _undecided(slopes, covariance))
 
     @property
     def uncertainty(self) -> tuple[float, ...]:
@@ -714,4 +724,9 @@ class ClassAnchoredCounter(AnchoredCounter):
         )
 
 
-_PRIOR = Posterior(PRIOR_SLOPES, PRIOR_COVARIANCE, PRIOR_NOISE)
+_PRIOR = Posterior(
+    PRIOR_SLOPES,
+    PRIOR_COVARIANCE,
+    PRIOR_NOISE,
+    dropping=_undecided(PRIOR_SLOPES, PRIOR_COVARIANCE),
+)

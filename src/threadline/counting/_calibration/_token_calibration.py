@@ -63,6 +63,7 @@ from threadline.counting._calibration._bounds import (
     stepped,
 )
 from threadline.counting._calibration._classes import (
+    CLASSES,
     ClassCounts,
     message_classes,
     reply_classes,
@@ -107,6 +108,8 @@ __all__ = [
 
 logger = logging.getLogger("threadline.counting")
 
+_DROPPED = CLASSES.index("system_dropped")
+
 
 @attrs.frozen
 class _Held:
@@ -116,6 +119,7 @@ class _Held:
     tokens: int
     reply: Message | None
     output_tokens: int
+    reasoning_tokens: int
 
 
 MIN_ANCHOR_OVERLAP = 0.5
@@ -337,11 +341,12 @@ class TokenCalibration:
         if sent is not None:
             sent = tuple(sent)
         predicted = self._predicted(model, tools, estimated_tokens, sent, counter)
-        believed = self._believed(key, reported_tokens, estimated_tokens, predicted, window)
-        with self._lock:
-            held = self._held.pop(key, None)
-            if believed is None and sent is not None and counter is not None and key in self._below:
-                self._held[key] = _Held(sent, reported_tokens, reply, output_tokens)
+        report = None
+        if sent is not None and counter is not None:
+            report = _Held(sent, reported_tokens, reply, output_tokens, reasoning_tokens)
+        believed, held = self._believed(
+            key, reported_tokens, estimated_tokens, predicted, window, report
+        )
         if believed is None:
             return self.ratio(model, tools)
         if (
@@ -385,10 +390,18 @@ class TokenCalibration:
         return estimated * (1.0 if ratio is None else ratio)
 
     def _believed(
-        self, key: str, reported: int, estimated: int, predicted: float, window: int | None
-    ) -> int | None:
+        self,
+        key: str,
+        reported: int,
+        estimated: int,
+        predicted: float,
+        window: int | None,
+        report: _Held | None,
+    ) -> tuple[int | None, _Held | None]:
         """The tokens a report is learned as (see :meth:`observe`), or ``None`` to leave
-        it out; logged whenever that is not the report as given."""
+        it out; logged whenever that is not the report as given. With it, the report
+        held until this one (none when this one is left out): ``report``, when this one
+        is left out as far below its price, is held in its place."""
         problem = implausible(reported, estimated, window)
         if problem is not None:
             logger.warning(
@@ -397,13 +410,16 @@ class TokenCalibration:
                 reported,
                 problem,
             )
-            return None
+            return None, None
         price = math.ceil(predicted)
         far_below = reported * MAX_STEP < predicted
         with self._lock:
             confirmed = key in self._below
+            held = self._held.pop(key, None)
             if far_below:
                 self._below.add(key)
+                if not confirmed and report is not None:
+                    self._held[key] = report
             else:
                 self._below.discard(key)
         if far_below and not confirmed:
@@ -415,7 +431,7 @@ class TokenCalibration:
                 reported,
                 price,
             )
-            return None
+            return None, None
         believed = (
             max(1, math.ceil(predicted / MAX_STEP)) if far_below else stepped(reported, predicted)
         )
@@ -430,7 +446,7 @@ class TokenCalibration:
                 MAX_STEP,
                 price,
             )
-        return believed
+        return believed, held
 
     def _take_back(
         self, key: str, counter: TokenCounter, held: _Held, sent: tuple[Message, ...], tokens: int
@@ -444,7 +460,8 @@ class TokenCalibration:
         one that grew by that much more."""
         now, then = transcript_classes(counter, sent), transcript_classes(counter, held.sent)
         grown = [a - b for a, b in zip(now, then, strict=True)]
-        if any(change < 0 for change in grown):
+        # A system message a tool result leaves out is priced by the bound as it is.
+        if any(change < 0 for i, change in enumerate(grown) if i != _DROPPED):
             return
         fitted = self._fits.get(key)
         posterior = fitted.posterior if fitted is not None else self._priors.get(key, self._prior)
@@ -452,7 +469,7 @@ class TokenCalibration:
             return
         with self._lock:
             self._measure(key, counter, held.sent, held.tokens)
-        if held.reply is not None:
+        if held.reply is not None and not held.reasoning_tokens:
             self._hear(key, counter, held.reply, held.output_tokens)
         self._learn(key, counter, held.sent, held.tokens)
 
