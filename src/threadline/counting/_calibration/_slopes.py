@@ -127,9 +127,10 @@ _PROMPTS, _REPLIES = 0, 1  # the kinds of step: between reports, between replies
 
 
 def _undecided(slopes: Sequence[float], covariance: Covariance) -> tuple[float, float]:
-    """The :attr:`Posterior.dropping` of slopes no step has weighed (a prior, a saved
-    fit): a template that drops the system message is not ruled out, and the text it
-    drops costs what Latin text does (as :func:`_dropping` takes it)."""
+    """The ``system_dropped`` slope of a template that drops the system message, and its
+    variance, before any step weighs it: the text it drops costs what Latin text does.
+    :func:`_dropping`'s prior, and the :attr:`Posterior.dropping` of slopes no step has
+    weighed (a prior, a saved fit), where that template is not ruled out."""
     return slopes[_TEXT], covariance[_TEXT][_TEXT]
 
 
@@ -392,11 +393,10 @@ def _dropping(prior: Posterior) -> Posterior:
     result ends: its ``system_dropped`` slope is then what the system message's text
     costs, Latin text's slope (most system messages are English), as unsure."""
     slopes = list(prior.slopes)
-    slopes[_DROPPED] = prior.slopes[_TEXT]
     covariance = [list(row) for row in prior.covariance]
     for k in range(_SIZE):
         covariance[k][_DROPPED] = covariance[_DROPPED][k] = 0.0
-    covariance[_DROPPED][_DROPPED] = prior.covariance[_TEXT][_TEXT]
+    slopes[_DROPPED], covariance[_DROPPED][_DROPPED] = _undecided(prior.slopes, prior.covariance)
     return Posterior(tuple(slopes), tuple(map(tuple, covariance)), prior.noise, prior.seen)
 
 
